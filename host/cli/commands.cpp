@@ -1,0 +1,197 @@
+#include "cli/commands.hpp"
+
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <cmath>
+#include <memory>
+
+#include "config/pipeline.hpp"
+#include "engine/checks.hpp"
+#include "engine/plan.hpp"
+#include "engine/trainer.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/loader.hpp"
+#include "plugin/status.hpp"
+
+namespace kiln::cli {
+namespace {
+
+constexpr int kRunFailed = 1, kConfigError = 2, kPluginRefused = 3;
+
+// Plugins loaded for this process; the loader keeps libraries loaded until exit.
+struct Plugins {
+  std::unique_ptr<plugin::Loader> loader;
+  plugin::Registry registry;
+  std::vector<std::string> refused;
+};
+
+Plugins load_plugins(const std::vector<std::string>& extra_dirs) {
+  Plugins p;
+  p.loader = std::make_unique<plugin::Loader>(plugin::host_api());
+  p.registry = plugin::load_all(*p.loader, plugin::plugin_search_path(extra_dirs), p.refused);
+  return p;
+}
+
+void print_refused(const std::vector<std::string>& refused) {
+  for (const auto& r : refused) fmt::print(stderr, "error: plugin refused: {}\n", r);
+}
+
+// Loads plugins (with the pipeline's own folders) and resolves the pipeline. On failure prints
+// the reason and sets `exit_code`.
+bool resolve(const PipelineArgs& args, Plugins& plugins, config::Pipeline& pipeline,
+             int& exit_code) {
+  try {
+    plugins = load_plugins(config::read_plugin_paths(args.file, args.overrides));
+    if (!plugins.refused.empty()) {
+      print_refused(plugins.refused);
+      exit_code = kPluginRefused;
+      return false;
+    }
+    pipeline = config::load_pipeline(args.file, args.overrides, plugins.registry);
+    engine::check_pipeline(pipeline, engine::resolve_device(pipeline.run.get_string("device")));
+    return true;
+  } catch (const engine::PipelineError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    exit_code = kConfigError;
+    return false;
+  } catch (const plugin::ComponentError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    exit_code = kConfigError;
+    return false;
+  } catch (const config::ConfigError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    exit_code = kConfigError;
+    return false;
+  }
+}
+
+std::string caps_text(uint64_t f) {
+  std::vector<std::string> parts;
+  const std::pair<uint64_t, const char*> names[] = {
+      {KILN_CAP_DEVICE_CPU, "cpu"},       {KILN_CAP_DEVICE_CUDA, "cuda"},
+      {KILN_CAP_DTYPE_F32, "fp32"},       {KILN_CAP_DTYPE_F16, "fp16"},
+      {KILN_CAP_DTYPE_BF16, "bf16"},      {KILN_CAP_DTYPE_F64, "fp64"},
+      {KILN_CAP_NEEDS_COLLECTIVES, "collectives"}, {KILN_CAP_IN_PLACE, "in-place"},
+      {KILN_CAP_MULTI_TENSOR, "multi-tensor"}};
+  for (const auto& [bit, name] : names) {
+    if (f & bit) parts.emplace_back(name);
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+const char* type_text(int32_t type) {
+  switch (type) {
+    case KILN_OPT_BOOL: return "bool";
+    case KILN_OPT_INT: return "int";
+    case KILN_OPT_FLOAT: return "float";
+    case KILN_OPT_STRING: return "string";
+    case KILN_OPT_INT_LIST: return "int list";
+    case KILN_OPT_FLOAT_LIST: return "float list";
+    case KILN_OPT_STRING_LIST: return "string list";
+    default: return "?";
+  }
+}
+
+}  // namespace
+
+int run(const PipelineArgs& args, const std::string& metrics_path) {
+  Plugins plugins;
+  config::Pipeline pipeline;
+  int code = 0;
+  if (!resolve(args, plugins, pipeline, code)) return code;
+  try {
+    engine::RunOptions options;
+    options.metrics_path = metrics_path;
+    engine::RunResult r = engine::train(pipeline, options);
+    if (std::isnan(r.test_accuracy)) {
+      spdlog::info("done: {} steps in {:.1f} s (no evaluation)", r.steps, r.train_seconds);
+    } else {
+      spdlog::info("final test accuracy: {:.2f}% (loss {:.4f}) after {} steps in {:.1f} s",
+                   100.0 * r.test_accuracy, r.test_loss, r.steps, r.train_seconds);
+    }
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kRunFailed;
+  }
+}
+
+int validate(const PipelineArgs& args) {
+  Plugins plugins;
+  config::Pipeline pipeline;
+  int code = 0;
+  if (!resolve(args, plugins, pipeline, code)) return code;
+  fmt::print("{}: ok (model {}, optimizer {}, lr_policy {}, norm {}, precision {})\n", args.file,
+             pipeline.model.component->name(), pipeline.optimizer.component->name(),
+             pipeline.lr_policy.component->name(), pipeline.norm.component->name(),
+             pipeline.precision.component->name());
+  return 0;
+}
+
+int plan(const PipelineArgs& args) {
+  Plugins plugins;
+  config::Pipeline pipeline;
+  int code = 0;
+  if (!resolve(args, plugins, pipeline, code)) return code;
+  try {
+    fmt::print("{}", engine::describe_plan(pipeline));
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kRunFailed;
+  }
+}
+
+int plugins_list(const std::vector<std::string>& extra_dirs) {
+  Plugins plugins = load_plugins(extra_dirs);
+  fmt::print("{:<16} {:<10} {:<8} {}\n", "NAME", "KIND", "VERSION", "PATH");
+  for (const auto& c : plugins.registry.all()) {
+    const auto& v = c.descriptor->version;
+    fmt::print("{:<16} {:<10} {:<8} {}\n", c.name(), plugin::kind_name(c.kind()),
+               fmt::format("{}.{}.{}", v.major, v.minor, v.patch), c.library_path);
+  }
+  print_refused(plugins.refused);
+  return plugins.refused.empty() ? 0 : kPluginRefused;
+}
+
+int plugins_describe(const std::string& name, const std::vector<std::string>& extra_dirs) {
+  Plugins plugins = load_plugins(extra_dirs);
+  const plugin::Component* c = plugins.registry.find_any(name);
+  if (c == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& other : plugins.registry.all()) names.emplace_back(other.name());
+    fmt::print(stderr, "error: no plugin component named '{}'; available: {}\n", name,
+               fmt::join(names, ", "));
+    return kConfigError;
+  }
+  const auto* d = c->descriptor;
+  fmt::print("{} ({}) {}.{}.{}\n", c->name(), plugin::kind_name(c->kind()), d->version.major,
+             d->version.minor, d->version.patch);
+  if (d->summary != nullptr) fmt::print("  {}\n", d->summary);
+  fmt::print("  library:      {}\n", c->library_path);
+  fmt::print("  capabilities: {}\n", caps_text(d->capabilities->flags));
+  for (size_t i = 0; i < d->capabilities->attribute_count; ++i) {
+    fmt::print("  {}: {}\n", d->capabilities->attributes[i].name,
+               d->capabilities->attributes[i].value);
+  }
+  if (c->plugin->torch_version != nullptr) {
+    fmt::print("  torch:        {} (C++11 ABI {})\n", c->plugin->torch_version,
+               c->plugin->torch_cxx11_abi);
+  }
+  fmt::print("  options:{}\n", d->option_count == 0 ? " none" : "");
+  for (size_t i = 0; i < d->option_count; ++i) {
+    const kiln_option_spec& o = d->options[i];
+    std::string range;
+    if (o.has_min && o.has_max) range = fmt::format(" in [{}, {}]", o.min, o.max);
+    else if (o.has_min) range = fmt::format(" >= {}", o.min);
+    else if (o.has_max) range = fmt::format(" <= {}", o.max);
+    if (o.choices != nullptr) range += fmt::format(" one of: {}", o.choices);
+    fmt::print("    {:<18} {:<11} default {:<10}{}  {}\n", o.name, type_text(o.type),
+               o.default_value != nullptr ? o.default_value : "(required)", range,
+               o.doc != nullptr ? o.doc : "");
+  }
+  return 0;
+}
+
+}  // namespace kiln::cli

@@ -1,0 +1,21 @@
+// The `kiln` subcommands. Each returns the process exit code:
+// 0 success, 1 run-time failure, 2 configuration error, 3 plugin refused.
+#pragma once
+
+#include <string>
+#include <vector>
+
+namespace kiln::cli {
+
+struct PipelineArgs {
+  std::string file;
+  std::vector<std::string> overrides;  // --set KEY=VALUE
+};
+
+int run(const PipelineArgs& args, const std::string& metrics_path);
+int validate(const PipelineArgs& args);
+int plan(const PipelineArgs& args);
+int plugins_list(const std::vector<std::string>& extra_dirs);
+int plugins_describe(const std::string& name, const std::vector<std::string>& extra_dirs);
+
+}  // namespace kiln::cli

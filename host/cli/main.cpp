@@ -1,0 +1,55 @@
+// `kiln`: run, validate and plan TOML pipelines; list and describe plugins.
+#include <CLI/CLI.hpp>
+#include <torch/version.h>
+
+#include "cli/commands.hpp"
+#include "io/log.hpp"
+#include "kiln/abi.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"Kiln: a C++ training framework on LibTorch with C-ABI plugins"};
+  app.require_subcommand(1);
+  bool verbose = false;
+  app.add_flag("-v,--verbose", verbose, "debug logging");
+
+  kiln::cli::PipelineArgs args;
+  std::string metrics;
+  auto add_pipeline = [&](CLI::App* cmd) {
+    cmd->add_option("file", args.file, "pipeline TOML file")->required()->check(CLI::ExistingFile);
+    cmd->add_option("--set", args.overrides, "override a key: --set optimizer.lr=0.05")
+        ->take_all()
+        ->allow_extra_args(false);
+  };
+  CLI::App* run = app.add_subcommand("run", "train a pipeline");
+  add_pipeline(run);
+  run->add_option("--metrics", metrics, "write metrics as JSON lines to this file");
+  CLI::App* validate = app.add_subcommand("validate", "check a pipeline without running it");
+  add_pipeline(validate);
+  CLI::App* plan = app.add_subcommand("plan", "print the resolved pipeline and parameter groups");
+  add_pipeline(plan);
+
+  CLI::App* plugins = app.add_subcommand("plugins", "inspect plugins");
+  plugins->require_subcommand(1);
+  std::vector<std::string> plugin_dirs;
+  plugins->add_option("--plugin-path", plugin_dirs, "extra plugin folder (repeatable)");
+  CLI::App* list = plugins->add_subcommand("list", "name, kind, version and path of every plugin");
+  std::string describe_name;
+  CLI::App* describe = plugins->add_subcommand("describe", "capabilities and options of one");
+  describe->add_option("name", describe_name, "component name")->required();
+  CLI::App* version = app.add_subcommand("version", "versions of Kiln, its ABI and LibTorch");
+
+  CLI11_PARSE(app, argc, argv);
+  kiln::io::setup_logging(verbose);
+
+  if (*run) return kiln::cli::run(args, metrics);
+  if (*validate) return kiln::cli::validate(args);
+  if (*plan) return kiln::cli::plan(args);
+  if (*list) return kiln::cli::plugins_list(plugin_dirs);
+  if (*describe) return kiln::cli::plugins_describe(describe_name, plugin_dirs);
+  if (*version) {
+    std::printf("kiln 0.1.0, plugin ABI %d.%d, LibTorch %s\n", KILN_ABI_MAJOR, KILN_ABI_MINOR,
+                TORCH_VERSION);
+    return 0;
+  }
+  return 2;
+}

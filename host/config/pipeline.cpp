@@ -1,0 +1,295 @@
+#include "config/pipeline.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <map>
+#include <optional>
+#include <set>
+
+#include "config/document.hpp"
+#include "config/suggest.hpp"
+#include "config/toml_text.hpp"
+#include "config/value_check.hpp"
+
+namespace kiln::config {
+
+namespace {
+
+// A spec in effect for a section; `use_default` is false when a plugin's default is broken (the
+// plugin error is reported once, not again as a missing key).
+struct SpecRef {
+  const kiln_option_spec* spec = nullptr;
+  bool use_default = true;
+};
+
+using Resolved = std::vector<std::pair<const kiln_option_spec*, Value>>;
+
+std::string join(const std::vector<std::string>& items) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? ", " : "") + items[i];
+  return out;
+}
+
+std::vector<SpecRef> refs(const std::vector<kiln_option_spec>& specs) {
+  std::vector<SpecRef> out;
+  for (const auto& s : specs) out.push_back(SpecRef{&s, true});
+  return out;
+}
+
+std::string read_file(const std::string& path) {
+  std::FILE* file = std::fopen(path.c_str(), "rb");
+  if (file == nullptr) throw ConfigError(path + ": cannot open file: " + std::strerror(errno));
+  std::string text;
+  char buffer[65536];
+  std::size_t n = 0;
+  while ((n = std::fread(buffer, 1, sizeof(buffer), file)) > 0) text.append(buffer, n);
+  const bool failed = std::ferror(file) != 0;
+  std::fclose(file);
+  if (failed) throw ConfigError(path + ": cannot read file");
+  return text;
+}
+
+// Checks a section's keys against `specs` and fills defaults; the values come back in spec
+// order. Unknown keys are reported only when `report_unknown` (not when the component, and so
+// the full key list, is unknown).
+Resolved resolve_entries(const Document& doc, const std::string& section, const Section* sec,
+                         const std::vector<SpecRef>& specs, bool report_unknown,
+                         Diagnostics& diagnostics) {
+  std::map<std::string, Value> given;
+  std::set<std::string> seen;
+  if (sec != nullptr) {
+    if (sec->node != nullptr && !sec->node->is_table()) {
+      diagnostics.add(sec->where,
+                      section + ": expected table, found " + toml_type_name(*sec->node));
+    }
+    for (const auto& entry : sec->entries) {
+      const SpecRef* ref = nullptr;
+      for (const auto& r : specs) {
+        if (entry.key == r.spec->name) ref = &r;
+      }
+      if (ref == nullptr) {
+        if (!report_unknown) continue;
+        std::vector<std::string> names;
+        for (const auto& r : specs) names.emplace_back(r.spec->name);
+        const auto best = nearest(entry.key, names);
+        diagnostics.add(entry.key_where, section + "." + entry.key + ": unknown key; " +
+                                             (best ? "did you mean '" + *best + "'?"
+                                                   : "valid keys: " + join(names)));
+        continue;
+      }
+      seen.insert(entry.key);
+      std::string error;
+      auto value = check_value(*entry.node, *ref->spec, section + "." + entry.key, true, error);
+      if (!value) {
+        diagnostics.add(entry.value_where, error);
+        continue;
+      }
+      value->pos = entry.value_where.pos;
+      given[entry.key] = std::move(*value);
+    }
+  }
+  Resolved out;
+  for (const auto& ref : specs) {
+    const std::string name = ref.spec->name;
+    if (auto it = given.find(name); it != given.end()) {
+      out.emplace_back(ref.spec, std::move(it->second));
+    } else if (seen.count(name) != 0 || !ref.use_default) {
+      continue;  // already reported
+    } else if (ref.spec->default_value == nullptr) {
+      diagnostics.add(doc.file_where(), section + "." + name + ": required key is missing");
+    } else if (auto value = parse_default(*ref.spec)) {
+      out.emplace_back(ref.spec, std::move(*value));
+    } else {
+      // Plugin defaults were checked before; this is a broken core schema.
+      throw std::logic_error("core option " + section + "." + name + " has a bad default");
+    }
+  }
+  return out;
+}
+
+OptionSet plain_section(const Document& doc, const std::string& section, Diagnostics& diagnostics) {
+  OptionSet set;
+  const auto values = resolve_entries(doc, section, doc.find(section), refs(core_schema(section)),
+                                      true, diagnostics);
+  for (const auto& [spec, value] : values) set.set(spec->name, value);
+  return set;
+}
+
+// The component's name as the section gives it (or its default), and where it came from;
+// nullopt when absent or not a string (resolve_entries reports that).
+std::optional<std::string> component_name(const Document& doc, const std::string& section,
+                                          Where& where) {
+  where = doc.file_where();
+  const kiln_option_spec& spec = core_schema(section).front();
+  if (const Section* sec = doc.find(section)) {
+    for (const auto& entry : sec->entries) {
+      if (entry.key != "name") continue;
+      std::string ignored;
+      const auto value = check_value(*entry.node, spec, section + ".name", true, ignored);
+      if (!value) return std::nullopt;
+      where = entry.value_where;
+      return value->string_value;
+    }
+  }
+  const auto value = parse_default(spec);
+  if (!value) return std::nullopt;
+  return value->string_value;
+}
+
+// The component's own option specs, less those that clash with the host's or have a broken
+// default (both reported as plugin errors).
+std::vector<SpecRef> component_specs(const plugin::Component& component,
+                                     const std::vector<kiln_option_spec>& core,
+                                     Diagnostics& diagnostics) {
+  Where where;
+  where.pos = SourcePos{component.library_path, 0, 0};
+  where.prefix = component.library_path;
+  where.group = 1;
+  const std::string name(component.name());
+  const kiln_component_descriptor* d = component.descriptor;
+  std::vector<SpecRef> out;
+  for (std::size_t i = 0; i < d->option_count; ++i) {
+    const kiln_option_spec& spec = d->options[i];
+    bool reserved = false;
+    for (const auto& c : core) reserved = reserved || std::strcmp(c.name, spec.name) == 0;
+    if (reserved) {
+      diagnostics.add(where, "component '" + name + "' declares option '" + spec.name +
+                                 "' which is reserved by the host");
+      continue;
+    }
+    SpecRef ref{&spec, true};
+    if (spec.default_value != nullptr && !parse_default(spec)) {
+      diagnostics.add(where, "component '" + name + "' option '" + spec.name + "': default " +
+                                 spec.default_value + " is not a valid " + want_name(spec.type));
+      ref.use_default = false;
+    }
+    out.push_back(ref);
+  }
+  return out;
+}
+
+ComponentChoice component_section(const Document& doc, const std::string& section, int32_t kind,
+                                  const plugin::Registry& registry, Diagnostics& diagnostics) {
+  ComponentChoice choice;
+  choice.section = section;
+  const auto& core = core_schema(section);
+  Where name_where;
+  const auto name = component_name(doc, section, name_where);
+  if (name) choice.component = registry.find(kind, *name);
+  if (name && choice.component == nullptr) {
+    std::vector<std::string> available;
+    for (const auto* c : registry.of_kind(kind)) available.emplace_back(c->name());
+    const auto best = nearest(*name, available);
+    diagnostics.add(name_where,
+                    section + ".name: unknown " + plugin::kind_name(kind) + " '" + *name + "'; " +
+                        (best ? "did you mean '" + *best + "'? " : std::string()) +
+                        "available: " + (available.empty() ? "(none)" : join(available)));
+  }
+  std::vector<SpecRef> specs = refs(core);
+  if (choice.component != nullptr) {
+    for (const auto& ref : component_specs(*choice.component, core, diagnostics)) {
+      specs.push_back(ref);
+    }
+  }
+  const auto values = resolve_entries(doc, section, doc.find(section), specs,
+                                      choice.component != nullptr, diagnostics);
+  for (const auto& [spec, value] : values) {
+    const bool is_core = std::any_of(core.begin(), core.end(),
+                                     [&](const kiln_option_spec& c) { return &c == spec; });
+    (is_core ? choice.core : choice.options).set(spec->name, value);
+  }
+  if (choice.core.has("name")) choice.name_pos = choice.core.get("name").pos;
+  return choice;
+}
+
+Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnostics& diagnostics) {
+  const auto& sections = core_sections();
+  for (const auto& s : doc.sections()) {
+    if (std::find(sections.begin(), sections.end(), s.name) != sections.end()) continue;
+    const auto best = nearest(s.name, sections);
+    diagnostics.add(s.where, s.name + ": unknown section; " +
+                                 (best ? "did you mean '" + *best + "'?"
+                                       : "valid sections: " + join(sections)));
+  }
+  Pipeline p;
+  p.path = doc.name();
+  p.run = plain_section(doc, "run", diagnostics);
+  p.data = plain_section(doc, "data", diagnostics);
+  p.model = component_section(doc, "model", KILN_COMPONENT_MODEL, registry, diagnostics);
+  p.norm = component_section(doc, "norm", KILN_COMPONENT_NORM, registry, diagnostics);
+  p.optimizer =
+      component_section(doc, "optimizer", KILN_COMPONENT_OPTIMIZER, registry, diagnostics);
+  p.lr_policy =
+      component_section(doc, "lr_policy", KILN_COMPONENT_LR_POLICY, registry, diagnostics);
+  p.precision =
+      component_section(doc, "precision", KILN_COMPONENT_PRECISION, registry, diagnostics);
+  const OptionSet plugins = plain_section(doc, "plugins", diagnostics);
+  if (plugins.has("paths")) p.plugin_paths = plugins.get_string_list("paths");
+  diagnostics.throw_if_any();
+  return p;
+}
+
+void emit(std::string& out, const OptionSet& set) {
+  for (const auto& [name, value] : set.entries()) {
+    out += toml_key(name) + " = " + value.to_toml() + "\n";
+  }
+}
+
+}  // namespace
+
+std::vector<std::string> read_plugin_paths(const std::string& path,
+                                           const std::vector<std::string>& overrides) {
+  Document doc(read_file(path), path);
+  Diagnostics diagnostics;
+  doc.apply_overrides(overrides, diagnostics, "plugins");
+  const auto values = resolve_entries(doc, "plugins", doc.find("plugins"),
+                                      refs(core_schema("plugins")), true, diagnostics);
+  diagnostics.throw_if_any();
+  for (const auto& [spec, value] : values) {
+    if (std::strcmp(spec->name, "paths") == 0) return value.string_list;
+  }
+  return {};
+}
+
+Pipeline load_pipeline(const std::string& path, const std::vector<std::string>& overrides,
+                       const plugin::Registry& registry) {
+  return load_pipeline_text(read_file(path), path, overrides, registry);
+}
+
+Pipeline load_pipeline_text(const std::string& text, const std::string& name,
+                            const std::vector<std::string>& overrides,
+                            const plugin::Registry& registry) {
+  Document doc(text, name);
+  Diagnostics diagnostics;
+  doc.apply_overrides(overrides, diagnostics);
+  return resolve(doc, registry, diagnostics);
+}
+
+std::string to_toml(const Pipeline& pipeline) {
+  std::string out = "# Resolved pipeline " + pipeline.path + ", every default filled.\n";
+  const auto plain = [&](const char* section, const OptionSet& set) {
+    out += std::string("\n[") + section + "]\n";
+    emit(out, set);
+  };
+  const auto component = [&](const ComponentChoice& choice) {
+    out += "\n[" + choice.section + "]\n";
+    emit(out, choice.core);
+    emit(out, choice.options);
+  };
+  plain("run", pipeline.run);
+  plain("data", pipeline.data);
+  component(pipeline.model);
+  component(pipeline.norm);
+  component(pipeline.optimizer);
+  component(pipeline.lr_policy);
+  component(pipeline.precision);
+  Value paths;
+  paths.type = KILN_OPT_STRING_LIST;
+  paths.string_list = pipeline.plugin_paths;
+  out += "\n[plugins]\npaths = " + paths.to_toml() + "\n";
+  return out;
+}
+
+}  // namespace kiln::config

@@ -1,0 +1,57 @@
+// The resolved pipeline: a TOML file (plus --set overrides) checked against the core schema and
+// against each chosen component's options schema, with defaults filled.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "config/options.hpp"
+#include "plugin/registry.hpp"
+
+namespace kiln::config {
+
+// The component chosen for one slot of the pipeline ("optimizer", "model", ...).
+struct ComponentChoice {
+  std::string section;                        // TOML table name
+  const plugin::Component* component = nullptr;  // from the registry
+  OptionSet core;                             // the section's core keys (e.g. optimizer.lr)
+  OptionSet options;                          // the component's own options
+  SourcePos name_pos;                         // where `name` was set
+};
+
+struct Pipeline {
+  std::string path;       // the TOML file
+  OptionSet run;          // [run]
+  OptionSet data;         // [data]
+  ComponentChoice model;  // [model]
+  ComponentChoice norm;   // [norm]
+  ComponentChoice optimizer;  // [optimizer]
+  ComponentChoice lr_policy;  // [lr_policy]
+  ComponentChoice precision;  // [precision]
+  std::vector<std::string> plugin_paths;  // [plugins] paths: extra plugin folders
+};
+
+// Extra plugin folders named in the file's [plugins] table (read before the registry is built,
+// so pipelines can bring their own plugins). Throws ConfigError.
+std::vector<std::string> read_plugin_paths(const std::string& path,
+                                           const std::vector<std::string>& overrides);
+
+// Loads, overrides and validates. `overrides` are "dotted.key=value" strings (value parsed as a
+// TOML value, falling back to a bare string). Throws ConfigError with file:line:column and key.
+Pipeline load_pipeline(const std::string& path, const std::vector<std::string>& overrides,
+                       const plugin::Registry& registry);
+
+// The same from TOML text (`name` is used in messages as the file name).
+Pipeline load_pipeline_text(const std::string& text, const std::string& name,
+                            const std::vector<std::string>& overrides,
+                            const plugin::Registry& registry);
+
+// The core schema of each section, as option specs (the same shape plugins use), for docs and
+// `kiln plan`. Sections: run, data, model, norm, optimizer, lr_policy, precision, plugins.
+const std::vector<kiln_option_spec>& core_schema(const std::string& section);
+const std::vector<std::string>& core_sections();
+
+// The resolved pipeline as TOML text with every default filled (for `kiln plan`).
+std::string to_toml(const Pipeline& pipeline);
+
+}  // namespace kiln::config

@@ -1,0 +1,117 @@
+// The host's own keys of each pipeline section, as option specs (the shape plugins use), so one
+// validator and one doc generator serve both.
+#include <limits>
+#include <map>
+#include <stdexcept>
+
+#include "config/pipeline.hpp"
+
+namespace kiln::config {
+
+namespace {
+
+constexpr double kNoBound = std::numeric_limits<double>::quiet_NaN();
+
+// A spec; NaN bounds mean "unbounded". A `min` of kPositive (the smallest positive double)
+// expresses "> 0" with the inclusive bounds of the ABI.
+kiln_option_spec spec(const char* name, int32_t type, const char* default_value, const char* doc,
+                      double min = kNoBound, double max = kNoBound, const char* choices = nullptr) {
+  kiln_option_spec s{};
+  s.struct_size = sizeof(kiln_option_spec);
+  s.name = name;
+  s.type = type;
+  s.has_min = min == min ? 1 : 0;
+  s.has_max = max == max ? 1 : 0;
+  s.min = s.has_min ? min : 0.0;
+  s.max = s.has_max ? max : 0.0;
+  s.default_value = default_value;
+  s.choices = choices;
+  s.doc = doc;
+  return s;
+}
+
+kiln_option_spec choice(const char* name, const char* choices, const char* default_value,
+                        const char* doc) {
+  return spec(name, KILN_OPT_STRING, default_value, doc, kNoBound, kNoBound, choices);
+}
+
+constexpr double kPositive = std::numeric_limits<double>::denorm_min();
+
+const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
+  static const std::map<std::string, std::vector<kiln_option_spec>> all = {
+      {"run",
+       {
+           choice("device", "auto,cpu,cuda", "\"auto\"",
+                  "where to train: auto picks cuda when available"),
+           spec("epochs", KILN_OPT_INT, "1", "passes over the training set", 1),
+           spec("max_steps", KILN_OPT_INT, "0",
+                "stop after this many optimizer steps; 0 = no limit", 0),
+           spec("seed", KILN_OPT_INT, "0", "seed for initialisation, shuffling and augmentation",
+                0),
+           spec("log_interval", KILN_OPT_INT, "50", "optimizer steps between progress lines", 1),
+           spec("eval", KILN_OPT_BOOL, "true", "evaluate on the test set after each epoch"),
+           spec("threads", KILN_OPT_INT, "0", "CPU threads for torch; 0 = torch's default", 0),
+       }},
+      {"data",
+       {
+           choice("dataset", "fashion-mnist,synthetic", "\"fashion-mnist\"", "dataset to train on"),
+           spec("root", KILN_OPT_STRING, "\"/usr/share/datasets/fashion-mnist\"",
+                "folder holding the dataset files"),
+           spec("batch_size", KILN_OPT_INT, "128", "training batch size", 1),
+           spec("eval_batch_size", KILN_OPT_INT, "1000", "evaluation batch size", 1),
+           spec("workers", KILN_OPT_INT, "2", "background threads preparing batches", 0, 64),
+           spec("prefetch", KILN_OPT_INT, "4", "batches prepared ahead of the trainer", 1, 1024),
+           spec("shuffle", KILN_OPT_BOOL, "true", "reshuffle the training set every epoch"),
+           spec("drop_last", KILN_OPT_BOOL, "false", "drop the last incomplete training batch"),
+           spec("random_crop", KILN_OPT_INT, "0",
+                "zero-padding pixels for random-crop augmentation; 0 = off", 0, 16),
+           spec("random_flip", KILN_OPT_BOOL, "false",
+                "random horizontal flips of training images"),
+           spec("mean", KILN_OPT_FLOAT, "0.286", "normalisation mean subtracted from pixels"),
+           spec("std", KILN_OPT_FLOAT, "0.353", "normalisation standard deviation", kPositive),
+           spec("synthetic_train", KILN_OPT_INT, "2048", "synthetic dataset: training samples", 1),
+           spec("synthetic_test", KILN_OPT_INT, "512", "synthetic dataset: test samples", 1),
+           spec("synthetic_classes", KILN_OPT_INT, "10", "synthetic dataset: classes", 2, 1000),
+           spec("channels", KILN_OPT_INT, "1", "synthetic dataset: image channels", 1, 16),
+           spec("height", KILN_OPT_INT, "28", "synthetic dataset: image height", 1, 4096),
+           spec("width", KILN_OPT_INT, "28", "synthetic dataset: image width", 1, 4096),
+       }},
+      {"model", {spec("name", KILN_OPT_STRING, nullptr, "model component to train")}},
+      {"norm", {spec("name", KILN_OPT_STRING, "\"batchnorm\"", "normalisation layer component")}},
+      {"optimizer",
+       {
+           spec("name", KILN_OPT_STRING, "\"sgd\"", "optimizer component"),
+           spec("lr", KILN_OPT_FLOAT, "0.1", "base learning rate", kPositive),
+           spec("weight_decay", KILN_OPT_FLOAT, "0.0", "L2 weight decay", 0),
+       }},
+      {"lr_policy",
+       {
+           spec("name", KILN_OPT_STRING, "\"step\"", "learning-rate schedule component"),
+           choice("warmup", "none,constant,linear", "\"none\"", "warmup shape before the schedule"),
+           spec("warmup_iters", KILN_OPT_INT, "0", "optimizer steps of warmup", 0),
+           spec("warmup_factor", KILN_OPT_FLOAT, "0.1", "learning-rate factor at warmup start", 0,
+                1),
+       }},
+      {"precision", {spec("name", KILN_OPT_STRING, "\"fp32\"", "precision policy component")}},
+      {"plugins",
+       {spec("paths", KILN_OPT_STRING_LIST, "[]", "extra folders to search for plugin libraries")}},
+  };
+  return all;
+}
+
+}  // namespace
+
+const std::vector<kiln_option_spec>& core_schema(const std::string& section) {
+  const auto& all = schemas();
+  const auto it = all.find(section);
+  if (it == all.end()) throw std::out_of_range("no core section '" + section + "'");
+  return it->second;
+}
+
+const std::vector<std::string>& core_sections() {
+  static const std::vector<std::string> sections = {
+      "run", "data", "model", "norm", "optimizer", "lr_policy", "precision", "plugins"};
+  return sections;
+}
+
+}  // namespace kiln::config

@@ -1,0 +1,197 @@
+#include "data/loader.hpp"
+
+#include <c10/util/ParallelGuard.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <exception>
+#include <mutex>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "data/assembler.hpp"
+#include "data/sampler.hpp"
+
+namespace kiln::data {
+namespace {
+
+// One epoch's fixed order; shared so a worker finishing a stale batch never sees it change.
+struct EpochPlan {
+  int64_t epoch = 0;
+  std::vector<int64_t> order;  // this rank's dataset indices
+  int64_t num_batches = 0;
+};
+
+// A finished batch (or the error that replaced it) waiting for the consumer.
+struct Slot {
+  bool ready = false;
+  Batch batch;
+  std::exception_ptr error;
+};
+
+void check_dataset(const Dataset& d) {
+  if (!d.images.defined() || !d.labels.defined()) {
+    throw std::invalid_argument("Loader: dataset images and labels must be defined");
+  }
+  if (d.images.dim() != 4 || !d.images.is_cpu() || !d.images.is_contiguous()) {
+    throw std::invalid_argument("Loader: dataset images must be a contiguous CPU N×C×H×W tensor");
+  }
+  if (d.labels.dim() != 1 || !d.labels.is_cpu() || !d.labels.is_contiguous() ||
+      d.labels.size(0) != d.images.size(0)) {
+    throw std::invalid_argument("Loader: dataset labels must be a contiguous CPU vector of " +
+                                std::to_string(d.images.size(0)) + " entries");
+  }
+}
+
+void check_options(const LoaderOptions& o) {
+  auto fail = [](const std::string& what) { throw std::invalid_argument("Loader: " + what); };
+  if (o.batch_size <= 0) fail("batch_size must be positive");
+  if (o.workers < 0) fail("workers must be >= 0");
+  if (o.prefetch <= 0) fail("prefetch must be positive");
+  if (o.crop_padding < 0) fail("crop_padding must be >= 0");
+  if (!(o.std > 0.0) && !(o.std < 0.0)) fail("std must be non-zero");
+  if (o.world_size <= 0 || o.rank < 0 || o.rank >= o.world_size) {
+    fail("rank " + std::to_string(o.rank) + " is not in [0, world_size " +
+         std::to_string(o.world_size) + ")");
+  }
+}
+
+}  // namespace
+
+struct Loader::Impl {
+  Impl(const Dataset& dataset, const LoaderOptions& opts)
+      : options(opts),
+        assembler(dataset, opts),
+        dataset_size(dataset.size()),
+        samples(shard_size(dataset_size, opts.world_size)),
+        batches(opts.drop_last ? samples / opts.batch_size
+                               : (samples + opts.batch_size - 1) / opts.batch_size),
+        slots(static_cast<size_t>(opts.prefetch)) {}
+
+  ~Impl() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stopping = true;
+    }
+    work_cv.notify_all();
+    for (std::thread& t : threads) t.join();
+  }
+
+  Batch build(const EpochPlan& plan, int64_t b, std::vector<uint8_t>& scratch) const {
+    const int64_t first = b * options.batch_size;
+    const int64_t count = std::min(options.batch_size, samples - first);
+    return assembler.build(plan.order.data() + first, count, plan.epoch, b, scratch);
+  }
+
+  // Workers claim the lowest unclaimed batch within `prefetch` of the consumer, build it without
+  // the lock, and publish it unless start_epoch replaced the epoch meanwhile.
+  void worker_loop() {
+    // Each worker is the parallelism; keep ATen from fanning out intra-op threads underneath.
+    c10::ParallelGuard serial(true);
+    std::vector<uint8_t> scratch;
+    std::unique_lock<std::mutex> lock(mutex);
+    for (;;) {
+      work_cv.wait(lock, [&] {
+        return stopping || (plan && claimed < plan->num_batches && claimed < consumed + prefetch());
+      });
+      if (stopping) return;
+      const int64_t b = claimed++;
+      const uint64_t gen = generation;
+      std::shared_ptr<const EpochPlan> mine = plan;
+      lock.unlock();
+      Slot result;
+      try {
+        result.batch = build(*mine, b, scratch);
+      } catch (...) {
+        result.error = std::current_exception();
+      }
+      result.ready = true;
+      lock.lock();
+      if (gen != generation) continue;  // cancelled by start_epoch: drop it
+      slots[static_cast<size_t>(b % prefetch())] = std::move(result);
+      ready_cv.notify_all();
+    }
+  }
+
+  int64_t prefetch() const { return options.prefetch; }
+
+  LoaderOptions options;
+  BatchAssembler assembler;
+  int64_t dataset_size;
+  int64_t samples;
+  int64_t batches;
+
+  std::mutex mutex;
+  std::condition_variable work_cv;   // workers: a batch may be claimed, or stop
+  std::condition_variable ready_cv;  // consumer: a slot was filled
+  bool stopping = false;
+  uint64_t generation = 0;  // bumped by start_epoch; stale results are discarded
+  std::shared_ptr<const EpochPlan> plan;
+  int64_t claimed = 0;                // next batch index a worker will take
+  int64_t consumed = 0;               // next batch index next() returns
+  std::vector<Slot> slots;            // ring of `prefetch` entries, batch b at b % prefetch
+  std::vector<std::uint8_t> scratch;  // the caller's buffer when workers == 0
+  std::vector<std::thread> threads;
+};
+
+Loader::Loader(const Dataset& dataset, LoaderOptions options) {
+  check_options(options);
+  check_dataset(dataset);
+  impl_ = std::make_unique<Impl>(dataset, options);
+  // Threads start idle; if creating one fails, ~Impl joins those already running.
+  for (int i = 0; i < options.workers; ++i) {
+    impl_->threads.emplace_back([impl = impl_.get()] { impl->worker_loop(); });
+  }
+}
+
+Loader::~Loader() = default;
+
+int64_t Loader::batches_per_epoch() const { return impl_->batches; }
+
+int64_t Loader::samples_per_epoch() const { return impl_->samples; }
+
+void Loader::start_epoch(int64_t epoch) {
+  auto plan = std::make_shared<EpochPlan>();
+  plan->epoch = epoch;
+  plan->order = shard_order(impl_->dataset_size, epoch,
+                            ShardSpec{impl_->options.shuffle, impl_->options.seed,
+                                      impl_->options.rank, impl_->options.world_size});
+  plan->num_batches = impl_->batches;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    ++impl_->generation;
+    impl_->plan = std::move(plan);
+    impl_->claimed = 0;
+    impl_->consumed = 0;
+    for (Slot& s : impl_->slots) s = Slot{};
+  }
+  impl_->work_cv.notify_all();
+}
+
+std::optional<Batch> Loader::next() {
+  Impl& im = *impl_;
+  std::unique_lock<std::mutex> lock(im.mutex);
+  if (!im.plan) throw std::logic_error("Loader::next() called before start_epoch()");
+  if (im.consumed >= im.plan->num_batches) return std::nullopt;
+  const int64_t b = im.consumed;
+  if (im.threads.empty()) {
+    ++im.consumed;
+    std::shared_ptr<const EpochPlan> plan = im.plan;
+    lock.unlock();
+    return im.build(*plan, b, im.scratch);
+  }
+  Slot& slot = im.slots[static_cast<size_t>(b % im.prefetch())];
+  im.ready_cv.wait(lock, [&] { return slot.ready; });
+  Slot taken = std::move(slot);
+  slot = Slot{};
+  // A failed batch is skipped: the error surfaces once and the epoch can go on.
+  ++im.consumed;
+  lock.unlock();
+  im.work_cv.notify_all();
+  if (taken.error) std::rethrow_exception(taken.error);
+  return std::move(taken.batch);
+}
+
+}  // namespace kiln::data

@@ -1,0 +1,91 @@
+#include "dist/process_group.hpp"
+
+#include <ATen/ops/empty.h>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include <cstdlib>
+#include <stdexcept>
+
+namespace kiln::dist {
+namespace {
+
+bool is_loopback(const std::string& addr) {
+  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
+}
+
+std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
+  // Same rule as torch.distributed: an explicit interface wins; a loopback rendezvous stays on
+  // loopback; otherwise bind to the address this host's name resolves to.
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) {
+    return c10d::ProcessGroupGloo::createDeviceForInterface(ifname);
+  }
+  if (is_loopback(master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+c10d::ReduceOp reduce_op(const std::string& op) {
+  if (op == "sum") return c10d::ReduceOp::SUM;
+  if (op == "max") return c10d::ReduceOp::MAX;
+  if (op == "min") return c10d::ReduceOp::MIN;
+  throw std::invalid_argument("unknown reduction '" + op + "'");
+}
+
+}  // namespace
+
+ProcessGroup::ProcessGroup(const GroupOptions& options) : options_(options) {
+  const std::string where = options.backend + " process group at " + options.master_addr + ":" +
+                            std::to_string(options.port) + " (rank " +
+                            std::to_string(options.rank) + " of " +
+                            std::to_string(options.world_size) + ")";
+  try {
+    c10d::TCPStoreOptions store_options;
+    store_options.port = static_cast<uint16_t>(options.port);
+    store_options.isServer = options.rank == 0;
+    store_options.numWorkers = options.world_size;
+    store_options.timeout = options.timeout;
+    store_ = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    if (options.backend == "gloo") {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
+      gloo_options->devices.push_back(gloo_device(options.master_addr));
+      backend_ = c10::make_intrusive<c10d::ProcessGroupGloo>(store_, options.rank,
+                                                             options.world_size, gloo_options);
+    } else if (options.backend == "nccl") {
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = options.timeout;
+      backend_ = c10::make_intrusive<c10d::ProcessGroupNCCL>(store_, options.rank,
+                                                             options.world_size, nccl_options);
+    } else {
+      throw std::invalid_argument("unknown backend '" + options.backend + "' (gloo or nccl)");
+    }
+  } catch (const std::exception& e) {
+    throw std::runtime_error("cannot join the " + where + ": " + e.what());
+  }
+}
+
+ProcessGroup::~ProcessGroup() = default;
+
+void ProcessGroup::allreduce(at::Tensor& tensor, const std::string& op) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::AllreduceOptions o;
+  o.reduceOp = reduce_op(op);
+  backend_->allreduce(tensors, o)->wait();
+}
+
+void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
+  std::vector<at::Tensor> tensors{tensor};
+  c10d::BroadcastOptions o;
+  o.rootRank = root;
+  backend_->broadcast(tensors, o)->wait();
+}
+
+void ProcessGroup::allgather(const at::Tensor& in, at::Tensor& out) {
+  std::vector<at::Tensor> inputs{in.contiguous()};
+  std::vector<std::vector<at::Tensor>> outputs(1);
+  at::Tensor flat = out.view({options_.world_size, in.numel()});
+  for (int r = 0; r < options_.world_size; ++r) outputs[0].push_back(flat[r].view(in.sizes()));
+  backend_->allgather(outputs, inputs)->wait();
+}
+
+}  // namespace kiln::dist

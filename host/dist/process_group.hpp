@@ -1,0 +1,54 @@
+// A c10d process group (PyTorch's own distributed engine): Gloo for CPU tensors, NCCL for CUDA
+// tensors, rendezvous through a TCP store. Host collectives offered to plugins run on it.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <string>
+
+#include <c10/util/intrusive_ptr.h>
+
+namespace c10d {
+class Store;
+class Backend;
+}  // namespace c10d
+
+namespace kiln::dist {
+
+struct GroupOptions {
+  std::string backend = "gloo";  // "gloo" (CPU tensors) or "nccl" (CUDA tensors)
+  std::string master_addr = "127.0.0.1";
+  int port = 29500;
+  int rank = 0;
+  int world_size = 1;
+  std::chrono::milliseconds timeout{std::chrono::minutes(5)};
+  int device_index = 0;  // NCCL: the CUDA device of this rank
+};
+
+class ProcessGroup {
+ public:
+  // Joins the group (rank 0 hosts the TCP store). Blocks until every rank has joined or the
+  // timeout passes; throws std::runtime_error naming the backend and address on failure.
+  explicit ProcessGroup(const GroupOptions& options);
+  ~ProcessGroup();
+  ProcessGroup(const ProcessGroup&) = delete;
+  ProcessGroup& operator=(const ProcessGroup&) = delete;
+
+  int rank() const { return options_.rank; }
+  int world_size() const { return options_.world_size; }
+  const std::string& backend() const { return options_.backend; }
+
+  // In place; op is "sum", "max" or "min". Blocking.
+  void allreduce(at::Tensor& tensor, const std::string& op);
+  void broadcast(at::Tensor& tensor, int root);
+  // `out` holds world_size × in.numel() elements, rank-major.
+  void allgather(const at::Tensor& in, at::Tensor& out);
+
+ private:
+  GroupOptions options_;
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::Backend> backend_;
+};
+
+}  // namespace kiln::dist

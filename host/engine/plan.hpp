@@ -1,0 +1,14 @@
+// `kiln plan`: the resolved pipeline as a person reads it — plugins with their libraries, every
+// option with defaults filled, the parameter groups of the built model, and the batch sizes.
+#pragma once
+
+#include <string>
+
+#include "config/pipeline.hpp"
+
+namespace kiln::engine {
+
+// Builds the model on the CPU (no data is read) to list its parameter groups.
+std::string describe_plan(const config::Pipeline& pipeline);
+
+}  // namespace kiln::engine

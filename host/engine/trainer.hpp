@@ -1,0 +1,26 @@
+// The training run of a resolved pipeline, single process.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "config/pipeline.hpp"
+
+namespace kiln::engine {
+
+struct RunOptions {
+  std::string metrics_path;  // JSON-lines metrics; empty: none
+};
+
+struct RunResult {
+  double test_accuracy = 0.0;  // last evaluation, fraction in [0, 1]; NaN when none ran
+  double test_loss = 0.0;
+  int64_t steps = 0;           // optimizer steps applied
+  double train_seconds = 0.0;  // wall time of the training loop (evaluation included)
+};
+
+// Builds every component from `pipeline` and trains. Throws on configuration problems found at
+// build time (capabilities, missing data) and on component errors.
+RunResult train(const config::Pipeline& pipeline, const RunOptions& options);
+
+}  // namespace kiln::engine

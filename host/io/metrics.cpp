@@ -1,0 +1,41 @@
+#include "io/metrics.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstring>
+#include <stdexcept>
+
+#include <fmt/format.h>
+
+namespace kiln::io {
+namespace {
+
+// JSON has no NaN/Infinity; write null so readers do not choke on a diverged run.
+std::string num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
+
+}  // namespace
+
+MetricsWriter::MetricsWriter(const std::string& path) {
+  if (path.empty()) return;
+  out_.open(path, std::ios::out | std::ios::trunc);
+  if (!out_) throw std::runtime_error(path + ": cannot open metrics file: " + std::strerror(errno));
+}
+
+void MetricsWriter::write(const StepRecord& r) {
+  if (!enabled()) return;
+  std::string lr;
+  for (size_t i = 0; i < r.lr.size(); ++i) lr += (i ? "," : "") + num(r.lr[i]);
+  out_ << fmt::format(
+      "{{\"type\":\"step\",\"step\":{},\"epoch\":{},\"loss\":{},\"lr\":[{}],\"step_time\":{},"
+      "\"data_time\":{},\"samples_per_s\":{}}}\n",
+      r.step, r.epoch, num(r.loss), lr, num(r.step_time), num(r.data_time), num(r.samples_per_s));
+}
+
+void MetricsWriter::write(const EvalRecord& r) {
+  if (!enabled()) return;
+  out_ << fmt::format("{{\"type\":\"eval\",\"epoch\":{},\"step\":{},\"accuracy\":{},\"loss\":{}}}\n",
+                      r.epoch, r.step, num(r.accuracy), num(r.loss));
+  out_.flush();
+}
+
+}  // namespace kiln::io

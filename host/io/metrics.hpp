@@ -1,0 +1,40 @@
+// Metrics as JSON lines: one object per training step and per evaluation.
+#pragma once
+
+#include <cstdint>
+#include <fstream>
+#include <string>
+#include <vector>
+
+namespace kiln::io {
+
+struct StepRecord {
+  int64_t step = 0;   // 1-based optimizer step
+  int64_t epoch = 0;  // 1-based
+  double loss = 0.0;
+  std::vector<double> lr;  // per parameter group
+  double step_time = 0.0;  // seconds: forward, backward, optimizer
+  double data_time = 0.0;  // seconds waiting for the batch
+  double samples_per_s = 0.0;
+};
+
+struct EvalRecord {
+  int64_t epoch = 0;
+  int64_t step = 0;
+  double accuracy = 0.0;  // fraction in [0, 1]
+  double loss = 0.0;
+};
+
+class MetricsWriter {
+ public:
+  // An empty path writes nothing. Throws std::runtime_error if the file cannot be opened.
+  explicit MetricsWriter(const std::string& path);
+  void write(const StepRecord& r);
+  void write(const EvalRecord& r);
+  bool enabled() const { return out_.is_open(); }
+
+ private:
+  std::ofstream out_;
+};
+
+}  // namespace kiln::io

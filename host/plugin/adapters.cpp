@@ -1,0 +1,155 @@
+#include "plugin/adapters.hpp"
+
+#include "kiln/torch.hpp"
+#include "plugin/status.hpp"
+
+namespace kiln::plugin {
+namespace {
+
+template <typename Vtable>
+const Vtable* vtable_of(const Component& c) {
+  return static_cast<const Vtable*>(c.descriptor->vtable);
+}
+
+std::string context(const Component& c, const char* what) {
+  return std::string(kind_name(c.kind())) + " '" + std::string(c.name()) + "' " + what;
+}
+
+}  // namespace
+
+std::string capability_problem(const Component& component, c10::DeviceType device,
+                               at::ScalarType dtype) {
+  const uint64_t flags = component.descriptor->capabilities->flags;
+  const std::string who = std::string(kind_name(component.kind())) + " '" +
+                          std::string(component.name()) + "'";
+  auto devices = [&] {
+    std::string s;
+    if (flags & KILN_CAP_DEVICE_CPU) s += "cpu";
+    if (flags & KILN_CAP_DEVICE_CUDA) s += s.empty() ? "cuda" : ", cuda";
+    return s.empty() ? std::string("none") : s;
+  };
+  if (device == c10::DeviceType::CPU && !(flags & KILN_CAP_DEVICE_CPU)) {
+    return who + " supports devices: " + devices() + "; the pipeline runs on cpu";
+  }
+  if (device == c10::DeviceType::CUDA && !(flags & KILN_CAP_DEVICE_CUDA)) {
+    return who + " supports devices: " + devices() + "; the pipeline runs on cuda";
+  }
+  uint64_t need = 0;
+  switch (dtype) {
+    case at::kFloat: need = KILN_CAP_DTYPE_F32; break;
+    case at::kHalf: need = KILN_CAP_DTYPE_F16; break;
+    case at::kBFloat16: need = KILN_CAP_DTYPE_BF16; break;
+    case at::kDouble: need = KILN_CAP_DTYPE_F64; break;
+    default: break;
+  }
+  if (need != 0 && !(flags & need)) {
+    return who + " does not support dtype " + std::string(c10::toString(dtype)) +
+           " which the pipeline's precision uses";
+  }
+  return {};
+}
+
+// ---- optimizer --------------------------------------------------------------------------------
+
+OptimizerAdapter::OptimizerAdapter(const Component& component, const config::OptionSet& options)
+    : name_(component.name()), vtable_(vtable_of<kiln_optimizer_vtable>(component)) {
+  check(vtable_->create(host_api(), options.c_view(), &instance_),
+        context(component, "refused its options"));
+}
+
+OptimizerAdapter::~OptimizerAdapter() {
+  if (instance_ != nullptr) vtable_->destroy(instance_);
+}
+
+void OptimizerAdapter::step(const GroupStep& group) {
+  live_params_.clear();
+  live_names_.clear();
+  param_views_.clear();
+  grad_views_.clear();
+  name_ptrs_.clear();
+  // Parameters without a gradient this step (unused branches) are left alone, as in torch.
+  for (size_t i = 0; i < group.params->size(); ++i) {
+    const at::Tensor& p = (*group.params)[i];
+    if (!p.grad().defined()) continue;
+    live_params_.push_back(p);
+    live_names_.push_back((*group.names)[i]);
+  }
+  if (live_params_.empty()) return;
+  for (size_t i = 0; i < live_params_.size(); ++i) {
+    param_views_.push_back(kiln::as_dltensor(live_params_[i]));
+    grad_views_.push_back(kiln::as_dltensor(live_params_[i].grad()));
+    name_ptrs_.push_back(live_names_[i].c_str());
+  }
+  kiln_param_group view{};
+  view.struct_size = sizeof(view);
+  view.count = live_params_.size();
+  view.params = param_views_.data();
+  view.grads = grad_views_.data();
+  view.names = name_ptrs_.data();
+  view.group_index = group.group_index;
+  view.step = group.step;
+  view.lr = group.lr;
+  view.weight_decay = group.weight_decay;
+  view.stream = host_api()->current_stream(param_views_[0].device);
+  kiln_call_context ctx;
+  ctx.state = &state_;
+  ctx.params = &live_params_;
+  ctx.names = &live_names_;
+  check(vtable_->step(instance_, &ctx, &view), "optimizer '" + name_ + "' step");
+}
+
+// ---- LR policy --------------------------------------------------------------------------------
+
+LrPolicyAdapter::LrPolicyAdapter(const Component& component, const config::OptionSet& options,
+                                 const kiln_lr_schedule& schedule)
+    : name_(component.name()), vtable_(vtable_of<kiln_lr_policy_vtable>(component)) {
+  check(vtable_->create(host_api(), options.c_view(), &schedule, &instance_),
+        context(component, "refused its options"));
+}
+
+LrPolicyAdapter::~LrPolicyAdapter() {
+  if (instance_ != nullptr) vtable_->destroy(instance_);
+}
+
+double LrPolicyAdapter::lr_at(int64_t iter) const {
+  double lr = 0.0;
+  check(vtable_->lr_at(instance_, iter, &lr),
+        "lr_policy '" + name_ + "' at iteration " + std::to_string(iter));
+  return lr;
+}
+
+// ---- precision --------------------------------------------------------------------------------
+
+PrecisionAdapter::PrecisionAdapter(const Component& component, const config::OptionSet& options,
+                                   c10::DeviceType device)
+    : name_(component.name()), vtable_(vtable_of<kiln_precision_vtable>(component)) {
+  DLDevice dl{};
+  dl.device_type = device == c10::DeviceType::CUDA ? kDLCUDA : kDLCPU;
+  check(vtable_->create(host_api(), options.c_view(), dl, &instance_),
+        context(component, "refused its options"));
+  policy_.struct_size = sizeof(policy_);
+  check(vtable_->policy(instance_, &policy_), context(component, "policy"));
+}
+
+PrecisionAdapter::~PrecisionAdapter() {
+  if (instance_ != nullptr) vtable_->destroy(instance_);
+}
+
+// ---- model ------------------------------------------------------------------------------------
+
+std::shared_ptr<kiln::Model> create_model(const Component& component,
+                                          const config::OptionSet& options,
+                                          const kiln_model_input& input) {
+  const auto* vt = vtable_of<kiln_model_vtable>(component);
+  kiln_torch_module* handle = nullptr;
+  check(vt->create(host_api(), options.c_view(), &input, &handle),
+        context(component, "could not be built"));
+  if (handle == nullptr) {
+    throw ComponentError(KILN_ERR_INTERNAL, context(component, "returned no module"));
+  }
+  std::shared_ptr<kiln::Model> model = kiln::model_from_handle(handle);
+  vt->destroy(handle);
+  return model;
+}
+
+}  // namespace kiln::plugin

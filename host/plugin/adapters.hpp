@@ -1,0 +1,101 @@
+// One adapter per component kind: each turns a plugin's C vtable into a C++ object the engine
+// uses, and is the only place the engine crosses the ABI (statuses become exceptions here).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/options.hpp"
+#include "kiln/lr_policy.h"
+#include "kiln/model.h"
+#include "kiln/optimizer.h"
+#include "kiln/precision.h"
+#include "plugin/host_api.hpp"
+#include "plugin/registry.hpp"
+
+namespace kiln {
+class Model;
+}
+
+namespace kiln::plugin {
+
+// Why `component` cannot run on `device` with `dtype`, or "" when it can.
+std::string capability_problem(const Component& component, c10::DeviceType device,
+                               at::ScalarType dtype);
+
+// The parameters of one group as the optimizer sees them at one step.
+struct GroupStep {
+  const std::vector<at::Tensor>* params = nullptr;  // parameters (leaf tensors)
+  const std::vector<std::string>* names = nullptr;  // their names
+  size_t group_index = 0;
+  int64_t step = 0;     // 1-based applied-step count
+  double lr = 0.0;      // effective lr
+  double weight_decay = 0.0;  // effective weight decay
+};
+
+class OptimizerAdapter {
+ public:
+  OptimizerAdapter(const Component& component, const config::OptionSet& options);
+  ~OptimizerAdapter();
+  OptimizerAdapter(const OptimizerAdapter&) = delete;
+  OptimizerAdapter& operator=(const OptimizerAdapter&) = delete;
+
+  // Updates every parameter of the group that has a gradient.
+  void step(const GroupStep& group);
+  StateStore& state() { return state_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  const kiln_optimizer_vtable* vtable_;
+  void* instance_ = nullptr;
+  StateStore state_;
+  // Reused per call so a step allocates nothing on the host side.
+  std::vector<at::Tensor> live_params_;
+  std::vector<std::string> live_names_;
+  std::vector<DLTensor> param_views_, grad_views_;
+  std::vector<const char*> name_ptrs_;
+};
+
+class LrPolicyAdapter {
+ public:
+  LrPolicyAdapter(const Component& component, const config::OptionSet& options,
+                  const kiln_lr_schedule& schedule);
+  ~LrPolicyAdapter();
+  LrPolicyAdapter(const LrPolicyAdapter&) = delete;
+  LrPolicyAdapter& operator=(const LrPolicyAdapter&) = delete;
+  double lr_at(int64_t iter) const;  // 1-based iteration past warm-up
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  const kiln_lr_policy_vtable* vtable_;
+  void* instance_ = nullptr;
+};
+
+class PrecisionAdapter {
+ public:
+  PrecisionAdapter(const Component& component, const config::OptionSet& options,
+                   c10::DeviceType device);
+  ~PrecisionAdapter();
+  PrecisionAdapter(const PrecisionAdapter&) = delete;
+  PrecisionAdapter& operator=(const PrecisionAdapter&) = delete;
+  const kiln_precision_policy& policy() const { return policy_; }
+  const std::string& name() const { return name_; }
+
+ private:
+  std::string name_;
+  const kiln_precision_vtable* vtable_;
+  void* instance_ = nullptr;
+  kiln_precision_policy policy_{};
+};
+
+// Builds a model from its plugin. The returned module keeps working after the handle is gone.
+std::shared_ptr<kiln::Model> create_model(const Component& component,
+                                          const config::OptionSet& options,
+                                          const kiln_model_input& input);
+
+}  // namespace kiln::plugin

@@ -1,0 +1,228 @@
+#include "plugin/host_api.hpp"
+
+#include <ATen/Context.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/zeros.h>
+#include <ATen/ops/zeros_like.h>
+#include <c10/cuda/CUDAStream.h>
+#include <spdlog/spdlog.h>
+
+#include <mutex>
+
+#include "dist/process_group.hpp"
+#include "kiln/torch.hpp"
+#include "plugin/status.hpp"
+
+namespace kiln::plugin {
+namespace {
+
+kiln_status* make_status(int32_t code, const char* message) {
+  try {
+    return new kiln_status{code, message != nullptr ? message : ""};
+  } catch (...) {
+    // Out of memory while reporting an error: a static status would be freed by the host, so
+    // the best we can do is an empty message.
+    static kiln_status oom{KILN_ERR_OUT_OF_MEMORY, {}};
+    return new (std::nothrow) kiln_status{oom};
+  }
+}
+
+void log_line(int32_t level, const char* component, const char* message) {
+  const char* who = component != nullptr ? component : "plugin";
+  const char* what = message != nullptr ? message : "";
+  switch (level) {
+    case KILN_LOG_DEBUG: spdlog::debug("[{}] {}", who, what); break;
+    case KILN_LOG_INFO: spdlog::info("[{}] {}", who, what); break;
+    case KILN_LOG_WARN: spdlog::warn("[{}] {}", who, what); break;
+    default: spdlog::error("[{}] {}", who, what); break;
+  }
+}
+
+kiln_status* state_tensor(kiln_call_context* ctx, size_t param_index, const char* name,
+                          int32_t init, DLTensor* out, int32_t* created) {
+  try {
+    if (ctx == nullptr || ctx->state == nullptr || ctx->params == nullptr) {
+      return make_status(KILN_ERR_FAILED_PRECONDITION,
+                         "state_tensor is only available during an optimizer step");
+    }
+    if (param_index >= ctx->params->size() || name == nullptr || out == nullptr) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT,
+                         ("state_tensor: parameter index " + std::to_string(param_index) +
+                          " out of range, or NULL name/out")
+                             .c_str());
+    }
+    const at::Tensor& param = (*ctx->params)[param_index];
+    auto& slot = (*ctx->state)[(*ctx->names)[param_index]][name];
+    bool fresh = !slot.defined();
+    if (fresh) {
+      switch (init) {
+        case KILN_STATE_ZEROS_LIKE_PARAM:
+        case KILN_STATE_COPY_OF_GRAD:
+          slot = at::zeros_like(param, at::MemoryFormat::Contiguous);
+          if (init == KILN_STATE_COPY_OF_GRAD && param.grad().defined()) slot.copy_(param.grad());
+          break;
+        case KILN_STATE_SCALAR_F64:
+          slot = at::zeros({}, at::TensorOptions().dtype(at::kDouble));
+          break;
+        default:
+          return make_status(KILN_ERR_INVALID_ARGUMENT,
+                             ("state_tensor: unknown init kind " + std::to_string(init)).c_str());
+      }
+    }
+    *out = kiln::as_dltensor(slot);
+    if (created != nullptr) *created = fresh ? 1 : 0;
+    return nullptr;
+  } catch (const std::exception& e) {
+    return make_status(KILN_ERR_INTERNAL, e.what());
+  }
+}
+
+void* current_stream(DLDevice device) {
+  if (device.device_type != kDLCUDA || !at::hasCUDA()) return nullptr;
+  try {
+    return c10::cuda::getCurrentCUDAStream(static_cast<c10::DeviceIndex>(device.device_id))
+        .stream();
+  } catch (...) {
+    return nullptr;
+  }
+}
+
+dist::ProcessGroup* group_of(kiln_call_context* ctx) {
+  return ctx != nullptr ? ctx->group : nullptr;
+}
+
+int32_t rank(kiln_call_context* ctx) {
+  dist::ProcessGroup* g = group_of(ctx);
+  return g != nullptr ? g->rank() : 0;
+}
+int32_t world_size(kiln_call_context* ctx) {
+  dist::ProcessGroup* g = group_of(ctx);
+  return g != nullptr ? g->world_size() : 1;
+}
+
+// Collectives run on the call's c10d process group; without one (a single process) reductions
+// and broadcasts are the identity and allgather is a copy.
+kiln_status* allreduce(kiln_call_context* ctx, DLTensor* inout, int32_t op) {
+  try {
+    if (inout == nullptr) return make_status(KILN_ERR_INVALID_ARGUMENT, "allreduce: NULL tensor");
+    const char* name = op == KILN_REDUCE_SUM ? "sum" : op == KILN_REDUCE_MAX ? "max"
+                       : op == KILN_REDUCE_MIN ? "min" : nullptr;
+    if (name == nullptr) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT,
+                         ("allreduce: unknown reduction " + std::to_string(op)).c_str());
+    }
+    if (dist::ProcessGroup* g = group_of(ctx)) {
+      at::Tensor t = kiln::as_tensor(*inout);
+      g->allreduce(t, name);
+    }
+    return nullptr;
+  } catch (const std::exception& e) {
+    return make_status(KILN_ERR_INTERNAL, (std::string("allreduce: ") + e.what()).c_str());
+  }
+}
+
+kiln_status* broadcast(kiln_call_context* ctx, DLTensor* inout, int32_t root) {
+  try {
+    if (inout == nullptr) return make_status(KILN_ERR_INVALID_ARGUMENT, "broadcast: NULL tensor");
+    if (root < 0 || root >= world_size(ctx)) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT,
+                         ("broadcast: root " + std::to_string(root) + " is not a rank").c_str());
+    }
+    if (dist::ProcessGroup* g = group_of(ctx)) {
+      at::Tensor t = kiln::as_tensor(*inout);
+      g->broadcast(t, root);
+    }
+    return nullptr;
+  } catch (const std::exception& e) {
+    return make_status(KILN_ERR_INTERNAL, (std::string("broadcast: ") + e.what()).c_str());
+  }
+}
+
+kiln_status* allgather(kiln_call_context* ctx, const DLTensor* in, DLTensor* out) {
+  try {
+    if (in == nullptr || out == nullptr) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT, "allgather: NULL tensor");
+    }
+    at::Tensor src = kiln::as_tensor(*in);
+    at::Tensor dst = kiln::as_tensor(*out);
+    if (dst.numel() != src.numel() * world_size(ctx)) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT,
+                         ("allgather: output has " + std::to_string(dst.numel()) +
+                          " elements, expected " + std::to_string(src.numel() * world_size(ctx)))
+                             .c_str());
+    }
+    if (dist::ProcessGroup* g = group_of(ctx)) {
+      g->allgather(src, dst);
+    } else {
+      dst.copy_(src.reshape(dst.sizes()));
+    }
+    return nullptr;
+  } catch (const std::exception& e) {
+    return make_status(KILN_ERR_INTERNAL, (std::string("allgather: ") + e.what()).c_str());
+  }
+}
+
+std::mutex g_norm_mutex;
+NormFactory g_norm_factory;
+
+kiln_status* create_norm_layer(const kiln_norm_request* request, kiln_torch_module** out) {
+  try {
+    if (request == nullptr || out == nullptr) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT, "create_norm_layer: NULL argument");
+    }
+    NormFactory factory;
+    {
+      std::lock_guard<std::mutex> lock(g_norm_mutex);
+      factory = g_norm_factory;
+    }
+    if (!factory) {
+      return make_status(KILN_ERR_FAILED_PRECONDITION,
+                         "create_norm_layer: no norm plugin is configured for this model");
+    }
+    *out = kiln::release_norm_layer(factory(*request));
+    return nullptr;
+  } catch (const std::exception& e) {
+    // The model sees only the code; the reason goes to the log so it is not lost.
+    spdlog::error("norm layer: {}", e.what());
+    return make_status(KILN_ERR_FAILED_PRECONDITION, e.what());
+  }
+}
+
+int32_t status_code(const kiln_status* status) {
+  return status != nullptr ? status->code : KILN_OK;
+}
+const char* status_message(const kiln_status* status) {
+  return status != nullptr ? status->message.c_str() : "";
+}
+void free_status(kiln_status* status) { delete status; }
+
+const kiln_host_api kTable = {
+    sizeof(kiln_host_api), KILN_ABI_MAJOR, KILN_ABI_MINOR, make_status, log_line, state_tensor,
+    current_stream,        rank,           world_size,     allreduce,   broadcast, allgather,
+    create_norm_layer,     status_code,    status_message, free_status,
+};
+
+}  // namespace
+
+const kiln_host_api* host_api() { return &kTable; }
+
+void set_norm_factory(NormFactory factory) {
+  std::lock_guard<std::mutex> lock(g_norm_mutex);
+  g_norm_factory = std::move(factory);
+}
+
+std::string take_message(kiln_status* status) {
+  if (status == nullptr) return {};
+  std::string message = std::move(status->message);
+  delete status;
+  return message;
+}
+
+void check(kiln_status* status, const std::string& context) {
+  if (status == nullptr) return;
+  int32_t code = status->code;
+  std::string message = take_message(status);
+  throw ComponentError(code, context + ": " + message);
+}
+
+}  // namespace kiln::plugin

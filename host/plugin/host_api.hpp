@@ -1,0 +1,48 @@
+// The process-wide kiln_host_api table the host passes to plugins, and the context objects
+// behind kiln_call_context.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <functional>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/host.h"
+
+namespace kiln {
+class NormLayer;
+namespace dist {
+class ProcessGroup;
+}
+}  // namespace kiln
+
+namespace kiln::plugin {
+
+// Optimizer state tensors, keyed by parameter name then state name ("momentum_buffer"), owned by
+// the host so checkpoints can save them without knowing the plugin.
+using StateStore = std::map<std::string, std::map<std::string, at::Tensor>>;
+
+}  // namespace kiln::plugin
+
+// What a kiln_call_context* points to. Filled by an adapter for one call.
+struct kiln_call_context {
+  kiln::plugin::StateStore* state = nullptr;     // optimizer calls: where state lives
+  const std::vector<at::Tensor>* params = nullptr;  // optimizer calls: the group's parameters
+  const std::vector<std::string>* names = nullptr;  // optimizer calls: their names
+  kiln::dist::ProcessGroup* group = nullptr;     // collectives: NULL for a single process
+};
+
+namespace kiln::plugin {
+
+// The table handed to plugins; valid for the life of the process.
+const kiln_host_api* host_api();
+
+// Builds the pipeline's norm layer for a model's request (set by the engine before it creates
+// the model; cleared after). Used by kiln_host_api.create_norm_layer.
+using NormFactory = std::function<std::shared_ptr<kiln::NormLayer>(const kiln_norm_request&)>;
+void set_norm_factory(NormFactory factory);
+
+}  // namespace kiln::plugin

@@ -1,0 +1,284 @@
+#include "plugin/loader.hpp"
+
+#include <boost/dll/shared_library.hpp>
+
+#include <torch/version.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <boost/filesystem.hpp>
+#include <sstream>
+
+#include "kiln/lr_policy.h"
+#include "kiln/model.h"
+#include "kiln/norm.h"
+#include "kiln/optimizer.h"
+#include "kiln/precision.h"
+#include "plugin/status.hpp"
+
+namespace kiln::plugin {
+// boost::filesystem rather than std::filesystem: libtorch exports its own (older) copies of
+// std::filesystem symbols, which can win symbol resolution and crash.
+namespace fs = boost::filesystem;
+namespace {
+
+std::string abi_text(uint32_t major, uint32_t minor) {
+  return std::to_string(major) + "." + std::to_string(minor);
+}
+
+#ifdef _GLIBCXX_USE_CXX11_ABI
+constexpr int kHostCxx11Abi = _GLIBCXX_USE_CXX11_ABI;
+#else
+constexpr int kHostCxx11Abi = 0;
+#endif
+
+// The vtable of a component: its size and which slots are required, per kind.
+struct VtableRule {
+  size_t v1_size;
+  std::vector<std::pair<const char*, size_t>> required;  // slot name, byte offset
+};
+
+VtableRule vtable_rule(int32_t kind) {
+  switch (kind) {
+    case KILN_COMPONENT_OPTIMIZER:
+      return {KILN_OPTIMIZER_VTABLE_V1_SIZE,
+              {{"create", offsetof(kiln_optimizer_vtable, create)},
+               {"destroy", offsetof(kiln_optimizer_vtable, destroy)},
+               {"step", offsetof(kiln_optimizer_vtable, step)}}};
+    case KILN_COMPONENT_LR_POLICY:
+      return {KILN_LR_POLICY_VTABLE_V1_SIZE,
+              {{"create", offsetof(kiln_lr_policy_vtable, create)},
+               {"destroy", offsetof(kiln_lr_policy_vtable, destroy)},
+               {"lr_at", offsetof(kiln_lr_policy_vtable, lr_at)}}};
+    case KILN_COMPONENT_NORM:
+      return {KILN_NORM_VTABLE_V1_SIZE,
+              {{"create", offsetof(kiln_norm_vtable, create)},
+               {"destroy", offsetof(kiln_norm_vtable, destroy)},
+               {"forward", offsetof(kiln_norm_vtable, forward)},
+               {"backward", offsetof(kiln_norm_vtable, backward)}}};
+    case KILN_COMPONENT_PRECISION:
+      return {KILN_PRECISION_VTABLE_V1_SIZE,
+              {{"create", offsetof(kiln_precision_vtable, create)},
+               {"destroy", offsetof(kiln_precision_vtable, destroy)},
+               {"policy", offsetof(kiln_precision_vtable, policy)}}};
+    case KILN_COMPONENT_MODEL:
+      return {KILN_MODEL_VTABLE_V1_SIZE,
+              {{"create", offsetof(kiln_model_vtable, create)},
+               {"destroy", offsetof(kiln_model_vtable, destroy)}}};
+    default:
+      return {0, {}};
+  }
+}
+
+// Checks one component descriptor; returns the reason it is refused, or "" when it is fine.
+std::string check_component(const kiln_component_descriptor* c, size_t index) {
+  const std::string where = "component #" + std::to_string(index);
+  if (c == nullptr) return where + " is NULL";
+  if (c->struct_size < KILN_COMPONENT_DESCRIPTOR_V1_SIZE) {
+    return where + " descriptor is " + std::to_string(c->struct_size) +
+           " bytes, smaller than the " + std::to_string(KILN_COMPONENT_DESCRIPTOR_V1_SIZE) +
+           " bytes of ABI 1.0";
+  }
+  if (c->name == nullptr || c->name[0] == '\0') return where + " has no name";
+  const std::string who = "component '" + std::string(c->name) + "'";
+  VtableRule rule = vtable_rule(c->kind);
+  if (rule.v1_size == 0) return who + " has unknown kind " + std::to_string(c->kind);
+  const std::string kind = kind_name(c->kind);
+  if (c->capabilities == nullptr) return who + " (" + kind + ") declares no capabilities";
+  if (c->capabilities->struct_size < KILN_SIZE_UP_TO(kiln_capabilities, attributes)) {
+    return who + " (" + kind + ") capabilities struct is too small (" +
+           std::to_string(c->capabilities->struct_size) + " bytes)";
+  }
+  if (c->option_count > 0 && c->options == nullptr) {
+    return who + " (" + kind + ") declares " + std::to_string(c->option_count) +
+           " options but no options array";
+  }
+  for (size_t i = 0; i < c->option_count; ++i) {
+    const kiln_option_spec& o = c->options[i];
+    if (o.struct_size < KILN_SIZE_UP_TO(kiln_option_spec, doc)) {
+      return who + " (" + kind + ") option #" + std::to_string(i) + " spec is too small (" +
+             std::to_string(o.struct_size) + " bytes)";
+    }
+    if (o.name == nullptr || o.name[0] == '\0') {
+      return who + " (" + kind + ") option #" + std::to_string(i) + " has no name";
+    }
+    if (o.type < KILN_OPT_BOOL || o.type > KILN_OPT_STRING_LIST) {
+      return who + " (" + kind + ") option '" + o.name + "' has unknown type " +
+             std::to_string(o.type);
+    }
+  }
+  if (c->vtable == nullptr) return who + " (" + kind + ") has no vtable";
+  const auto* bytes = static_cast<const unsigned char*>(c->vtable);
+  size_t vsize = *reinterpret_cast<const size_t*>(bytes);
+  if (vsize < rule.v1_size) {
+    return who + " (" + kind + ") vtable is " + std::to_string(vsize) +
+           " bytes, smaller than the " + std::to_string(rule.v1_size) + " bytes of ABI 1.0";
+  }
+  for (const auto& [slot, offset] : rule.required) {
+    void* fn = nullptr;
+    std::memcpy(&fn, bytes + offset, sizeof(fn));
+    if (fn == nullptr) return who + " (" + kind + "): required slot '" + slot + "' is NULL";
+  }
+  return {};
+}
+
+// Accepted libraries, never unloaded (see Loader).
+void keep_loaded(boost::dll::shared_library library) {
+  static std::mutex mutex;
+  static auto* libraries = new std::vector<boost::dll::shared_library>();  // never destroyed
+  std::lock_guard<std::mutex> lock(mutex);
+  libraries->push_back(std::move(library));
+}
+
+}  // namespace
+
+void Loader::load_library(const std::string& path, Registry& registry) {
+  namespace dll = boost::dll;
+  dll::shared_library lib;
+  try {
+    // Resolve every symbol now so a missing one fails here with the loader's own text; keep
+    // symbols local so two plugins cannot interpose on each other.
+    lib.load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
+  } catch (const std::exception& e) {
+    throw LoadError(path, std::string("cannot load: ") + e.what());
+  }
+  const bool has_probe = lib.has(KILN_PLUGIN_PROBE_SYMBOL);
+  const bool has_entry = lib.has(KILN_PLUGIN_ENTRY_SYMBOL);
+  if (!has_probe && !has_entry) {
+    throw LoadError(path, "not a Kiln plugin: it exports neither kiln_plugin_abi nor kiln_plugin_get");
+  }
+  if (has_probe) {
+    uint32_t packed = lib.get<uint32_t()>(KILN_PLUGIN_PROBE_SYMBOL)();
+    uint32_t major = packed >> 16, minor = packed & 0xFFFFu;
+    if (major != KILN_ABI_MAJOR) {
+      throw LoadError(path, "built for Kiln ABI " + abi_text(major, minor) + ", this host speaks " +
+                                abi_text(KILN_ABI_MAJOR, KILN_ABI_MINOR) +
+                                " (the major version must match)");
+    }
+    if (minor > KILN_ABI_MINOR) {
+      throw LoadError(path, "built for Kiln ABI " + abi_text(major, minor) +
+                                ", newer than this host's " +
+                                abi_text(KILN_ABI_MAJOR, KILN_ABI_MINOR) + "; upgrade Kiln");
+    }
+  }
+  if (!has_entry) throw LoadError(path, "exports kiln_plugin_abi but not kiln_plugin_get");
+  const kiln_plugin_descriptor* d =
+      lib.get<const kiln_plugin_descriptor*()>(KILN_PLUGIN_ENTRY_SYMBOL)();
+  if (d == nullptr) throw LoadError(path, "kiln_plugin_get returned NULL");
+  if (d->struct_size < KILN_PLUGIN_DESCRIPTOR_V1_SIZE) {
+    throw LoadError(path, "plugin descriptor is " + std::to_string(d->struct_size) +
+                              " bytes, smaller than the " +
+                              std::to_string(KILN_PLUGIN_DESCRIPTOR_V1_SIZE) +
+                              " bytes of ABI 1.0");
+  }
+  if (d->abi_major != KILN_ABI_MAJOR || d->abi_minor > KILN_ABI_MINOR) {
+    throw LoadError(path, "descriptor declares Kiln ABI " + abi_text(d->abi_major, d->abi_minor) +
+                              ", this host speaks " + abi_text(KILN_ABI_MAJOR, KILN_ABI_MINOR));
+  }
+  if (d->component_count > 0 && d->components == nullptr) {
+    throw LoadError(path, "descriptor lists " + std::to_string(d->component_count) +
+                              " components but no component array");
+  }
+  std::vector<std::string> names_here;
+  for (size_t i = 0; i < d->component_count; ++i) {
+    const kiln_component_descriptor* c = d->components[i];
+    if (std::string reason = check_component(c, i); !reason.empty()) throw LoadError(path, reason);
+    const std::string name = c->name;
+    if (c->kind == KILN_COMPONENT_MODEL) {
+      if (d->torch_version == nullptr) {
+        throw LoadError(path, "component '" + name +
+                                  "' is a model (torch-bound) but the library records no torch "
+                                  "version");
+      }
+      if (std::string(d->torch_version) != TORCH_VERSION || d->torch_cxx11_abi != kHostCxx11Abi) {
+        throw LoadError(path, "built against LibTorch " + std::string(d->torch_version) +
+                                  " (C++11 ABI " + std::to_string(d->torch_cxx11_abi) +
+                                  "), this host uses LibTorch " + TORCH_VERSION + " (C++11 ABI " +
+                                  std::to_string(kHostCxx11Abi) + ")");
+      }
+    }
+    if (std::find(names_here.begin(), names_here.end(), name) != names_here.end()) {
+      throw LoadError(path, "component name '" + name + "' appears twice in this library");
+    }
+    if (const Component* other = registry.find_any(name)) {
+      throw LoadError(path, "component '" + name + "' (" + kind_name(c->kind) +
+                                ") is already provided by " + other->library_path);
+    }
+    names_here.push_back(name);
+  }
+  if (d->init != nullptr) {
+    if (kiln_status* status = d->init(host_)) {
+      throw LoadError(path, "init failed: " + take_message(status));
+    }
+  }
+  std::string absolute = fs::absolute(path).lexically_normal().string();
+  for (size_t i = 0; i < d->component_count; ++i) {
+    registry.add(Component{d->components[i], d, absolute});
+  }
+  keep_loaded(std::move(lib));
+}
+
+void Loader::load_directory(const std::string& dir, Registry& registry,
+                            std::vector<std::string>& refused) {
+  boost::system::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    refused.push_back(dir + ": plugin folder does not exist");
+    return;
+  }
+  std::vector<std::string> files;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::directory_entry& entry = *it;
+    if (entry.path().extension() == ".so" && fs::is_regular_file(entry.status())) {
+      files.push_back(entry.path().string());
+    }
+  }
+  std::sort(files.begin(), files.end());
+  for (const auto& file : files) {
+    try {
+      load_library(file, registry);
+    } catch (const LoadError& e) {
+      refused.push_back(e.what());
+    }
+  }
+}
+
+std::vector<std::string> plugin_search_path(const std::vector<std::string>& extra) {
+  std::vector<std::string> dirs;
+  boost::system::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    fs::path bin = exe.parent_path();
+    for (fs::path candidate : {bin / ".." / "plugins", bin / ".." / "lib" / "kiln" / "plugins"}) {
+      if (fs::is_directory(candidate, ec)) {
+        dirs.push_back(fs::weakly_canonical(candidate, ec).string());
+        break;
+      }
+    }
+  }
+  if (const char* env = std::getenv("KILN_PLUGIN_PATH")) {
+    std::stringstream ss(env);
+    std::string item;
+    while (std::getline(ss, item, ':')) {
+      if (!item.empty()) dirs.push_back(item);
+    }
+  }
+  for (const auto& d : extra) dirs.push_back(d);
+  // The same folder twice would refuse every plugin in it as a duplicate.
+  std::vector<std::string> unique;
+  for (const auto& d : dirs) {
+    std::string canon = fs::weakly_canonical(d, ec).string();
+    if (std::find(unique.begin(), unique.end(), canon) == unique.end()) unique.push_back(canon);
+  }
+  return unique;
+}
+
+Registry load_all(Loader& loader, const std::vector<std::string>& dirs,
+                  std::vector<std::string>& refused) {
+  Registry registry;
+  for (const auto& dir : dirs) loader.load_directory(dir, registry, refused);
+  return registry;
+}
+
+}  // namespace kiln::plugin

@@ -1,0 +1,150 @@
+#include "plugin/norm_layer.hpp"
+
+#include <ATen/ops/elu.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/empty_like.h>
+#include <ATen/ops/leaky_relu.h>
+#include <ATen/ops/ones.h>
+#include <ATen/ops/relu.h>
+#include <ATen/ops/zeros.h>
+#include <torch/csrc/autograd/custom_function.h>
+
+#include "plugin/host_api.hpp"
+#include "plugin/status.hpp"
+
+namespace kiln::plugin {
+namespace {
+
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+DLTensor view_or_empty(const at::Tensor& t) {
+  return t.defined() ? kiln::as_dltensor(t) : DLTensor{};
+}
+
+// x → plugin forward → y; backward → plugin backward. weight/bias are inputs so autograd routes
+// their gradients to the module's parameters.
+struct NormFunction : public torch::autograd::Function<NormFunction> {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
+                            const at::Tensor& weight, const at::Tensor& bias,
+                            PluginNormLayer* layer) {
+    const int64_t channels = input.size(1);
+    auto stat_options = input.options().dtype(at::kFloat);
+    at::Tensor output = at::empty_like(input);
+    at::Tensor save_mean = at::empty({channels}, stat_options);
+    at::Tensor save_invstd = at::empty({channels}, stat_options);
+    const bool training = layer->is_training();
+
+    DLTensor x = kiln::as_dltensor(input), y = kiln::as_dltensor(output);
+    DLTensor w = view_or_empty(weight), b = view_or_empty(bias);
+    DLTensor rm = view_or_empty(layer->running_mean), rv = view_or_empty(layer->running_var);
+    DLTensor sm = kiln::as_dltensor(save_mean), si = kiln::as_dltensor(save_invstd);
+    kiln_norm_forward_args args{};
+    args.struct_size = sizeof(args);
+    args.training = training ? 1 : 0;
+    args.input = &x;
+    args.output = &y;
+    args.weight = weight.defined() ? &w : nullptr;
+    args.bias = bias.defined() ? &b : nullptr;
+    args.running_mean = layer->running_mean.defined() ? &rm : nullptr;
+    args.running_var = layer->running_var.defined() ? &rv : nullptr;
+    args.save_mean = &sm;
+    args.save_invstd = &si;
+    args.stream = host_api()->current_stream(x.device);
+    kiln_call_context call;
+    check(layer->vtable()->forward(layer->instance(), &call, &args),
+          "norm '" + layer->plugin_name() + "' forward");
+
+    const bool save_output = layer->layout().saves == KILN_NORM_SAVE_OUTPUT;
+    ctx->save_for_backward({save_output ? output : input, weight, bias, save_mean, save_invstd});
+    ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
+    ctx->saved_data["training"] = training;
+    return output;
+  }
+
+  static variable_list backward(AutogradContext* ctx, variable_list grad_outputs) {
+    auto* layer = reinterpret_cast<PluginNormLayer*>(ctx->saved_data["layer"].toInt());
+    const bool training = ctx->saved_data["training"].toBool();
+    variable_list saved = ctx->get_saved_variables();
+    const at::Tensor& kept = saved[0];
+    const at::Tensor& weight = saved[1];
+    const at::Tensor& bias = saved[2];
+    at::Tensor grad_output = grad_outputs[0];
+    at::Tensor grad_input = at::empty_like(kept);
+    at::Tensor grad_weight, grad_bias;
+    if (weight.defined() && ctx->needs_input_grad(1)) grad_weight = at::empty_like(weight);
+    if (bias.defined() && ctx->needs_input_grad(2)) grad_bias = at::empty_like(bias);
+
+    DLTensor go = kiln::as_dltensor(grad_output), s = kiln::as_dltensor(kept);
+    DLTensor w = view_or_empty(weight), b = view_or_empty(bias);
+    DLTensor rm = view_or_empty(layer->running_mean), rv = view_or_empty(layer->running_var);
+    DLTensor sm = kiln::as_dltensor(saved[3]), si = kiln::as_dltensor(saved[4]);
+    DLTensor gi = kiln::as_dltensor(grad_input);
+    DLTensor gw = view_or_empty(grad_weight), gb = view_or_empty(grad_bias);
+    kiln_norm_backward_args args{};
+    args.struct_size = sizeof(args);
+    args.training = training ? 1 : 0;
+    args.grad_output = &go;
+    args.saved = &s;
+    args.weight = weight.defined() ? &w : nullptr;
+    args.bias = bias.defined() ? &b : nullptr;
+    args.running_mean = layer->running_mean.defined() ? &rm : nullptr;
+    args.running_var = layer->running_var.defined() ? &rv : nullptr;
+    args.save_mean = &sm;
+    args.save_invstd = &si;
+    args.grad_input = &gi;
+    args.grad_weight = grad_weight.defined() ? &gw : nullptr;
+    args.grad_bias = grad_bias.defined() ? &gb : nullptr;
+    args.stream = host_api()->current_stream(go.device);
+    kiln_call_context call;
+    check(layer->vtable()->backward(layer->instance(), &call, &args),
+          "norm '" + layer->plugin_name() + "' backward");
+    return {grad_input, grad_weight, grad_bias, at::Tensor()};
+  }
+};
+
+}  // namespace
+
+PluginNormLayer::PluginNormLayer(const Component& component, const config::OptionSet& options,
+                                 const kiln_norm_request& request)
+    : name_(component.name()),
+      vtable_(static_cast<const kiln_norm_vtable*>(component.descriptor->vtable)),
+      activation_(request.activation),
+      activation_param_(request.activation_param) {
+  kiln_norm_setup setup{};
+  setup.struct_size = sizeof(setup);
+  setup.num_features = request.num_features;
+  setup.activation = request.activation;
+  setup.activation_param = request.activation_param;
+  layout_.struct_size = sizeof(layout_);
+  check(vtable_->create(host_api(), options.c_view(), &setup, &layout_, &instance_),
+        "norm '" + name_ + "' refused a layer of " + std::to_string(request.num_features) +
+            " features");
+  const int64_t c = request.num_features;
+  if (layout_.affine) {
+    weight_ = register_parameter("weight", at::ones({c}));
+    bias_ = register_parameter("bias", at::zeros({c}));
+  }
+  if (layout_.running_stats) {
+    running_mean = register_buffer("running_mean", at::zeros({c}));
+    running_var = register_buffer("running_var", at::ones({c}));
+  }
+}
+
+PluginNormLayer::~PluginNormLayer() {
+  if (instance_ != nullptr) vtable_->destroy(instance_);
+}
+
+at::Tensor PluginNormLayer::forward(const at::Tensor& input) {
+  // Module::to() moves parameters and buffers with set_data, so these handles stay current.
+  at::Tensor y = NormFunction::apply(input, weight_, bias_, this);
+  if (layout_.fused_activation) return y;
+  switch (activation_) {
+    case KILN_ACT_RELU: return at::relu_(y);
+    case KILN_ACT_LEAKY_RELU: return at::leaky_relu_(y, activation_param_);
+    case KILN_ACT_ELU: return at::elu_(y, activation_param_);
+    default: return y;
+  }
+}
+
+}  // namespace kiln::plugin

@@ -1,0 +1,40 @@
+// The norm adapter: a kiln::NormLayer module whose forward and backward run a norm plugin through
+// a custom autograd function. The host owns weight, bias and running statistics as the module's
+// parameters and buffers (named as torch names them), so optimizers and checkpoints see them.
+#pragma once
+
+#include <memory>
+
+#include "config/options.hpp"
+#include "kiln/norm.h"
+#include "kiln/torch.hpp"
+#include "plugin/registry.hpp"
+
+namespace kiln::plugin {
+
+class PluginNormLayer : public kiln::NormLayer {
+ public:
+  PluginNormLayer(const Component& component, const config::OptionSet& options,
+                  const kiln_norm_request& request);
+  ~PluginNormLayer() override;
+
+  at::Tensor forward(const at::Tensor& input) override;
+
+  // Used by the autograd function.
+  const kiln_norm_vtable* vtable() const { return vtable_; }
+  void* instance() const { return instance_; }
+  const kiln_norm_layout& layout() const { return layout_; }
+  const std::string& plugin_name() const { return name_; }
+  at::Tensor running_mean, running_var;  // undefined without running stats
+
+ private:
+  std::string name_;
+  const kiln_norm_vtable* vtable_;
+  void* instance_ = nullptr;
+  kiln_norm_layout layout_{};
+  int32_t activation_;
+  double activation_param_;
+  at::Tensor weight_, bias_;  // undefined without affine
+};
+
+}  // namespace kiln::plugin

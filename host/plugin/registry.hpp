@@ -1,0 +1,44 @@
+// The registry of loaded plugin components: every component of every accepted library, by kind
+// and name. Filled by the loader; read by config resolution, the CLI and the engine.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "kiln/plugin.h"
+
+namespace kiln::plugin {
+
+// One accepted component and where it came from.
+struct Component {
+  const kiln_component_descriptor* descriptor = nullptr;  // static data of the library
+  const kiln_plugin_descriptor* plugin = nullptr;         // its library's descriptor
+  std::string library_path;                               // absolute path of the .so
+  std::string_view name() const { return descriptor->name; }
+  int32_t kind() const { return descriptor->kind; }
+};
+
+// "optimizer", "lr_policy", "norm", "precision", "model" (or "unknown").
+const char* kind_name(int32_t kind);
+
+class Registry {
+ public:
+  // Adds a component; the loader has already checked names are unique.
+  void add(Component component);
+  // The component of `kind` called `name`, or nullptr.
+  const Component* find(int32_t kind, std::string_view name) const;
+  // The component called `name` of any kind, or nullptr.
+  const Component* find_any(std::string_view name) const;
+  // All components of `kind`, in load order.
+  std::vector<const Component*> of_kind(int32_t kind) const;
+  // All components, in load order.
+  const std::vector<Component>& all() const { return components_; }
+
+ private:
+  std::vector<Component> components_;
+};
+
+}  // namespace kiln::plugin

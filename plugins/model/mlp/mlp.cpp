@@ -1,0 +1,73 @@
+#include "mlp.hpp"
+
+#include <ATen/ops/dropout.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/linear.h>
+#include <ATen/ops/relu.h>
+#include <torch/nn/init.h>
+
+#include <cmath>
+
+namespace kiln_mlp {
+
+Linear::Linear(int64_t in_features, int64_t out_features) {
+  // torch.nn.Linear.reset_parameters: kaiming_uniform_(a=√5), bias ~ U(±1/√fan_in).
+  at::Tensor weight = at::empty({out_features, in_features});
+  torch::nn::init::kaiming_uniform_(weight, std::sqrt(5.0));
+  const double bound = 1.0 / std::sqrt(static_cast<double>(in_features));
+  at::Tensor bias = at::empty({out_features}).uniform_(-bound, bound);
+  weight_ = register_parameter("weight", weight);
+  bias_ = register_parameter("bias", bias);
+}
+
+at::Tensor Linear::forward(const at::Tensor& input) { return at::linear(input, weight_, bias_); }
+
+HiddenLayer::HiddenLayer(const kiln_host_api* host, int64_t in_features, int64_t out_features,
+                         bool norm, double dropout)
+    : dropout_(dropout) {
+  linear_ = register_module("linear", std::make_shared<Linear>(in_features, out_features));
+  if (norm) {
+    // The norm layer applies the relu itself, so a fusing norm plugin can do both in one pass.
+    norm_ = register_module("norm", kiln::make_norm_layer(host, out_features, KILN_ACT_RELU));
+  }
+}
+
+at::Tensor HiddenLayer::forward(const at::Tensor& input) {
+  at::Tensor x = linear_->forward(input);
+  x = norm_ ? norm_->forward(x) : at::relu(x);
+  if (dropout_ > 0.0) x = at::dropout(x, dropout_, is_training());
+  return x;
+}
+
+HiddenLayers::HiddenLayers(const kiln_host_api* host, const MlpConfig& config) {
+  int64_t in = config.in_features;
+  for (size_t i = 0; i < config.hidden.size(); ++i) {
+    layers_.push_back(register_module(
+        std::to_string(i),
+        std::make_shared<HiddenLayer>(host, in, config.hidden[i], config.norm, config.dropout)));
+    in = config.hidden[i];
+  }
+}
+
+at::Tensor HiddenLayers::forward(at::Tensor input) {
+  for (const auto& layer : layers_) input = layer->forward(input);
+  return input;
+}
+
+Mlp::Mlp(const kiln_host_api* host, const MlpConfig& config) {
+  layers_ = register_module("layers", std::make_shared<HiddenLayers>(host, config));
+  const int64_t last = config.hidden.empty() ? config.in_features : config.hidden.back();
+  head_ = register_module("head", std::make_shared<Linear>(last, config.num_classes));
+}
+
+at::Tensor Mlp::forward(const at::Tensor& input) {
+  return head_->forward(layers_->forward(input.flatten(1)));
+}
+
+std::vector<std::string> Mlp::block_names() const {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < layers_->size(); ++i) names.push_back("layers." + std::to_string(i));
+  return names;
+}
+
+}  // namespace kiln_mlp

@@ -1,0 +1,73 @@
+// The MLP model: flatten → [linear → (norm+relu | relu) → dropout] per hidden layer → head.
+// Parameter names: layers.<i>.linear.{weight,bias}, layers.<i>.norm.* (when norm is on; names
+// below it come from the pipeline's norm layer), head.{weight,bias}.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/torch.hpp"
+
+namespace kiln_mlp {
+
+struct MlpConfig {
+  int64_t in_features = 0;
+  std::vector<int64_t> hidden;  // widths of the hidden layers, in order; may be empty
+  double dropout = 0.0;         // probability, in [0, 1)
+  bool norm = false;            // pipeline norm (with relu) instead of a plain relu
+  int64_t num_classes = 0;
+};
+
+// y = x·Wᵀ + b, initialised like torch.nn.Linear.
+class Linear : public torch::nn::Module {
+ public:
+  Linear(int64_t in_features, int64_t out_features);
+  at::Tensor forward(const at::Tensor& input);
+
+ private:
+  at::Tensor weight_;
+  at::Tensor bias_;
+};
+
+// One hidden layer; a block the host may checkpoint.
+class HiddenLayer : public torch::nn::Module {
+ public:
+  HiddenLayer(const kiln_host_api* host, int64_t in_features, int64_t out_features, bool norm,
+              double dropout);
+  at::Tensor forward(const at::Tensor& input);
+
+ private:
+  std::shared_ptr<Linear> linear_;
+  std::shared_ptr<kiln::NormLayer> norm_;  // null: plain relu
+  double dropout_;
+};
+
+// Holds the hidden layers as children "0", "1", … so their names read layers.<i>.
+class HiddenLayers : public torch::nn::Module {
+ public:
+  HiddenLayers(const kiln_host_api* host, const MlpConfig& config);
+  at::Tensor forward(at::Tensor input);
+  size_t size() const { return layers_.size(); }
+
+ private:
+  std::vector<std::shared_ptr<HiddenLayer>> layers_;
+};
+
+class Mlp : public kiln::Model {
+ public:
+  Mlp(const kiln_host_api* host, const MlpConfig& config);
+  at::Tensor forward(const at::Tensor& input) override;
+  // "layers.0", "layers.1", …: one per hidden layer.
+  std::vector<std::string> block_names() const override;
+
+ private:
+  std::shared_ptr<HiddenLayers> layers_;
+  std::shared_ptr<Linear> head_;
+};
+
+}  // namespace kiln_mlp

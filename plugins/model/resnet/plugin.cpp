@@ -1,0 +1,142 @@
+// The kiln-resnet plugin library: its descriptor, options schema and model factory.
+#include <string>
+#include <vector>
+
+#include "kiln/torch.hpp"
+#include "resnet.hpp"
+
+namespace {
+
+using kiln::Error;
+
+const kiln_option_spec kOptions[] = {
+    {sizeof(kiln_option_spec), "depth", KILN_OPT_STRING, 0, 0, 0, 0.0, 0.0, "\"small\"",
+     "small,18,50",
+     "small: CIFAR-style for 28/32-pixel images; 18 and 50: torchvision's ResNet-18/50"},
+    {sizeof(kiln_option_spec), "width", KILN_OPT_INT, 1, 0, 0, 1.0, 0.0, "16", nullptr,
+     "channels of the first stage for depth small (18 and 50 use 64)"},
+    {sizeof(kiln_option_spec), "blocks", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, "[1, 1, 1]", nullptr,
+     "BasicBlocks per stage for depth small; ignored for 18 and 50"},
+};
+
+// Widest channel count a small ResNet may reach; guards width·2^stages against overflow.
+constexpr int64_t kMaxChannels = int64_t{1} << 20;
+
+// The option `name` checked to be of `type`; NULL when absent (the default then applies).
+const kiln_option_value* find_option(const kiln_options* options, const char* name, int32_t type) {
+  const kiln_option_value* value = kiln_options_find(options, name);
+  if (value != nullptr && value->type != type) {
+    throw Error(KILN_ERR_INVALID_ARGUMENT,
+                std::string("resnet: option '") + name + "' has the wrong type");
+  }
+  return value;
+}
+
+kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
+                                         const kiln_model_input& input) {
+  std::string depth = "small";
+  int64_t width = 16;
+  std::vector<int64_t> blocks = {1, 1, 1};
+  if (const kiln_option_value* v = find_option(options, "depth", KILN_OPT_STRING)) {
+    depth = v->string_value != nullptr ? v->string_value : "";
+  }
+  if (const kiln_option_value* v = find_option(options, "width", KILN_OPT_INT)) {
+    width = v->int_value;
+  }
+  if (const kiln_option_value* v = find_option(options, "blocks", KILN_OPT_INT_LIST)) {
+    blocks.assign(v->int_list, v->int_list + v->list_length);
+  }
+  if (input.struct_size < KILN_SIZE_UP_TO(kiln_model_input, num_classes)) {
+    throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: kiln_model_input is too small");
+  }
+  if (input.channels < 1 || input.height < 1 || input.width < 1 || input.num_classes < 1) {
+    throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: input dimensions and classes must be >= 1");
+  }
+
+  kiln_resnet::ResNetConfig config;
+  config.in_channels = input.channels;
+  config.num_classes = input.num_classes;
+  if (depth == "small") {
+    if (width < 1) throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: width must be >= 1");
+    if (blocks.empty()) {
+      throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: depth small needs at least one stage");
+    }
+    int64_t planes = width;
+    for (size_t i = 0; i < blocks.size(); ++i) {
+      if (blocks[i] < 1) throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: blocks must be >= 1");
+      if (i > 0) planes *= 2;
+      if (planes > kMaxChannels) {
+        throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: width·2^(stages-1) is too large");
+      }
+      config.planes.push_back(planes);
+    }
+    config.blocks = blocks;
+    config.stem_width = width;
+    return config;
+  }
+  if (depth != "18" && depth != "50") {
+    throw Error(KILN_ERR_INVALID_ARGUMENT,
+                "resnet: depth must be small, 18 or 50, not '" + depth + "'");
+  }
+  config.bottleneck = depth == "50";
+  config.blocks =
+      config.bottleneck ? std::vector<int64_t>{3, 4, 6, 3} : std::vector<int64_t>{2, 2, 2, 2};
+  config.planes = {64, 128, 256, 512};
+  config.stem_width = 64;
+  // The ImageNet stem shrinks 4× up front; small images keep their resolution instead.
+  config.imagenet_stem = input.height >= 64;
+  return config;
+}
+
+kiln_status* create(const kiln_host_api* host, const kiln_options* options,
+                    const kiln_model_input* input, kiln_torch_module** out) {
+  return KILN_GUARD(host, {
+    if (input == nullptr || out == nullptr) {
+      throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: create needs an input and an out pointer");
+    }
+    *out = nullptr;
+    auto model = std::make_shared<kiln_resnet::ResNet>(host, resolve_config(options, *input));
+    *out = kiln::release_model(std::move(model));
+  });
+}
+
+const kiln_capabilities kCapabilities = {sizeof(kiln_capabilities),
+                                         KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA |
+                                             KILN_CAP_DTYPE_F32 | KILN_CAP_DTYPE_F16 |
+                                             KILN_CAP_DTYPE_BF16 | KILN_CAP_DTYPE_F64,
+                                         0, nullptr};
+
+const kiln_model_vtable kVtable = {sizeof(kiln_model_vtable), &create, &kiln::destroy_model_handle};
+
+const kiln_component_descriptor kComponent = {sizeof(kiln_component_descriptor),
+                                              KILN_COMPONENT_MODEL,
+                                              0,
+                                              "resnet",
+                                              {1, 0, 0},
+                                              "residual network (small CIFAR-style, 18 or 50)",
+                                              &kCapabilities,
+                                              sizeof(kOptions) / sizeof(kOptions[0]),
+                                              kOptions,
+                                              &kVtable};
+
+const kiln_component_descriptor* const kComponents[] = {&kComponent};
+
+const kiln_plugin_descriptor kDescriptor = {sizeof(kiln_plugin_descriptor),
+                                            KILN_ABI_MAJOR,
+                                            KILN_ABI_MINOR,
+                                            "kiln-resnet",
+                                            {1, 0, 0},
+                                            1,
+                                            kComponents,
+                                            nullptr,
+                                            KILN_TORCH_VERSION,
+                                            KILN_TORCH_CXX11_ABI,
+                                            0};
+
+}  // namespace
+
+KILN_DEFINE_PLUGIN_PROBE()
+
+KILN_EXTERN_C KILN_EXPORT const kiln_plugin_descriptor* kiln_plugin_get(void) {
+  return &kDescriptor;
+}

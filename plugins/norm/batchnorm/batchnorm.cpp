@@ -1,0 +1,185 @@
+// kiln_batchnorm — the "batchnorm" norm component: torch.nn.BatchNorm{1,2,3}d's forward and
+// backward through ATen's native batch-norm kernels, on the host's tensors.
+#include <ATen/TensorOperators.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/ops/native_batch_norm.h>
+#include <ATen/ops/native_batch_norm_backward.h>
+
+#include <memory>
+#include <string>
+#include <tuple>
+
+#include "kiln/sdk.hpp"
+#include "kiln/torch.hpp"
+
+namespace {
+
+struct BatchNorm {
+  const kiln_host_api* host;
+  int64_t features;
+  double momentum;
+  double eps;
+  bool affine;
+  bool track_running_stats;
+};
+
+// An at::Tensor view of an optional argument (undefined when absent).
+at::Tensor optional_view(const DLTensor* t) {
+  return t != nullptr ? kiln::as_tensor(*t) : at::Tensor();
+}
+
+void check_input(const BatchNorm& bn, const at::Tensor& x) {
+  if (x.dim() < 2 || x.size(1) != bn.features) {
+    throw kiln::Error(KILN_ERR_INVALID_ARGUMENT,
+                      "batchnorm: expected input N x " + std::to_string(bn.features) +
+                          " x ..., got " + std::to_string(x.dim()) + "-d input with " +
+                          (x.dim() >= 2 ? std::to_string(x.size(1)) : std::string("no")) +
+                          " channels");
+  }
+}
+
+// Like torch.nn.BatchNorm: without running statistics, batch statistics are used in eval too.
+bool uses_batch_stats(const BatchNorm& bn, int32_t training, const DLTensor* running_mean,
+                      const DLTensor* running_var) {
+  return training != 0 || !bn.track_running_stats || running_mean == nullptr ||
+         running_var == nullptr;
+}
+
+kiln_status* bn_create(const kiln_host_api* host, const kiln_options* options,
+                       const kiln_norm_setup* setup, kiln_norm_layout* layout, void** out) {
+  return KILN_GUARD(host, {
+    auto bn = std::make_unique<BatchNorm>();
+    bn->host = host;
+    bn->features = setup->num_features;
+    bn->momentum = kiln_options_float(options, "momentum", 0.1);
+    bn->eps = kiln_options_float(options, "eps", 1e-5);
+    bn->affine = kiln_options_bool(options, "affine", 1) != 0;
+    bn->track_running_stats = kiln_options_bool(options, "track_running_stats", 1) != 0;
+    if (bn->features <= 0) {
+      throw kiln::Error(
+          KILN_ERR_INVALID_ARGUMENT,
+          "batchnorm: num_features must be positive, got " + std::to_string(bn->features));
+    }
+    if (!(bn->momentum >= 0.0 && bn->momentum <= 1.0)) {
+      throw kiln::Error(KILN_ERR_INVALID_ARGUMENT, "batchnorm: momentum must be in [0, 1], got " +
+                                                       std::to_string(bn->momentum));
+    }
+    if (!(bn->eps > 0.0)) {
+      throw kiln::Error(KILN_ERR_INVALID_ARGUMENT,
+                        "batchnorm: eps must be > 0, got " + std::to_string(bn->eps));
+    }
+    // The host's layout may be older than ours: fill only the fields it has room for.
+    if (KILN_HAS_FIELD(layout, kiln_norm_layout, affine)) layout->affine = bn->affine;
+    if (KILN_HAS_FIELD(layout, kiln_norm_layout, running_stats)) {
+      layout->running_stats = bn->track_running_stats;
+    }
+    if (KILN_HAS_FIELD(layout, kiln_norm_layout, saves)) layout->saves = KILN_NORM_SAVE_INPUT;
+    if (KILN_HAS_FIELD(layout, kiln_norm_layout, fused_activation)) layout->fused_activation = 0;
+    *out = bn.release();
+  });
+}
+
+void bn_destroy(void* instance) { delete static_cast<BatchNorm*>(instance); }
+
+kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
+                        const kiln_norm_forward_args* args) {
+  const BatchNorm& bn = *static_cast<const BatchNorm*>(instance);
+  return KILN_GUARD(bn.host, {
+    at::Tensor x = kiln::as_tensor(*args->input);
+    check_input(bn, x);
+    const bool batch_stats =
+        uses_batch_stats(bn, args->training, args->running_mean, args->running_var);
+    at::Tensor running_mean, running_var;
+    if (bn.track_running_stats) {
+      running_mean = optional_view(args->running_mean);
+      running_var = optional_view(args->running_var);
+    }
+    // Updates running_mean/running_var in place (unbiased variance) when training with them.
+    auto [y, mean, invstd] =
+        at::native_batch_norm(x, optional_view(args->weight), optional_view(args->bias),
+                              running_mean, running_var, batch_stats, bn.momentum, bn.eps);
+    kiln::as_tensor(*args->output).copy_(y);
+    if (!batch_stats) {
+      // Eval with running statistics: record the statistics that were actually applied.
+      mean = running_mean;
+      invstd = (running_var + bn.eps).rsqrt();
+    }
+    if (args->save_mean != nullptr) kiln::as_tensor(*args->save_mean).copy_(mean);
+    if (args->save_invstd != nullptr) kiln::as_tensor(*args->save_invstd).copy_(invstd);
+  });
+}
+
+kiln_status* bn_backward(void* instance, kiln_call_context* ctx,
+                         const kiln_norm_backward_args* args) {
+  const BatchNorm& bn = *static_cast<const BatchNorm*>(instance);
+  return KILN_GUARD(bn.host, {
+    at::Tensor x = kiln::as_tensor(*args->saved);
+    check_input(bn, x);
+    const bool batch_stats =
+        uses_batch_stats(bn, args->training, args->running_mean, args->running_var);
+    at::Tensor running_mean, running_var;
+    if (bn.track_running_stats) {
+      running_mean = optional_view(args->running_mean);
+      running_var = optional_view(args->running_var);
+    }
+    const std::array<bool, 3> mask = {args->grad_input != nullptr, args->grad_weight != nullptr,
+                                      args->grad_bias != nullptr};
+    auto [grad_input, grad_weight, grad_bias] = at::native_batch_norm_backward(
+        kiln::as_tensor(*args->grad_output), x, optional_view(args->weight), running_mean,
+        running_var, optional_view(args->save_mean), optional_view(args->save_invstd), batch_stats,
+        bn.eps, mask);
+    if (args->grad_input != nullptr) kiln::as_tensor(*args->grad_input).copy_(grad_input);
+    if (args->grad_weight != nullptr) kiln::as_tensor(*args->grad_weight).copy_(grad_weight);
+    if (args->grad_bias != nullptr) kiln::as_tensor(*args->grad_bias).copy_(grad_bias);
+  });
+}
+
+const kiln_norm_vtable kVtable = {sizeof(kiln_norm_vtable), bn_create, bn_destroy, bn_forward,
+                                  bn_backward};
+
+const kiln_option_spec kOptions[] = {
+    {sizeof(kiln_option_spec), "momentum", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.1", nullptr,
+     "weight of the batch statistics in the running-statistics update"},
+    {sizeof(kiln_option_spec), "eps", KILN_OPT_FLOAT, 1, 0, 0, 0.0, 0.0, "1e-5", nullptr,
+     "added to the variance for numerical stability (> 0)"},
+    {sizeof(kiln_option_spec), "affine", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "true", nullptr,
+     "learn a per-channel scale and shift"},
+    {sizeof(kiln_option_spec), "track_running_stats", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "true",
+     nullptr, "keep running mean and variance for evaluation"},
+};
+
+const kiln_capabilities kCaps = {sizeof(kiln_capabilities),
+                                 KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA | KILN_CAP_DTYPE_F32 |
+                                     KILN_CAP_DTYPE_F16 | KILN_CAP_DTYPE_BF16,
+                                 0, nullptr};
+
+const kiln_component_descriptor kBatchNorm = {sizeof(kiln_component_descriptor),
+                                              KILN_COMPONENT_NORM,
+                                              0,
+                                              "batchnorm",
+                                              {1, 0, 0},
+                                              "batch normalisation as torch.nn.BatchNorm2d",
+                                              &kCaps,
+                                              sizeof(kOptions) / sizeof(kOptions[0]),
+                                              kOptions,
+                                              &kVtable};
+
+const kiln_component_descriptor* const kComponents[] = {&kBatchNorm};
+
+const kiln_plugin_descriptor kDescriptor = {sizeof(kiln_plugin_descriptor),
+                                            KILN_ABI_MAJOR,
+                                            KILN_ABI_MINOR,
+                                            "kiln-batchnorm",
+                                            {1, 0, 0},
+                                            1,
+                                            kComponents,
+                                            nullptr,
+                                            nullptr,
+                                            -1,
+                                            0};
+
+}  // namespace
+
+KILN_DEFINE_PLUGIN_PROBE()
+
+KILN_EXTERN_C const kiln_plugin_descriptor* kiln_plugin_get(void) { return &kDescriptor; }

@@ -1,0 +1,33 @@
+#!/usr/bin/env bash
+# Installs what Kiln needs, idempotently: Debian packages (compilers' libraries, the dataset,
+# ccache) and a virtual environment with torch==2.11.0 (CUDA 13.0 build, from PyPI) kept outside
+# the checkout in ~/.cache/kiln so every clone on this machine shares it.
+set -euo pipefail
+
+KILN_CACHE="${KILN_CACHE:-$HOME/.cache/kiln}"
+VENV="$KILN_CACHE/venv"
+PACKAGES=(build-essential cmake ninja-build ccache pkg-config zlib1g-dev
+          libboost-dev libboost-filesystem-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
+          libgtest-dev libcli11-dev libdlpack-dev libgloo-dev dataset-fashion-mnist python3-venv)
+
+missing=()
+for p in "${PACKAGES[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  echo "setup: installing Debian packages: ${missing[*]}"
+  SUDO=""; [ "$(id -u)" -eq 0 ] || SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+fi
+
+if ! "$VENV/bin/python" -c "import torch, numpy; assert torch.__version__.startswith('2.11.0')" \
+     2>/dev/null; then
+  echo "setup: creating $VENV with torch==2.11.0 (a large download, once per machine)"
+  mkdir -p "$KILN_CACHE"
+  PY="$(command -v python3)"
+  "$PY" -m venv "$VENV"
+  "$VENV/bin/pip" install -q --upgrade pip
+  "$VENV/bin/pip" install -q "torch==2.11.0" numpy
+fi
+echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"

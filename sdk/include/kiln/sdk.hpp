@@ -1,0 +1,52 @@
+// kiln/sdk.hpp — C++ helpers for plugin authors (no LibTorch needed): the exception guard that
+// keeps C++ exceptions from crossing the C ABI, and small conveniences over the C headers.
+#ifndef KILN_SDK_HPP_
+#define KILN_SDK_HPP_
+
+#include <exception>
+#include <new>
+#include <stdexcept>
+#include <string>
+
+#include "kiln/lr_policy.h"
+#include "kiln/model.h"
+#include "kiln/norm.h"
+#include "kiln/optimizer.h"
+#include "kiln/plugin.h"
+#include "kiln/precision.h"
+
+namespace kiln {
+
+// An exception carrying a Kiln status code; KILN_GUARD turns it into a status with that code.
+class Error : public std::runtime_error {
+ public:
+  Error(int32_t code, const std::string& message) : std::runtime_error(message), code_(code) {}
+  int32_t code() const noexcept { return code_; }
+
+ private:
+  int32_t code_;
+};
+
+// Runs `body` and converts any exception into a status made by `host`. Returns NULL on success.
+template <typename Body>
+kiln_status* guard(const kiln_host_api* host, Body&& body) noexcept {
+  try {
+    body();
+    return nullptr;
+  } catch (const Error& e) {
+    return host->make_status(e.code(), e.what());
+  } catch (const std::bad_alloc&) {
+    return host->make_status(KILN_ERR_OUT_OF_MEMORY, "out of memory");
+  } catch (const std::exception& e) {
+    return host->make_status(KILN_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return host->make_status(KILN_ERR_INTERNAL, "unknown exception");
+  }
+}
+
+}  // namespace kiln
+
+// Wraps a plugin function body: `return KILN_GUARD(host, { ... });`
+#define KILN_GUARD(host, ...) ::kiln::guard((host), [&]() __VA_ARGS__)
+
+#endif  // KILN_SDK_HPP_

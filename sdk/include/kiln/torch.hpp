@@ -1,0 +1,164 @@
+// kiln/torch.hpp — the torch-bound side of the SDK, for C++ plugins built against the same
+// LibTorch as the host: DLTensor views as at::Tensor, and the module interfaces that cross the
+// model ABI through kiln_torch_module handles. Plugins that include this header must record
+// KILN_TORCH_VERSION / KILN_TORCH_CXX11_ABI in their descriptor when they are torch-bound.
+#ifndef KILN_TORCH_HPP_
+#define KILN_TORCH_HPP_
+
+#include <ATen/core/Tensor.h>
+#include <ATen/dlpack.h>
+#include <ATen/ops/from_blob.h>
+#include <torch/nn/module.h>
+#include <torch/version.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "kiln/sdk.hpp"
+
+#define KILN_TORCH_VERSION TORCH_VERSION
+#ifdef _GLIBCXX_USE_CXX11_ABI
+#define KILN_TORCH_CXX11_ABI _GLIBCXX_USE_CXX11_ABI
+#else
+#define KILN_TORCH_CXX11_ABI 0
+#endif
+
+namespace kiln {
+
+// A model as the host drives it: logits = forward(images).
+class Model : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& input) = 0;
+  // Names of the blocks (direct children) that activation checkpointing may wrap.
+  virtual std::vector<std::string> block_names() const { return {}; }
+};
+
+// The pipeline's norm layer (norm plugin + autograd), built by the host for a model.
+class NormLayer : public torch::nn::Module {
+ public:
+  virtual at::Tensor forward(const at::Tensor& input) = 0;
+};
+
+// What a kiln_torch_module handle points to: a heap-allocated shared_ptr box.
+template <typename T>
+struct ModuleBox {
+  std::shared_ptr<T> module;
+};
+
+// Model plugin side: wraps a new model as the handle `create` returns (owned by the host).
+inline kiln_torch_module* release_model(std::shared_ptr<Model> model) {
+  return reinterpret_cast<kiln_torch_module*>(new ModuleBox<Model>{std::move(model)});
+}
+// Model plugin side: the `destroy` slot's body.
+inline void destroy_model_handle(kiln_torch_module* handle) {
+  delete reinterpret_cast<ModuleBox<Model>*>(handle);
+}
+// Host side: reads the model out of a handle (the handle still owns its reference).
+inline std::shared_ptr<Model> model_from_handle(kiln_torch_module* handle) {
+  return reinterpret_cast<ModuleBox<Model>*>(handle)->module;
+}
+
+// Model plugin side: asks the host for the pipeline's norm layer and takes ownership of it.
+inline std::shared_ptr<NormLayer> make_norm_layer(const kiln_host_api* host, int64_t features,
+                                                  int32_t activation = KILN_ACT_NONE,
+                                                  double activation_param = 0.0) {
+  kiln_norm_request request{};
+  request.struct_size = sizeof(request);
+  request.num_features = features;
+  request.activation = activation;
+  request.activation_param = activation_param;
+  kiln_torch_module* handle = nullptr;
+  if (host->create_norm_layer == nullptr) {
+    throw Error(KILN_ERR_UNSUPPORTED, "host offers no create_norm_layer");
+  }
+  if (kiln_status* status = host->create_norm_layer(&request, &handle)) {
+    // Carry code and message into the exception (the guard turns it back into a status).
+    Error error(host->status_code(status), host->status_message(status));
+    host->free_status(status);
+    throw error;
+  }
+  auto* box = reinterpret_cast<ModuleBox<NormLayer>*>(handle);
+  std::shared_ptr<NormLayer> layer = std::move(box->module);
+  delete box;
+  return layer;
+}
+// Host side: boxes a norm layer for create_norm_layer's `*out`.
+inline kiln_torch_module* release_norm_layer(std::shared_ptr<NormLayer> layer) {
+  return reinterpret_cast<kiln_torch_module*>(new ModuleBox<NormLayer>{std::move(layer)});
+}
+
+// The ATen scalar type of a DLPack dtype (float/int/uint/bool of common widths).
+inline at::ScalarType scalar_type_of(const DLDataType& t) {
+  if (t.lanes != 1) throw Error(KILN_ERR_UNSUPPORTED, "vector DLPack dtypes are not supported");
+  switch (t.code) {
+    case kDLFloat:
+      if (t.bits == 32) return at::kFloat;
+      if (t.bits == 16) return at::kHalf;
+      if (t.bits == 64) return at::kDouble;
+      break;
+    case kDLBfloat:
+      if (t.bits == 16) return at::kBFloat16;
+      break;
+    case kDLInt:
+      if (t.bits == 64) return at::kLong;
+      if (t.bits == 32) return at::kInt;
+      if (t.bits == 8) return at::kChar;
+      break;
+    case kDLUInt:
+      if (t.bits == 8) return at::kByte;
+      break;
+    default:
+      break;
+  }
+  throw Error(KILN_ERR_UNSUPPORTED, "unsupported DLPack dtype code " + std::to_string(t.code) +
+                                        " bits " + std::to_string(t.bits));
+}
+
+// A non-owning at::Tensor over a borrowed DLTensor view (valid as long as the view is).
+inline at::Tensor as_tensor(const DLTensor& t) {
+  at::Device device = t.device.device_type == kDLCUDA
+                          ? at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(t.device.device_id))
+                          : at::Device(at::kCPU);
+  auto options = at::TensorOptions().dtype(scalar_type_of(t.dtype)).device(device);
+  void* data = static_cast<char*>(t.data) + t.byte_offset;
+  return at::from_blob(data, at::IntArrayRef(t.shape, t.ndim), at::IntArrayRef(t.strides, t.ndim),
+                       options);
+}
+
+// The DLPack dtype of an ATen scalar type.
+inline DLDataType dl_dtype_of(at::ScalarType type) {
+  DLDataType d{};
+  d.lanes = 1;
+  switch (type) {
+    case at::kFloat: d.code = kDLFloat; d.bits = 32; break;
+    case at::kHalf: d.code = kDLFloat; d.bits = 16; break;
+    case at::kDouble: d.code = kDLFloat; d.bits = 64; break;
+    case at::kBFloat16: d.code = kDLBfloat; d.bits = 16; break;
+    case at::kLong: d.code = kDLInt; d.bits = 64; break;
+    case at::kInt: d.code = kDLInt; d.bits = 32; break;
+    case at::kChar: d.code = kDLInt; d.bits = 8; break;
+    case at::kByte: d.code = kDLUInt; d.bits = 8; break;
+    default: throw Error(KILN_ERR_UNSUPPORTED, "dtype has no DLPack mapping");
+  }
+  return d;
+}
+
+// A borrowed DLTensor view of `t` (shape and strides point into `t`'s metadata: keep `t` alive
+// and unchanged while the view is used).
+inline DLTensor as_dltensor(const at::Tensor& t) {
+  DLTensor d{};
+  d.data = t.data_ptr();
+  d.device.device_type = t.is_cuda() ? kDLCUDA : kDLCPU;
+  d.device.device_id = t.is_cuda() ? t.get_device() : 0;
+  d.ndim = static_cast<int32_t>(t.dim());
+  d.dtype = dl_dtype_of(t.scalar_type());
+  d.shape = const_cast<int64_t*>(t.sizes().data());
+  d.strides = const_cast<int64_t*>(t.strides().data());
+  d.byte_offset = 0;
+  return d;
+}
+
+}  // namespace kiln
+
+#endif  // KILN_TORCH_HPP_

@@ -1,0 +1,335 @@
+// The batch loader: coverage, ordering, worker-count independence, sharding, normalisation,
+// augmentation, prefetch bound, restarts and error propagation.
+#include "data/loader.hpp"
+
+#include <ATen/Functions.h>
+#include <ATen/TensorOperators.h>
+#include <c10/core/CPUAllocator.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <set>
+#include <stdexcept>
+#include <thread>
+#include <vector>
+
+using kiln::data::Batch;
+using kiln::data::Dataset;
+using kiln::data::Loader;
+using kiln::data::LoaderOptions;
+
+namespace {
+
+// Sample i has every pixel equal to i % 256 plus its position's row, and label i, so a batch's
+// labels identify exactly which samples it holds.
+Dataset tagged_dataset(int64_t n, int64_t c = 1, int64_t h = 4, int64_t w = 5) {
+  at::Tensor base = at::arange(n, at::kLong).remainder(200).view({n, 1, 1, 1});
+  at::Tensor rows = at::arange(h, at::kLong).view({1, 1, h, 1});
+  at::Tensor images = (base + rows).expand({n, c, h, w}).to(at::kByte).contiguous();
+  return Dataset{images, at::arange(n, at::kLong), n};
+}
+
+std::vector<Batch> run_epoch(Loader& loader, int64_t epoch) {
+  loader.start_epoch(epoch);
+  std::vector<Batch> out;
+  while (auto b = loader.next()) out.push_back(std::move(*b));
+  return out;
+}
+
+std::vector<int64_t> epoch_labels(Loader& loader, int64_t epoch) {
+  std::vector<int64_t> all;
+  for (const Batch& b : run_epoch(loader, epoch)) {
+    const int64_t* p = b.labels.data_ptr<int64_t>();
+    all.insert(all.end(), p, p + b.labels.size(0));
+  }
+  return all;
+}
+
+LoaderOptions opts(int workers, int64_t batch = 8) {
+  LoaderOptions o;
+  o.batch_size = batch;
+  o.workers = workers;
+  o.seed = 42;
+  return o;
+}
+
+}  // namespace
+
+TEST(Loader, EverySampleOncePerEpoch) {
+  const Dataset d = tagged_dataset(37);
+  for (int workers : {0, 2}) {
+    Loader loader(d, opts(workers));
+    EXPECT_EQ(loader.batches_per_epoch(), 5);
+    EXPECT_EQ(loader.samples_per_epoch(), 37);
+    const auto batches = run_epoch(loader, 0);
+    ASSERT_EQ(batches.size(), 5u);
+    for (size_t i = 0; i < batches.size(); ++i) {
+      EXPECT_EQ(batches[i].index, int64_t(i));
+      EXPECT_EQ(batches[i].images.scalar_type(), at::kFloat);
+      EXPECT_EQ(batches[i].images.sizes(), (std::vector<int64_t>{i < 4 ? 8 : 5, 1, 4, 5}));
+    }
+    std::vector<int64_t> labels = epoch_labels(loader, 1);
+    std::sort(labels.begin(), labels.end());
+    for (int64_t i = 0; i < 37; ++i) EXPECT_EQ(labels[i], i);
+    // next() after the end keeps saying so.
+    EXPECT_FALSE(loader.next().has_value());
+  }
+}
+
+TEST(Loader, DropLast) {
+  const Dataset d = tagged_dataset(37);
+  LoaderOptions o = opts(1);
+  o.drop_last = true;
+  Loader loader(d, o);
+  EXPECT_EQ(loader.batches_per_epoch(), 4);
+  EXPECT_EQ(epoch_labels(loader, 0).size(), 32u);
+}
+
+TEST(Loader, OrderIsSeededPerEpoch) {
+  const Dataset d = tagged_dataset(100);
+  Loader a(d, opts(2));
+  Loader b(d, opts(0));
+  const auto a0 = epoch_labels(a, 0);
+  const auto a1 = epoch_labels(a, 1);
+  EXPECT_NE(a0, a1);
+  EXPECT_EQ(a0, epoch_labels(b, 0));
+  EXPECT_EQ(a1, epoch_labels(b, 1));
+  EXPECT_EQ(a0, epoch_labels(a, 0));  // replaying an epoch replays its order
+
+  LoaderOptions other = opts(2);
+  other.seed = 43;
+  Loader c(d, other);
+  EXPECT_NE(a0, epoch_labels(c, 0));
+
+  LoaderOptions fixed = opts(2);
+  fixed.shuffle = false;
+  Loader e(d, fixed);
+  const auto ordered = epoch_labels(e, 3);
+  for (int64_t i = 0; i < 100; ++i) EXPECT_EQ(ordered[i], i);
+}
+
+TEST(Loader, SameBatchesForAnyWorkerCount) {
+  const Dataset d = tagged_dataset(150, 3, 6, 7);
+  for (bool augment : {false, true}) {
+    SCOPED_TRACE(augment ? "crop+flip" : "plain");
+    std::vector<std::vector<Batch>> runs;
+    for (int workers : {0, 1, 3}) {
+      LoaderOptions o = opts(workers, 16);
+      o.prefetch = 2;
+      o.mean = 0.3;
+      o.std = 0.7;
+      if (augment) {
+        o.crop_padding = 2;
+        o.flip = true;
+      }
+      Loader loader(d, o);
+      run_epoch(loader, 0);  // runs[] compares epoch 1: the epoch's key matters too
+      runs.push_back(run_epoch(loader, 1));
+    }
+    for (size_t r = 1; r < runs.size(); ++r) {
+      ASSERT_EQ(runs[r].size(), runs[0].size());
+      for (size_t i = 0; i < runs[0].size(); ++i) {
+        EXPECT_TRUE(at::equal(runs[r][i].images, runs[0][i].images)) << "batch " << i;
+        EXPECT_TRUE(at::equal(runs[r][i].labels, runs[0][i].labels)) << "batch " << i;
+      }
+    }
+  }
+}
+
+TEST(Loader, ShardsAreDisjointPaddedAndCovering) {
+  const Dataset d = tagged_dataset(25);
+  std::vector<std::vector<int64_t>> shards;
+  for (int rank : {0, 1}) {
+    LoaderOptions o = opts(2, 4);
+    o.rank = rank;
+    o.world_size = 2;
+    Loader loader(d, o);
+    EXPECT_EQ(loader.samples_per_epoch(), 13);
+    EXPECT_EQ(loader.batches_per_epoch(), 4);
+    shards.push_back(epoch_labels(loader, 5));
+  }
+  ASSERT_EQ(shards[0].size(), 13u);
+  ASSERT_EQ(shards[1].size(), 13u);
+  // 26 slots for 25 samples: exactly one sample (the wrap-around pad) appears twice.
+  std::multiset<int64_t> all(shards[0].begin(), shards[0].end());
+  all.insert(shards[1].begin(), shards[1].end());
+  std::set<int64_t> distinct(all.begin(), all.end());
+  EXPECT_EQ(distinct.size(), 25u);
+  EXPECT_EQ(*distinct.begin(), 0);
+  EXPECT_EQ(*distinct.rbegin(), 24);
+  // Disjoint apart from that pad, which is the last entry of rank 1 and rank 0's first sample
+  // (the permutation wrapped around).
+  EXPECT_EQ(shards[1].back(), shards[0].front());
+  std::set<int64_t> r0(shards[0].begin(), shards[0].end());
+  for (size_t i = 0; i + 1 < shards[1].size(); ++i) EXPECT_EQ(r0.count(shards[1][i]), 0u);
+}
+
+TEST(Loader, Normalisation) {
+  const Dataset d = tagged_dataset(10, 2, 3, 3);
+  LoaderOptions o = opts(1, 10);
+  o.shuffle = false;
+  o.mean = 0.25;
+  o.std = 0.5;
+  Loader loader(d, o);
+  loader.start_epoch(0);
+  const Batch b = *loader.next();
+  const at::Tensor expected = (d.images.to(at::kDouble) / 255.0 - 0.25) / 0.5;
+  EXPECT_TRUE(at::allclose(b.images.to(at::kDouble), expected, 1e-6, 1e-6));
+  EXPECT_TRUE(at::equal(b.labels, d.labels));
+  // Spot check: sample 3, row 2 holds pixel value 5.
+  EXPECT_NEAR(b.images[3][1][2][0].item<double>(), (5 / 255.0 - 0.25) / 0.5, 1e-6);
+}
+
+TEST(Loader, CropAndFlipMoveRealPixels) {
+  // One sample with distinct pixel values so every crop/flip outcome is recognisable.
+  const int64_t h = 4, w = 5, pad = 1;
+  at::Tensor img = at::arange(1, 1 + h * w, at::kLong).view({1, 1, h, w}).to(at::kByte);
+  const Dataset d{img.repeat({64, 1, 1, 1}).contiguous(), at::zeros({64}, at::kLong), 1};
+  LoaderOptions o = opts(0, 64);
+  o.crop_padding = pad;
+  o.flip = true;
+  Loader loader(d, o);
+  loader.start_epoch(0);
+  const at::Tensor out = (loader.next()->images * 255).round().to(at::kLong);
+  // Build every allowed outcome and check each sample is one of them; many should differ.
+  const at::Tensor padded = at::constant_pad_nd(img.to(at::kLong), {pad, pad, pad, pad}, 0);
+  std::vector<at::Tensor> outcomes;
+  for (int64_t dy = 0; dy <= 2 * pad; ++dy) {
+    for (int64_t dx = 0; dx <= 2 * pad; ++dx) {
+      at::Tensor crop = padded.slice(2, dy, dy + h).slice(3, dx, dx + w);
+      outcomes.push_back(crop[0]);
+      outcomes.push_back(crop[0].flip({2}));
+    }
+  }
+  std::set<size_t> seen;
+  for (int64_t i = 0; i < 64; ++i) {
+    bool found = false;
+    for (size_t k = 0; k < outcomes.size() && !found; ++k) {
+      if (at::equal(out[i], outcomes[k])) {
+        found = true;
+        seen.insert(k);
+      }
+    }
+    EXPECT_TRUE(found) << "sample " << i << " is no crop/flip of the input";
+  }
+  EXPECT_GE(seen.size(), 8u);  // 18 outcomes, 64 draws
+}
+
+// Wraps the CPU allocator to count allocations of one size: the loader allocates each batch's
+// float images exactly once, so this counts batches built, which must stay within `prefetch`
+// of the batches consumed.
+class CountingAllocator : public c10::Allocator {
+ public:
+  CountingAllocator(c10::Allocator* base, size_t watched) : base_(base), watched_(watched) {}
+  c10::DataPtr allocate(size_t n) override {
+    if (n == watched_) ++count_;
+    return base_->allocate(n);
+  }
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    base_->copy_data(dest, src, count);
+  }
+  int count() const { return count_.load(); }
+
+ private:
+  c10::Allocator* base_;
+  size_t watched_;
+  std::atomic<int> count_{0};
+};
+
+// Waits (up to a generous limit, the machine is shared) for `count` to reach `target`, then a
+// little longer so that any overshoot would show.
+int settle(const CountingAllocator& alloc, int target) {
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (alloc.count() < target && std::chrono::steady_clock::now() < deadline) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(150));
+  return alloc.count();
+}
+
+TEST(Loader, PrefetchIsBounded) {
+  // 3×7×11 float images × batch 4: 3696 bytes, a size nothing else here allocates.
+  const Dataset d = tagged_dataset(400, 3, 7, 11);
+  c10::Allocator* base = c10::GetCPUAllocator();
+  CountingAllocator counting(base, 4 * 3 * 7 * 11 * sizeof(float));
+  c10::SetCPUAllocator(&counting, /*priority=*/100);
+  {
+    LoaderOptions o = opts(3, 4);
+    o.prefetch = 3;
+    Loader loader(d, o);
+    std::this_thread::sleep_for(std::chrono::milliseconds(150));
+    EXPECT_EQ(counting.count(), 0);  // nothing is built before start_epoch
+    loader.start_epoch(0);
+    EXPECT_EQ(settle(counting, 3), 3);
+    for (int consumed = 1; consumed <= 5; ++consumed) {
+      ASSERT_EQ(loader.next()->index, consumed - 1);
+      EXPECT_EQ(settle(counting, consumed + 3), consumed + 3);
+    }
+    int64_t expected = 5;
+    while (auto b = loader.next()) EXPECT_EQ(b->index, expected++);
+    EXPECT_EQ(expected, 100);
+    EXPECT_EQ(counting.count(), 100);
+  }
+  c10::SetCPUAllocator(base, /*priority=*/100);
+}
+
+TEST(Loader, RestartMidEpoch) {
+  const Dataset d = tagged_dataset(200);
+  for (int workers : {0, 3}) {
+    LoaderOptions o = opts(workers, 8);
+    o.prefetch = 2;
+    Loader loader(d, o);
+    Loader reference(d, opts(0, 8));
+    const auto full1 = epoch_labels(reference, 1);
+    loader.start_epoch(0);
+    for (int i = 0; i < 3; ++i) ASSERT_TRUE(loader.next().has_value());
+    EXPECT_EQ(epoch_labels(loader, 1), full1);
+    // Restart the same epoch after a partial read, then abandon one mid-way entirely.
+    loader.start_epoch(1);
+    ASSERT_EQ(loader.next()->index, 0);
+    EXPECT_EQ(epoch_labels(loader, 1), full1);
+    loader.start_epoch(2);
+    ASSERT_TRUE(loader.next().has_value());
+  }  // destructor joins with work outstanding
+}
+
+TEST(Loader, WorkerErrorSurfacesFromNext) {
+  const Dataset good = tagged_dataset(20);
+  const Dataset bad{good.images, at::arange(20, at::kFloat), 20};  // labels must be int64
+  for (int workers : {0, 2}) {
+    Loader loader(bad, opts(workers, 8));
+    loader.start_epoch(0);
+    EXPECT_THROW(loader.next(), std::exception);
+  }
+  for (int workers : {0, 2}) {
+    // The failure does not poison the loader: the rest of the epoch still reports errors
+    // one batch at a time, then the epoch ends.
+    Loader loader(bad, opts(workers, 8));
+    loader.start_epoch(0);
+    int errors = 0;
+    for (int i = 0; i < 3; ++i) {
+      try {
+        loader.next();
+      } catch (const std::exception&) {
+        ++errors;
+      }
+    }
+    EXPECT_EQ(errors, 3);
+    EXPECT_FALSE(loader.next().has_value());
+  }
+}
+
+TEST(Loader, RejectsBadOptions) {
+  const Dataset d = tagged_dataset(10);
+  LoaderOptions o = opts(1);
+  o.rank = 2;
+  o.world_size = 2;
+  EXPECT_THROW(Loader l(d, o), std::invalid_argument);
+  o = opts(1);
+  o.batch_size = 0;
+  EXPECT_THROW(Loader l(d, o), std::invalid_argument);
+  Loader fine(d, opts(1));
+  EXPECT_THROW(fine.next(), std::logic_error);
+}

@@ -1,0 +1,183 @@
+// The `kiln` command end to end: validate, plan, plugins list/describe, real (small) training
+// runs with metrics, the plain-C plugin in a pipeline, and the exit codes and messages of bad
+// input.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <boost/filesystem.hpp>
+#include <fstream>
+#include <regex>
+#include <sstream>
+
+#include "kiln_test_paths.h"
+
+namespace fs = boost::filesystem;  // libtorch exports clashing std::filesystem symbols
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;  // stdout and stderr together
+};
+
+Result kiln(const std::string& args, const std::string& env = "") {
+  std::string command = env + " " KILN_CLI " " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+std::string pipeline(const std::string& name) {
+  return std::string(KILN_SOURCE_DIR) + "/tests/pipelines/" + name;
+}
+
+fs::path temp_dir() {
+  fs::path dir = fs::temp_directory_path() /
+                 ("kiln_cli_" + std::to_string(::getpid()) + "_" +
+                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::create_directories(dir);
+  return dir;
+}
+
+std::string write(const fs::path& path, const std::string& text) {
+  std::ofstream(path.string()) << text;
+  return path.string();
+}
+
+TEST(Cli, ValidatesTheQuickstart) {
+  Result r = kiln("validate " + std::string(KILN_SOURCE_DIR) + "/configs/quickstart.toml");
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(": ok (model resnet, optimizer sgd, lr_policy step, norm batchnorm, "
+                          "precision fp32)"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(Cli, PlanShowsResolvedOptionsAndGroups) {
+  Result r = kiln("plan " + pipeline("synthetic_mlp.toml"));
+  EXPECT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("momentum = 0.9"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dampening = 0.0"), std::string::npos) << r.output;  // a default
+  EXPECT_NE(r.output.find("# parameter groups"), std::string::npos) << r.output;
+  // mlp hidden [64] on 1x28x28: 784*64+64 + 64*10+10 = 50890 elements in 4 tensors.
+  EXPECT_NE(r.output.find("default    4 tensors, 50890 elements"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("# batch: 64 per step"), std::string::npos) << r.output;
+}
+
+TEST(Cli, ListsAndDescribesPlugins) {
+  Result list = kiln("plugins list");
+  EXPECT_EQ(list.code, 0) << list.output;
+  for (const char* name : {"sgd", "step", "cosine", "fp32", "batchnorm", "mlp", "resnet"}) {
+    EXPECT_NE(list.output.find(std::string("\n") + name + " "), std::string::npos) << name;
+  }
+  Result describe = kiln("plugins describe sgd");
+  EXPECT_EQ(describe.code, 0) << describe.output;
+  EXPECT_NE(describe.output.find("sgd (optimizer)"), std::string::npos) << describe.output;
+  EXPECT_NE(describe.output.find("momentum"), std::string::npos) << describe.output;
+  EXPECT_NE(describe.output.find("nesterov"), std::string::npos) << describe.output;
+  Result unknown = kiln("plugins describe sdg");
+  EXPECT_EQ(unknown.code, 2);
+  EXPECT_NE(unknown.output.find("error: no plugin component named 'sdg'; available: "),
+            std::string::npos)
+      << unknown.output;
+}
+
+TEST(Cli, TrainsAndWritesMetrics) {
+  fs::path dir = temp_dir();
+  fs::path metrics = dir / "metrics.jsonl";
+  Result r = kiln("run " + pipeline("synthetic_mlp.toml") + " --metrics " + metrics.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("samples/s  ETA"), std::string::npos) << r.output;
+  std::ifstream in(metrics);
+  std::string line;
+  int steps = 0, evals = 0;
+  double last_accuracy = 0.0;
+  const std::regex step_re(
+      R"(\{"type":"step","step":(\d+),"epoch":(\d+),"loss":[-0-9.e]+,"lr":\[[-0-9.e]+\],)"
+      R"("step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+\})");
+  const std::regex eval_re(
+      R"(\{"type":"eval","epoch":(\d+),"step":(\d+),"accuracy":([-0-9.e]+),"loss":[-0-9.e]+\})");
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_match(line, m, step_re)) {
+      ++steps;
+      EXPECT_EQ(std::stoi(m[1]), steps);
+    } else if (std::regex_match(line, m, eval_re)) {
+      ++evals;
+      last_accuracy = std::stod(m[3]);
+    } else {
+      ADD_FAILURE() << "unexpected metrics line: " << line;
+    }
+  }
+  EXPECT_EQ(steps, 32);  // 2 epochs x 1024/64
+  EXPECT_EQ(evals, 2);
+  // Synthetic classes are separable: a working loop learns them well above chance (10%).
+  EXPECT_GT(last_accuracy, 0.9) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, TrainsWithThePlainCOptimizerPlugin) {
+  const std::string good = std::string(KILN_TEST_PLUGIN_DIR) + "/good";
+  Result r = kiln("run " + pipeline("c_plugin.toml"), "KILN_PLUGIN_PATH=" + good);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(final test accuracy: ([0-9.]+)%)")))
+      << r.output;
+  EXPECT_GT(std::stod(m[1]), 50.0) << r.output;
+  // Without the folder, the pipeline's optimizer is unknown and the user is told what exists.
+  Result missing = kiln("validate " + pipeline("c_plugin.toml"));
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_NE(missing.output.find("optimizer.name: unknown optimizer 'c_sgd'"), std::string::npos)
+      << missing.output;
+  // The pipeline may name the folder itself.
+  Result by_key = kiln("validate " + pipeline("c_plugin.toml") + " --set 'plugins.paths=[\"" +
+                       good + "\"]'");
+  EXPECT_EQ(by_key.code, 0) << by_key.output;
+}
+
+TEST(Cli, ConfigErrorsNameFileLineColumnAndKey) {
+  fs::path dir = temp_dir();
+  std::string file = write(dir / "typo.toml",
+                           "[model]\nname = \"mlp\"\n\n[optimizer]\nname = \"sgd\"\nmomentun = "
+                           "0.5\nlr = \"fast\"\n");
+  Result r = kiln("validate " + file);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.output, file + ":6:1: optimizer.momentun: unknown key; did you mean 'momentum'?\n" +
+                          file + ":7:6: optimizer.lr: expected float, found string\n");
+  Result over = kiln("validate " + pipeline("synthetic_mlp.toml") + " --set optimizer.lr=-1");
+  EXPECT_EQ(over.code, 2);
+  EXPECT_EQ(over.output,
+            "--set optimizer.lr=-1: optimizer.lr: value -1 is out of range; expected > 0\n");
+  fs::remove_all(dir);
+}
+
+TEST(Cli, RefusesABrokenPluginBeforeTraining) {
+  fs::path dir = temp_dir();
+  fs::copy_file(std::string(KILN_TEST_PLUGIN_DIR) + "/libbad_init.so", dir / "libbad_init.so");
+  Result r = kiln("run " + pipeline("synthetic_mlp.toml"), "KILN_PLUGIN_PATH=" + dir.string());
+  EXPECT_EQ(r.code, 3);
+  EXPECT_NE(r.output.find("error: plugin refused: " + (dir / "libbad_init.so").string() +
+                          ": init failed: init refused: no licence file"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("training"), std::string::npos) << r.output;
+  fs::remove_all(dir);
+}
+
+TEST(Cli, RefusesAComponentThatCannotRunOnTheDevice) {
+  // Without a GPU, asking for cuda is refused with the reason before any data is read.
+  Result r = kiln("validate " + pipeline("synthetic_mlp.toml") + " --set run.device=cuda");
+  if (r.code == 0) GTEST_SKIP() << "this machine has a CUDA device";
+  EXPECT_EQ(r.code, 2);
+  EXPECT_NE(r.output.find("error: run.device = \"cuda\" but no CUDA device is available"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace

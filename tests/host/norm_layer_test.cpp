@@ -1,0 +1,129 @@
+// The norm adapter (plugin forward/backward behind a custom autograd function) with the batchnorm
+// plugin equals PyTorch's own batch norm (ATen's, the implementation under torch.nn.BatchNorm2d)
+// in output, input/weight/bias gradients and running statistics, to 1e-5.
+#include <ATen/Functions.h>
+#include <gtest/gtest.h>
+
+#include "kiln_test_paths.h"
+#include "plugin/host_api.hpp"
+#include "plugin/loader.hpp"
+#include "plugin/norm_layer.hpp"
+
+namespace {
+
+using kiln::config::OptionSet;
+using kiln::config::Value;
+
+const kiln::plugin::Component& batchnorm() {
+  static kiln::plugin::Loader loader(kiln::plugin::host_api());
+  static kiln::plugin::Registry registry = [] {
+    kiln::plugin::Registry r;
+    loader.load_library(std::string(KILN_PLUGIN_DIR) + "/libkiln_batchnorm.so", r);
+    return r;
+  }();
+  return *registry.find(KILN_COMPONENT_NORM, "batchnorm");
+}
+
+OptionSet options(double momentum, double eps) {
+  OptionSet o;
+  Value v;
+  v.type = KILN_OPT_FLOAT;
+  v.float_value = momentum;
+  o.set("momentum", v);
+  v.float_value = eps;
+  o.set("eps", v);
+  Value b;
+  b.type = KILN_OPT_BOOL;
+  b.bool_value = true;
+  o.set("affine", b);
+  o.set("track_running_stats", b);
+  return o;
+}
+
+void expect_close(const at::Tensor& a, const at::Tensor& b, double tol, const char* what) {
+  ASSERT_EQ(a.sizes(), b.sizes()) << what;
+  double diff = (a - b).abs().max().item<double>();
+  double scale = std::max(1.0, b.abs().max().item<double>());
+  EXPECT_LE(diff, tol * scale) << what;
+}
+
+struct Case {
+  std::vector<int64_t> shape;
+  int32_t activation;
+  double param;
+};
+
+class NormLayerVsTorch : public ::testing::TestWithParam<Case> {};
+
+TEST_P(NormLayerVsTorch, ForwardBackwardAndRunningStatsMatch) {
+  const Case& c = GetParam();
+  at::manual_seed(7);
+  const int64_t channels = c.shape[1];
+  kiln_norm_request request{sizeof(kiln_norm_request), channels, c.activation, 0, c.param};
+  kiln::plugin::PluginNormLayer layer(batchnorm(), options(0.1, 1e-5), request);
+
+  // The reference: ATen batch norm with its own parameters and buffers, same initial values.
+  at::Tensor w_ref = (at::rand({channels}) + 0.5).requires_grad_();
+  at::Tensor b_ref = at::randn({channels}).requires_grad_();
+  auto params = layer.named_parameters();
+  {
+    at::NoGradGuard no_grad;
+    params["weight"].copy_(w_ref);
+    params["bias"].copy_(b_ref);
+  }
+  at::Tensor rm_ref = at::zeros({channels}), rv_ref = at::ones({channels});
+
+  for (int step = 0; step < 3; ++step) {
+    at::Tensor x = at::randn(c.shape) * 3 + 1;
+    at::Tensor x_ref = x.clone().requires_grad_();
+    at::Tensor x_k = x.clone().requires_grad_();
+    at::Tensor g = at::randn(c.shape);
+
+    at::Tensor y_ref = at::batch_norm(x_ref, w_ref, b_ref, rm_ref, rv_ref, true, 0.1, 1e-5, false);
+    if (c.activation == KILN_ACT_RELU) y_ref = at::relu(y_ref);
+    if (c.activation == KILN_ACT_LEAKY_RELU) y_ref = at::leaky_relu(y_ref, c.param);
+    at::Tensor y_k = layer.forward(x_k);
+    expect_close(y_k, y_ref, 1e-5, "output");
+
+    (y_ref * g).sum().backward();
+    (y_k * g).sum().backward();
+    expect_close(x_k.grad(), x_ref.grad(), 1e-5, "grad input");
+    expect_close(params["weight"].grad(), w_ref.grad(), 1e-5, "grad weight");
+    expect_close(params["bias"].grad(), b_ref.grad(), 1e-5, "grad bias");
+    expect_close(layer.running_mean, rm_ref, 1e-5, "running mean");
+    expect_close(layer.running_var, rv_ref, 1e-5, "running var");
+    params["weight"].mutable_grad() = at::Tensor();
+    params["bias"].mutable_grad() = at::Tensor();
+    w_ref.mutable_grad() = at::Tensor();
+    b_ref.mutable_grad() = at::Tensor();
+  }
+
+  // Evaluation mode normalises with the running statistics.
+  layer.eval();
+  at::Tensor x = at::randn(c.shape);
+  at::Tensor y_ref = at::batch_norm(x, w_ref.detach(), b_ref.detach(), rm_ref, rv_ref, false, 0.1,
+                                    1e-5, false);
+  if (c.activation == KILN_ACT_RELU) y_ref = at::relu(y_ref);
+  if (c.activation == KILN_ACT_LEAKY_RELU) y_ref = at::leaky_relu(y_ref, c.param);
+  at::NoGradGuard no_grad;
+  expect_close(layer.forward(x), y_ref, 1e-5, "eval output");
+}
+
+INSTANTIATE_TEST_SUITE_P(Shapes, NormLayerVsTorch,
+                         ::testing::Values(Case{{8, 4, 5, 5}, KILN_ACT_NONE, 0.0},
+                                           Case{{8, 4, 5, 5}, KILN_ACT_RELU, 0.0},
+                                           Case{{16, 6}, KILN_ACT_LEAKY_RELU, 0.01},
+                                           Case{{2, 3, 7, 3}, KILN_ACT_NONE, 0.0}));
+
+TEST(NormLayer, ParametersAndBuffersAreNamedAsTorchNamesThem) {
+  kiln_norm_request request{sizeof(kiln_norm_request), 5, KILN_ACT_NONE, 0, 0.0};
+  kiln::plugin::PluginNormLayer layer(batchnorm(), options(0.1, 1e-5), request);
+  auto params = layer.named_parameters();
+  auto buffers = layer.named_buffers();
+  EXPECT_TRUE(params.contains("weight"));
+  EXPECT_TRUE(params.contains("bias"));
+  EXPECT_TRUE(buffers.contains("running_mean"));
+  EXPECT_TRUE(buffers.contains("running_var"));
+}
+
+}  // namespace

@@ -1,0 +1,125 @@
+// The mlp model plugin through its C ABI.
+#include <ATen/Functions.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "model_checks.hpp"
+#include "model_plugin.hpp"
+
+namespace kiln_test {
+namespace {
+
+const ModelPlugin& mlp() { return ModelPlugin::get("libkiln_mlp.so"); }
+
+std::shared_ptr<kiln::Model> build(OptionSet options, int64_t c, int64_t h, int64_t w,
+                                   int64_t classes = 10) {
+  Created created = mlp().create(options, c, h, w, classes);
+  if (created.status) throw std::runtime_error("create failed: " + created.status->message);
+  return created.model;
+}
+
+int32_t create_error(OptionSet options, int64_t classes = 10) {
+  Created created = mlp().create(options, 1, 28, 28, classes);
+  EXPECT_EQ(created.model, nullptr);
+  return created.status ? created.status->code : KILN_OK;
+}
+
+TEST(MlpTest, OutputShapeForBothInputs) {
+  for (auto [c, h, w] : {std::tuple<int64_t, int64_t, int64_t>{1, 28, 28}, {3, 32, 32}}) {
+    auto model = build(OptionSet(), c, h, w);
+    at::Tensor logits = model->forward(at::randn({4, c, h, w}));
+    EXPECT_EQ(logits.sizes(), at::IntArrayRef({4, 10}));
+  }
+}
+
+TEST(MlpTest, DefaultsGiveTwoHiddenLayersWithDocumentedNames) {
+  auto model = build(OptionSet(), 1, 28, 28);
+  EXPECT_EQ(parameter_names(*model),
+            (std::set<std::string>{"layers.0.linear.weight", "layers.0.linear.bias",
+                                   "layers.1.linear.weight", "layers.1.linear.bias", "head.weight",
+                                   "head.bias"}));
+  EXPECT_EQ(parameter_count(*model), 784 * 256 + 256 + 256 * 128 + 128 + 128 * 10 + 10);
+  EXPECT_EQ(model->block_names(), (std::vector<std::string>{"layers.0", "layers.1"}));
+  EXPECT_EQ(parameter(*model, "layers.0.linear.weight").sizes(), at::IntArrayRef({256, 784}));
+}
+
+TEST(MlpTest, ComputesReluLayersThenHead) {
+  auto model = build(OptionSet().int_list("hidden", {8}), 1, 4, 4, 3);
+  at::Tensor x = at::randn({5, 1, 4, 4});
+  at::Tensor h =
+      at::relu(at::matmul(x.reshape({5, 16}), parameter(*model, "layers.0.linear.weight").t()) +
+               parameter(*model, "layers.0.linear.bias"));
+  at::Tensor expected =
+      at::matmul(h, parameter(*model, "head.weight").t()) + parameter(*model, "head.bias");
+  EXPECT_TRUE(at::allclose(model->forward(x), expected, 1e-5, 1e-6));
+}
+
+TEST(MlpTest, InitialisesLikeTorchLinear) {
+  auto model = build(OptionSet(), 1, 28, 28);
+  // kaiming_uniform_(a=√5) and the bias both draw from U(±1/√fan_in).
+  for (auto [name, fan_in] : {std::pair<std::string, int64_t>{"layers.0.linear.weight", 784},
+                              {"layers.1.linear.weight", 256},
+                              {"layers.1.linear.bias", 256},
+                              {"head.weight", 128}}) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    const double max = parameter(*model, name).abs().max().item<double>();
+    EXPECT_LE(max, bound) << name;
+    EXPECT_GT(max, 0.9 * bound) << name;
+  }
+}
+
+TEST(MlpTest, NormOptionAsksForReluNormLayers) {
+  norm_requests().clear();
+  auto plain = build(OptionSet().int_list("hidden", {32, 16}), 1, 28, 28);
+  EXPECT_TRUE(norm_requests().empty());
+  auto normed = build(OptionSet().int_list("hidden", {32, 16}).boolean("norm", true), 1, 28, 28);
+  ASSERT_EQ(norm_requests().size(), 2u);
+  EXPECT_EQ(norm_requests()[0].num_features, 32);
+  EXPECT_EQ(norm_requests()[1].num_features, 16);
+  for (const kiln_norm_request& r : norm_requests()) EXPECT_EQ(r.activation, KILN_ACT_RELU);
+  EXPECT_EQ(parameter_names(*normed).count("layers.1.norm.weight"), 1u);
+  EXPECT_EQ(parameter_count(*normed), parameter_count(*plain) + 2 * (32 + 16));
+}
+
+TEST(MlpTest, BackwardReachesEveryParameter) {
+  auto model = build(OptionSet().boolean("norm", true).floating("dropout", 0.2), 3, 32, 32);
+  expect_trains(*model, 4, 3, 32, 32, 10);
+}
+
+TEST(MlpTest, DropoutOnlyWhileTraining) {
+  auto model = build(OptionSet().floating("dropout", 0.5), 1, 28, 28);
+  at::Tensor x = at::randn({8, 1, 28, 28});
+  EXPECT_FALSE(at::equal(model->forward(x), model->forward(x)));
+  model->eval();
+  EXPECT_TRUE(at::equal(model->forward(x), model->forward(x)));
+}
+
+TEST(MlpTest, EmptyHiddenIsALinearClassifier) {
+  auto model = build(OptionSet().int_list("hidden", {}), 1, 28, 28);
+  EXPECT_TRUE(model->block_names().empty());
+  EXPECT_EQ(parameter_count(*model), 784 * 10 + 10);
+  EXPECT_EQ(model->forward(at::randn({2, 1, 28, 28})).sizes(), at::IntArrayRef({2, 10}));
+}
+
+TEST(MlpTest, RejectsInvalidOptions) {
+  EXPECT_EQ(create_error(OptionSet().floating("dropout", 1.0)), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().floating("dropout", -0.1)), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().int_list("hidden", {64, 0})), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().integer("hidden", 64)), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet(), /*classes=*/0), KILN_ERR_INVALID_ARGUMENT);
+}
+
+TEST(MlpTest, ReportsNormLayerFailure) {
+  fail_norm_layers() = true;
+  const int32_t code = create_error(OptionSet().boolean("norm", true));
+  fail_norm_layers() = false;
+  // The host's own code (the fake host fails with INTERNAL) reaches the caller unchanged.
+  EXPECT_EQ(code, KILN_ERR_INTERNAL);
+}
+
+}  // namespace
+}  // namespace kiln_test

@@ -1,0 +1,143 @@
+// The resnet model plugin through its C ABI.
+#include <ATen/Functions.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "model_checks.hpp"
+#include "model_plugin.hpp"
+
+namespace kiln_test {
+namespace {
+
+const ModelPlugin& resnet() { return ModelPlugin::get("libkiln_resnet.so"); }
+
+std::shared_ptr<kiln::Model> build(OptionSet options, int64_t c, int64_t h, int64_t w,
+                                   int64_t classes = 10) {
+  Created created = resnet().create(options, c, h, w, classes);
+  if (created.status) throw std::runtime_error("create failed: " + created.status->message);
+  return created.model;
+}
+
+int32_t create_error(OptionSet options) {
+  Created created = resnet().create(options, 3, 32, 32, 10);
+  EXPECT_EQ(created.model, nullptr);
+  return created.status ? created.status->code : KILN_OK;
+}
+
+const std::vector<std::string> kFourStages{"stem", "layer1", "layer2", "layer3", "layer4"};
+
+TEST(ResNetTest, SmallOutputShapeForBothInputs) {
+  for (auto [c, h, w] : {std::tuple<int64_t, int64_t, int64_t>{1, 28, 28}, {3, 32, 32}}) {
+    auto model = build(OptionSet(), c, h, w);
+    EXPECT_EQ(model->forward(at::randn({2, c, h, w})).sizes(), at::IntArrayRef({2, 10}));
+    EXPECT_EQ(model->block_names(),
+              (std::vector<std::string>{"stem", "layer1", "layer2", "layer3"}));
+  }
+}
+
+TEST(ResNetTest, SmallFollowsWidthAndBlocks) {
+  auto model = build(OptionSet().integer("width", 8).int_list("blocks", {2, 1}), 1, 28, 28);
+  EXPECT_EQ(model->block_names(), (std::vector<std::string>{"stem", "layer1", "layer2"}));
+  EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({8, 1, 3, 3}));
+  EXPECT_EQ(parameter(*model, "layer1.1.conv2.weight").sizes(), at::IntArrayRef({8, 8, 3, 3}));
+  EXPECT_EQ(parameter(*model, "layer2.0.conv1.weight").sizes(), at::IntArrayRef({16, 8, 3, 3}));
+  EXPECT_EQ(parameter(*model, "layer2.0.downsample.0.weight").sizes(),
+            at::IntArrayRef({16, 8, 1, 1}));
+  EXPECT_EQ(parameter(*model, "layer2.0.downsample.1.weight").sizes(), at::IntArrayRef({16}));
+  EXPECT_EQ(parameter(*model, "fc.weight").sizes(), at::IntArrayRef({10, 16}));
+  // Stride 1 and equal widths: the first stage keeps the identity shortcut.
+  EXPECT_EQ(parameter_names(*model).count("layer1.0.downsample.0.weight"), 0u);
+  EXPECT_EQ(model->forward(at::randn({2, 1, 28, 28})).sizes(), at::IntArrayRef({2, 10}));
+}
+
+TEST(ResNetTest, SmallAsksForNormLayersWithTheirActivations) {
+  norm_requests().clear();
+  build(OptionSet(), 3, 32, 32);
+  // stem; layer1.0: bn1, bn2; layer2.0 and layer3.0: bn1, bn2, downsample.1.
+  const std::vector<std::pair<int64_t, int32_t>> expected{
+      {16, KILN_ACT_RELU}, {16, KILN_ACT_RELU}, {16, KILN_ACT_NONE},
+      {32, KILN_ACT_RELU}, {32, KILN_ACT_NONE}, {32, KILN_ACT_NONE},
+      {64, KILN_ACT_RELU}, {64, KILN_ACT_NONE}, {64, KILN_ACT_NONE}};
+  std::vector<std::pair<int64_t, int32_t>> got;
+  for (const kiln_norm_request& r : norm_requests()) got.emplace_back(r.num_features, r.activation);
+  EXPECT_EQ(got, expected);
+}
+
+TEST(ResNetTest, SmallBackwardReachesEveryParameter) {
+  auto model = build(OptionSet().int_list("blocks", {2, 1, 1}), 1, 28, 28);
+  expect_trains(*model, 4, 1, 28, 28, 10);
+}
+
+TEST(ResNetTest, InitialisesLikeTorchDefaults) {
+  auto model = build(OptionSet(), 3, 32, 32);
+  for (auto [name, fan_in] : {std::pair<std::string, int64_t>{"stem.conv1.weight", 3 * 9},
+                              {"layer2.0.conv2.weight", 32 * 9},
+                              {"fc.weight", 64},
+                              {"fc.bias", 64}}) {
+    const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
+    const double max = parameter(*model, name).abs().max().item<double>();
+    EXPECT_LE(max, bound) << name;
+    EXPECT_GT(max, 0.8 * bound) << name;
+  }
+}
+
+TEST(ResNetTest, Resnet18MatchesTorchvisionAt224) {
+  auto model = build(OptionSet().string("depth", "18"), 3, 224, 224);
+  EXPECT_EQ(parameter_count(*model), 11181642);
+  EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({64, 3, 7, 7}));
+  EXPECT_EQ(parameter(*model, "layer4.1.conv2.weight").sizes(), at::IntArrayRef({512, 512, 3, 3}));
+  EXPECT_EQ(model->block_names(), kFourStages);
+}
+
+TEST(ResNetTest, Resnet50MatchesTorchvisionAt224) {
+  auto model = build(OptionSet().string("depth", "50"), 3, 224, 224);
+  EXPECT_EQ(parameter_count(*model), 23528522);
+  EXPECT_EQ(parameter(*model, "layer1.0.downsample.0.weight").sizes(),
+            at::IntArrayRef({256, 64, 1, 1}));
+  EXPECT_EQ(parameter(*model, "layer3.5.conv3.weight").sizes(), at::IntArrayRef({1024, 256, 1, 1}));
+  EXPECT_EQ(parameter(*model, "fc.weight").sizes(), at::IntArrayRef({10, 2048}));
+  EXPECT_EQ(model->block_names(), kFourStages);
+}
+
+TEST(ResNetTest, Resnet18TrainsOnSmallImages) {
+  auto model = build(OptionSet().string("depth", "18"), 3, 32, 32);
+  // Small images get a 3×3 stride-1 stem and no maxpool.
+  EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({64, 3, 3, 3}));
+  expect_trains(*model, 2, 3, 32, 32, 10);
+}
+
+TEST(ResNetTest, Resnet18ImageNetStemRunsAt64) {
+  auto model = build(OptionSet().string("depth", "18"), 1, 64, 64, 5);
+  EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({64, 1, 7, 7}));
+  EXPECT_EQ(model->forward(at::randn({2, 1, 64, 64})).sizes(), at::IntArrayRef({2, 5}));
+}
+
+TEST(ResNetTest, Resnet50TrainsOnSmallImages) {
+  auto model = build(OptionSet().string("depth", "50"), 3, 32, 32);
+  expect_trains(*model, 2, 3, 32, 32, 10);
+}
+
+TEST(ResNetTest, RejectsInvalidOptions) {
+  EXPECT_EQ(create_error(OptionSet().int_list("blocks", {})), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().int_list("blocks", {1, 0})), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().integer("width", 0)), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().integer("width", int64_t{1} << 40)),
+            KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().string("depth", "34")), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().integer("depth", 18)), KILN_ERR_INVALID_ARGUMENT);
+}
+
+TEST(ResNetTest, ReportsNormLayerFailure) {
+  fail_norm_layers() = true;
+  const int32_t code = create_error(OptionSet());
+  fail_norm_layers() = false;
+  // The host's own code (the fake host fails with INTERNAL) reaches the caller unchanged.
+  EXPECT_EQ(code, KILN_ERR_INTERNAL);
+}
+
+}  // namespace
+}  // namespace kiln_test
