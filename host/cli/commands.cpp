@@ -68,12 +68,15 @@ bool resolve(const PipelineArgs& args, Plugins& plugins, config::Pipeline& pipel
 
 std::string caps_text(uint64_t f) {
   std::vector<std::string> parts;
-  const std::pair<uint64_t, const char*> names[] = {
-      {KILN_CAP_DEVICE_CPU, "cpu"},       {KILN_CAP_DEVICE_CUDA, "cuda"},
-      {KILN_CAP_DTYPE_F32, "fp32"},       {KILN_CAP_DTYPE_F16, "fp16"},
-      {KILN_CAP_DTYPE_BF16, "bf16"},      {KILN_CAP_DTYPE_F64, "fp64"},
-      {KILN_CAP_NEEDS_COLLECTIVES, "collectives"}, {KILN_CAP_IN_PLACE, "in-place"},
-      {KILN_CAP_MULTI_TENSOR, "multi-tensor"}};
+  const std::pair<uint64_t, const char*> names[] = {{KILN_CAP_DEVICE_CPU, "cpu"},
+                                                    {KILN_CAP_DEVICE_CUDA, "cuda"},
+                                                    {KILN_CAP_DTYPE_F32, "fp32"},
+                                                    {KILN_CAP_DTYPE_F16, "fp16"},
+                                                    {KILN_CAP_DTYPE_BF16, "bf16"},
+                                                    {KILN_CAP_DTYPE_F64, "fp64"},
+                                                    {KILN_CAP_NEEDS_COLLECTIVES, "collectives"},
+                                                    {KILN_CAP_IN_PLACE, "in-place"},
+                                                    {KILN_CAP_MULTI_TENSOR, "multi-tensor"}};
   for (const auto& [bit, name] : names) {
     if (f & bit) parts.emplace_back(name);
   }
@@ -82,14 +85,22 @@ std::string caps_text(uint64_t f) {
 
 const char* type_text(int32_t type) {
   switch (type) {
-    case KILN_OPT_BOOL: return "bool";
-    case KILN_OPT_INT: return "int";
-    case KILN_OPT_FLOAT: return "float";
-    case KILN_OPT_STRING: return "string";
-    case KILN_OPT_INT_LIST: return "int list";
-    case KILN_OPT_FLOAT_LIST: return "float list";
-    case KILN_OPT_STRING_LIST: return "string list";
-    default: return "?";
+    case KILN_OPT_BOOL:
+      return "bool";
+    case KILN_OPT_INT:
+      return "int";
+    case KILN_OPT_FLOAT:
+      return "float";
+    case KILN_OPT_STRING:
+      return "string";
+    case KILN_OPT_INT_LIST:
+      return "int list";
+    case KILN_OPT_FLOAT_LIST:
+      return "float list";
+    case KILN_OPT_STRING_LIST:
+      return "string list";
+    default:
+      return "?";
   }
 }
 
@@ -183,9 +194,12 @@ int plugins_describe(const std::string& name, const std::vector<std::string>& ex
   for (size_t i = 0; i < d->option_count; ++i) {
     const kiln_option_spec& o = d->options[i];
     std::string range;
-    if (o.has_min && o.has_max) range = fmt::format(" in [{}, {}]", o.min, o.max);
-    else if (o.has_min) range = fmt::format(" >= {}", o.min);
-    else if (o.has_max) range = fmt::format(" <= {}", o.max);
+    if (o.has_min && o.has_max)
+      range = fmt::format(" in [{}, {}]", o.min, o.max);
+    else if (o.has_min)
+      range = fmt::format(" >= {}", o.min);
+    else if (o.has_max)
+      range = fmt::format(" <= {}", o.max);
     if (o.choices != nullptr) range += fmt::format(" one of: {}", o.choices);
     fmt::print("    {:<18} {:<11} default {:<10}{}  {}\n", o.name, type_text(o.type),
                o.default_value != nullptr ? o.default_value : "(required)", range,

@@ -1,6 +1,7 @@
 // `kiln`: run, validate and plan TOML pipelines; list and describe plugins.
-#include <CLI/CLI.hpp>
 #include <torch/version.h>
+
+#include <CLI/CLI.hpp>
 
 #include "cli/commands.hpp"
 #include "io/log.hpp"

@@ -36,7 +36,7 @@ struct Value {
   std::vector<double> float_list;
   std::vector<std::string> string_list;
   SourcePos pos;
-  bool is_default = false;  // filled from the schema default
+  bool is_default = false;      // filled from the schema default
   std::string to_toml() const;  // the value as a TOML literal ("0.9", "\"x\"", "[1, 2]")
 };
 

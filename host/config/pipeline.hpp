@@ -12,22 +12,22 @@ namespace kiln::config {
 
 // The component chosen for one slot of the pipeline ("optimizer", "model", ...).
 struct ComponentChoice {
-  std::string section;                        // TOML table name
+  std::string section;                           // TOML table name
   const plugin::Component* component = nullptr;  // from the registry
-  OptionSet core;                             // the section's core keys (e.g. optimizer.lr)
-  OptionSet options;                          // the component's own options
-  SourcePos name_pos;                         // where `name` was set
+  OptionSet core;                                // the section's core keys (e.g. optimizer.lr)
+  OptionSet options;                             // the component's own options
+  SourcePos name_pos;                            // where `name` was set
 };
 
 struct Pipeline {
-  std::string path;       // the TOML file
-  OptionSet run;          // [run]
-  OptionSet data;         // [data]
-  ComponentChoice model;  // [model]
-  ComponentChoice norm;   // [norm]
-  ComponentChoice optimizer;  // [optimizer]
-  ComponentChoice lr_policy;  // [lr_policy]
-  ComponentChoice precision;  // [precision]
+  std::string path;                       // the TOML file
+  OptionSet run;                          // [run]
+  OptionSet data;                         // [data]
+  ComponentChoice model;                  // [model]
+  ComponentChoice norm;                   // [norm]
+  ComponentChoice optimizer;              // [optimizer]
+  ComponentChoice lr_policy;              // [lr_policy]
+  ComponentChoice precision;              // [precision]
   std::vector<std::string> plugin_paths;  // [plugins] paths: extra plugin folders
 };
 

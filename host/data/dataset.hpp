@@ -10,8 +10,8 @@ namespace kiln::data {
 
 // Images are kept as uint8 N×C×H×W (what IDX stores); batches are normalised floats.
 struct Dataset {
-  at::Tensor images;       // uint8, N×C×H×W, contiguous, CPU
-  at::Tensor labels;       // int64, N, CPU
+  at::Tensor images;  // uint8, N×C×H×W, contiguous, CPU
+  at::Tensor labels;  // int64, N, CPU
   int64_t num_classes = 0;
   int64_t size() const { return labels.size(0); }
 };

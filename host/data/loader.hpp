@@ -13,19 +13,19 @@
 namespace kiln::data {
 
 struct LoaderOptions {
-  int64_t batch_size = 128;   // per rank
-  bool shuffle = true;        // reshuffle every epoch from (seed, epoch)
-  bool drop_last = false;     // drop a last incomplete batch
+  int64_t batch_size = 128;  // per rank
+  bool shuffle = true;       // reshuffle every epoch from (seed, epoch)
+  bool drop_last = false;    // drop a last incomplete batch
   uint64_t seed = 0;
-  int workers = 2;            // threads assembling batches (0: assemble on the caller's thread)
-  int prefetch = 4;           // batches ready ahead of the consumer
-  int64_t crop_padding = 0;   // >0: random crop after zero padding by this many pixels
-  bool flip = false;          // random horizontal flip
-  double mean = 0.0;          // normalisation: (x/255 - mean) / std
+  int workers = 2;           // threads assembling batches (0: assemble on the caller's thread)
+  int prefetch = 4;          // batches ready ahead of the consumer
+  int64_t crop_padding = 0;  // >0: random crop after zero padding by this many pixels
+  bool flip = false;         // random horizontal flip
+  double mean = 0.0;         // normalisation: (x/255 - mean) / std
   double std = 1.0;
-  int rank = 0;               // this rank's shard of world_size disjoint shards; shards are
-  int world_size = 1;         // padded (wrapping around) to equal length
-  bool pin_memory = false;    // allocate batches in pinned memory (for CUDA copies)
+  int rank = 0;             // this rank's shard of world_size disjoint shards; shards are
+  int world_size = 1;       // padded (wrapping around) to equal length
+  bool pin_memory = false;  // allocate batches in pinned memory (for CUDA copies)
 };
 
 struct Batch {

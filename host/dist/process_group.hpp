@@ -3,11 +3,10 @@
 #pragma once
 
 #include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include <chrono>
 #include <string>
-
-#include <c10/util/intrusive_ptr.h>
 
 namespace c10d {
 class Store;

@@ -19,8 +19,7 @@ c10::Device resolve_device(const std::string& wanted) {
 void check_pipeline(const config::Pipeline& p, c10::Device device) {
   for (const config::ComponentChoice* choice : {&p.model, &p.norm, &p.optimizer, &p.precision}) {
     // LR policies compute scalars on the host, so their device bits say nothing about tensors.
-    std::string problem =
-        plugin::capability_problem(*choice->component, device.type(), at::kFloat);
+    std::string problem = plugin::capability_problem(*choice->component, device.type(), at::kFloat);
     if (!problem.empty()) throw PipelineError(problem);
   }
   plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());

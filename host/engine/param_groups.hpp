@@ -10,9 +10,9 @@
 namespace kiln::engine {
 
 struct ParamGroup {
-  std::string name;            // shown by `kiln plan`
-  double lr_scale = 1.0;       // group lr = schedule lr × lr_scale
-  double decay_scale = 1.0;    // group weight decay = base × decay_scale
+  std::string name;          // shown by `kiln plan`
+  double lr_scale = 1.0;     // group lr = schedule lr × lr_scale
+  double decay_scale = 1.0;  // group weight decay = base × decay_scale
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
 };

@@ -1,11 +1,11 @@
 #include "io/metrics.hpp"
 
+#include <fmt/format.h>
+
 #include <cerrno>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
-
-#include <fmt/format.h>
 
 namespace kiln::io {
 namespace {
@@ -33,8 +33,9 @@ void MetricsWriter::write(const StepRecord& r) {
 
 void MetricsWriter::write(const EvalRecord& r) {
   if (!enabled()) return;
-  out_ << fmt::format("{{\"type\":\"eval\",\"epoch\":{},\"step\":{},\"accuracy\":{},\"loss\":{}}}\n",
-                      r.epoch, r.step, num(r.accuracy), num(r.loss));
+  out_ << fmt::format(
+      "{{\"type\":\"eval\",\"epoch\":{},\"step\":{},\"accuracy\":{},\"loss\":{}}}\n", r.epoch,
+      r.step, num(r.accuracy), num(r.loss));
   out_.flush();
 }
 

@@ -1,8 +1,8 @@
 #include "io/progress.hpp"
 
-#include <cmath>
-
 #include <fmt/format.h>
+
+#include <cmath>
 
 namespace kiln::io {
 

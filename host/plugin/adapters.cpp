@@ -20,8 +20,8 @@ std::string context(const Component& c, const char* what) {
 std::string capability_problem(const Component& component, c10::DeviceType device,
                                at::ScalarType dtype) {
   const uint64_t flags = component.descriptor->capabilities->flags;
-  const std::string who = std::string(kind_name(component.kind())) + " '" +
-                          std::string(component.name()) + "'";
+  const std::string who =
+      std::string(kind_name(component.kind())) + " '" + std::string(component.name()) + "'";
   auto devices = [&] {
     std::string s;
     if (flags & KILN_CAP_DEVICE_CPU) s += "cpu";
@@ -36,11 +36,20 @@ std::string capability_problem(const Component& component, c10::DeviceType devic
   }
   uint64_t need = 0;
   switch (dtype) {
-    case at::kFloat: need = KILN_CAP_DTYPE_F32; break;
-    case at::kHalf: need = KILN_CAP_DTYPE_F16; break;
-    case at::kBFloat16: need = KILN_CAP_DTYPE_BF16; break;
-    case at::kDouble: need = KILN_CAP_DTYPE_F64; break;
-    default: break;
+    case at::kFloat:
+      need = KILN_CAP_DTYPE_F32;
+      break;
+    case at::kHalf:
+      need = KILN_CAP_DTYPE_F16;
+      break;
+    case at::kBFloat16:
+      need = KILN_CAP_DTYPE_BF16;
+      break;
+    case at::kDouble:
+      need = KILN_CAP_DTYPE_F64;
+      break;
+    default:
+      break;
   }
   if (need != 0 && !(flags & need)) {
     return who + " does not support dtype " + std::string(c10::toString(dtype)) +

@@ -31,8 +31,8 @@ struct GroupStep {
   const std::vector<at::Tensor>* params = nullptr;  // parameters (leaf tensors)
   const std::vector<std::string>* names = nullptr;  // their names
   size_t group_index = 0;
-  int64_t step = 0;     // 1-based applied-step count
-  double lr = 0.0;      // effective lr
+  int64_t step = 0;           // 1-based applied-step count
+  double lr = 0.0;            // effective lr
   double weight_decay = 0.0;  // effective weight decay
 };
 

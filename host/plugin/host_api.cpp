@@ -31,10 +31,18 @@ void log_line(int32_t level, const char* component, const char* message) {
   const char* who = component != nullptr ? component : "plugin";
   const char* what = message != nullptr ? message : "";
   switch (level) {
-    case KILN_LOG_DEBUG: spdlog::debug("[{}] {}", who, what); break;
-    case KILN_LOG_INFO: spdlog::info("[{}] {}", who, what); break;
-    case KILN_LOG_WARN: spdlog::warn("[{}] {}", who, what); break;
-    default: spdlog::error("[{}] {}", who, what); break;
+    case KILN_LOG_DEBUG:
+      spdlog::debug("[{}] {}", who, what);
+      break;
+    case KILN_LOG_INFO:
+      spdlog::info("[{}] {}", who, what);
+      break;
+    case KILN_LOG_WARN:
+      spdlog::warn("[{}] {}", who, what);
+      break;
+    default:
+      spdlog::error("[{}] {}", who, what);
+      break;
   }
 }
 
@@ -105,8 +113,10 @@ int32_t world_size(kiln_call_context* ctx) {
 kiln_status* allreduce(kiln_call_context* ctx, DLTensor* inout, int32_t op) {
   try {
     if (inout == nullptr) return make_status(KILN_ERR_INVALID_ARGUMENT, "allreduce: NULL tensor");
-    const char* name = op == KILN_REDUCE_SUM ? "sum" : op == KILN_REDUCE_MAX ? "max"
-                       : op == KILN_REDUCE_MIN ? "min" : nullptr;
+    const char* name = op == KILN_REDUCE_SUM   ? "sum"
+                       : op == KILN_REDUCE_MAX ? "max"
+                       : op == KILN_REDUCE_MIN ? "min"
+                                               : nullptr;
     if (name == nullptr) {
       return make_status(KILN_ERR_INVALID_ARGUMENT,
                          ("allreduce: unknown reduction " + std::to_string(op)).c_str());
@@ -197,7 +207,7 @@ const char* status_message(const kiln_status* status) {
 void free_status(kiln_status* status) { delete status; }
 
 const kiln_host_api kTable = {
-    sizeof(kiln_host_api), KILN_ABI_MAJOR, KILN_ABI_MINOR, make_status, log_line, state_tensor,
+    sizeof(kiln_host_api), KILN_ABI_MAJOR, KILN_ABI_MINOR, make_status, log_line,  state_tensor,
     current_stream,        rank,           world_size,     allreduce,   broadcast, allgather,
     create_norm_layer,     status_code,    status_message, free_status,
 };

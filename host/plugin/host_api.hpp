@@ -29,10 +29,10 @@ using StateStore = std::map<std::string, std::map<std::string, at::Tensor>>;
 
 // What a kiln_call_context* points to. Filled by an adapter for one call.
 struct kiln_call_context {
-  kiln::plugin::StateStore* state = nullptr;     // optimizer calls: where state lives
+  kiln::plugin::StateStore* state = nullptr;        // optimizer calls: where state lives
   const std::vector<at::Tensor>* params = nullptr;  // optimizer calls: the group's parameters
   const std::vector<std::string>* names = nullptr;  // optimizer calls: their names
-  kiln::dist::ProcessGroup* group = nullptr;     // collectives: NULL for a single process
+  kiln::dist::ProcessGroup* group = nullptr;        // collectives: NULL for a single process
 };
 
 namespace kiln::plugin {

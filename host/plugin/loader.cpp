@@ -1,14 +1,13 @@
 #include "plugin/loader.hpp"
 
-#include <boost/dll/shared_library.hpp>
-
 #include <torch/version.h>
 
 #include <algorithm>
+#include <boost/dll/shared_library.hpp>
+#include <boost/filesystem.hpp>
 #include <cstdlib>
 #include <cstring>
 #include <mutex>
-#include <boost/filesystem.hpp>
 #include <sstream>
 
 #include "kiln/lr_policy.h"
@@ -147,7 +146,8 @@ void Loader::load_library(const std::string& path, Registry& registry) {
   const bool has_probe = lib.has(KILN_PLUGIN_PROBE_SYMBOL);
   const bool has_entry = lib.has(KILN_PLUGIN_ENTRY_SYMBOL);
   if (!has_probe && !has_entry) {
-    throw LoadError(path, "not a Kiln plugin: it exports neither kiln_plugin_abi nor kiln_plugin_get");
+    throw LoadError(path,
+                    "not a Kiln plugin: it exports neither kiln_plugin_abi nor kiln_plugin_get");
   }
   if (has_probe) {
     uint32_t packed = lib.get<uint32_t()>(KILN_PLUGIN_PROBE_SYMBOL)();
@@ -170,8 +170,7 @@ void Loader::load_library(const std::string& path, Registry& registry) {
   if (d->struct_size < KILN_PLUGIN_DESCRIPTOR_V1_SIZE) {
     throw LoadError(path, "plugin descriptor is " + std::to_string(d->struct_size) +
                               " bytes, smaller than the " +
-                              std::to_string(KILN_PLUGIN_DESCRIPTOR_V1_SIZE) +
-                              " bytes of ABI 1.0");
+                              std::to_string(KILN_PLUGIN_DESCRIPTOR_V1_SIZE) + " bytes of ABI 1.0");
   }
   if (d->abi_major != KILN_ABI_MAJOR || d->abi_minor > KILN_ABI_MINOR) {
     throw LoadError(path, "descriptor declares Kiln ABI " + abi_text(d->abi_major, d->abi_minor) +

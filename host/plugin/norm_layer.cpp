@@ -25,9 +25,8 @@ DLTensor view_or_empty(const at::Tensor& t) {
 // x → plugin forward → y; backward → plugin backward. weight/bias are inputs so autograd routes
 // their gradients to the module's parameters.
 struct NormFunction : public torch::autograd::Function<NormFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
-                            const at::Tensor& weight, const at::Tensor& bias,
-                            PluginNormLayer* layer) {
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
+                            const at::Tensor& bias, PluginNormLayer* layer) {
     const int64_t channels = input.size(1);
     auto stat_options = input.options().dtype(at::kFloat);
     at::Tensor output = at::empty_like(input);
@@ -140,10 +139,14 @@ at::Tensor PluginNormLayer::forward(const at::Tensor& input) {
   at::Tensor y = NormFunction::apply(input, weight_, bias_, this);
   if (layout_.fused_activation) return y;
   switch (activation_) {
-    case KILN_ACT_RELU: return at::relu_(y);
-    case KILN_ACT_LEAKY_RELU: return at::leaky_relu_(y, activation_param_);
-    case KILN_ACT_ELU: return at::elu_(y, activation_param_);
-    default: return y;
+    case KILN_ACT_RELU:
+      return at::relu_(y);
+    case KILN_ACT_LEAKY_RELU:
+      return at::leaky_relu_(y, activation_param_);
+    case KILN_ACT_ELU:
+      return at::elu_(y, activation_param_);
+    default:
+      return y;
   }
 }
 

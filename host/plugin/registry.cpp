@@ -4,12 +4,18 @@ namespace kiln::plugin {
 
 const char* kind_name(int32_t kind) {
   switch (kind) {
-    case KILN_COMPONENT_OPTIMIZER: return "optimizer";
-    case KILN_COMPONENT_LR_POLICY: return "lr_policy";
-    case KILN_COMPONENT_NORM: return "norm";
-    case KILN_COMPONENT_PRECISION: return "precision";
-    case KILN_COMPONENT_MODEL: return "model";
-    default: return "unknown";
+    case KILN_COMPONENT_OPTIMIZER:
+      return "optimizer";
+    case KILN_COMPONENT_LR_POLICY:
+      return "lr_policy";
+    case KILN_COMPONENT_NORM:
+      return "norm";
+    case KILN_COMPONENT_PRECISION:
+      return "precision";
+    case KILN_COMPONENT_MODEL:
+      return "model";
+    default:
+      return "unknown";
   }
 }
 

@@ -6,8 +6,8 @@
 #include <unistd.h>
 
 #include <array>
-#include <cstdio>
 #include <boost/filesystem.hpp>
+#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <sstream>
@@ -38,9 +38,9 @@ std::string pipeline(const std::string& name) {
 }
 
 fs::path temp_dir() {
-  fs::path dir = fs::temp_directory_path() /
-                 ("kiln_cli_" + std::to_string(::getpid()) + "_" +
-                  ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::path dir =
+      fs::temp_directory_path() / ("kiln_cli_" + std::to_string(::getpid()) + "_" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
   fs::create_directories(dir);
   return dir;
 }
@@ -136,8 +136,8 @@ TEST(Cli, TrainsWithThePlainCOptimizerPlugin) {
   EXPECT_NE(missing.output.find("optimizer.name: unknown optimizer 'c_sgd'"), std::string::npos)
       << missing.output;
   // The pipeline may name the folder itself.
-  Result by_key = kiln("validate " + pipeline("c_plugin.toml") + " --set 'plugins.paths=[\"" +
-                       good + "\"]'");
+  Result by_key =
+      kiln("validate " + pipeline("c_plugin.toml") + " --set 'plugins.paths=[\"" + good + "\"]'");
   EXPECT_EQ(by_key.code, 0) << by_key.output;
 }
 

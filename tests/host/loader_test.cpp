@@ -1,4 +1,6 @@
 // Every refusal of the plugin loader, with its exact message, and the acceptance of good plugins.
+#include "plugin/loader.hpp"
+
 #include <gtest/gtest.h>
 #include <torch/version.h>
 
@@ -6,9 +8,8 @@
 
 #include "kiln/plugin.h"
 #include "kiln_test_paths.h"
-#include "plugin/host_api.hpp"
 #include "plugin/adapters.hpp"
-#include "plugin/loader.hpp"
+#include "plugin/host_api.hpp"
 
 namespace fs = boost::filesystem;  // libtorch exports clashing std::filesystem symbols
 using kiln::plugin::Loader;
@@ -131,14 +132,14 @@ TEST(Loader, LoadsEveryBuiltInPlugin) {
   std::vector<std::string> refused;
   loader.load_directory(KILN_PLUGIN_DIR, registry, refused);
   EXPECT_TRUE(refused.empty()) << refused.front();
-  for (auto [kind, name] : std::vector<std::pair<int32_t, const char*>>{
-           {KILN_COMPONENT_OPTIMIZER, "sgd"},
-           {KILN_COMPONENT_LR_POLICY, "step"},
-           {KILN_COMPONENT_LR_POLICY, "cosine"},
-           {KILN_COMPONENT_PRECISION, "fp32"},
-           {KILN_COMPONENT_NORM, "batchnorm"},
-           {KILN_COMPONENT_MODEL, "mlp"},
-           {KILN_COMPONENT_MODEL, "resnet"}}) {
+  for (auto [kind, name] :
+       std::vector<std::pair<int32_t, const char*>>{{KILN_COMPONENT_OPTIMIZER, "sgd"},
+                                                    {KILN_COMPONENT_LR_POLICY, "step"},
+                                                    {KILN_COMPONENT_LR_POLICY, "cosine"},
+                                                    {KILN_COMPONENT_PRECISION, "fp32"},
+                                                    {KILN_COMPONENT_NORM, "batchnorm"},
+                                                    {KILN_COMPONENT_MODEL, "mlp"},
+                                                    {KILN_COMPONENT_MODEL, "resnet"}}) {
     EXPECT_NE(registry.find(kind, name), nullptr) << name;
   }
 }
@@ -154,7 +155,8 @@ TEST(Loader, ScanningAFolderCollectsEveryRefusalAndKeepsGoing) {
   refused.clear();
   loader.load_directory(std::string(KILN_TEST_PLUGIN_DIR) + "/nowhere", registry, refused);
   ASSERT_EQ(refused.size(), 1u);
-  EXPECT_EQ(refused[0], std::string(KILN_TEST_PLUGIN_DIR) + "/nowhere: plugin folder does not exist");
+  EXPECT_EQ(refused[0],
+            std::string(KILN_TEST_PLUGIN_DIR) + "/nowhere: plugin folder does not exist");
 }
 
 }  // namespace

@@ -1,13 +1,14 @@
 // The norm adapter (plugin forward/backward behind a custom autograd function) with the batchnorm
 // plugin equals PyTorch's own batch norm (ATen's, the implementation under torch.nn.BatchNorm2d)
 // in output, input/weight/bias gradients and running statistics, to 1e-5.
+#include "plugin/norm_layer.hpp"
+
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
 
 #include "kiln_test_paths.h"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
-#include "plugin/norm_layer.hpp"
 
 namespace {
 
@@ -101,8 +102,8 @@ TEST_P(NormLayerVsTorch, ForwardBackwardAndRunningStatsMatch) {
   // Evaluation mode normalises with the running statistics.
   layer.eval();
   at::Tensor x = at::randn(c.shape);
-  at::Tensor y_ref = at::batch_norm(x, w_ref.detach(), b_ref.detach(), rm_ref, rv_ref, false, 0.1,
-                                    1e-5, false);
+  at::Tensor y_ref =
+      at::batch_norm(x, w_ref.detach(), b_ref.detach(), rm_ref, rv_ref, false, 0.1, 1e-5, false);
   if (c.activation == KILN_ACT_RELU) y_ref = at::relu(y_ref);
   if (c.activation == KILN_ACT_LEAKY_RELU) y_ref = at::leaky_relu(y_ref, c.param);
   at::NoGradGuard no_grad;

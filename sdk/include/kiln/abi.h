@@ -69,12 +69,12 @@ typedef struct kiln_status kiln_status;
 /* Status codes (stored as int32_t). */
 enum {
   KILN_OK = 0,
-  KILN_ERR_INVALID_ARGUMENT = 1,   /* an input or option is out of its allowed domain */
-  KILN_ERR_UNSUPPORTED = 2,        /* device, dtype or feature the component does not handle */
-  KILN_ERR_FAILED_PRECONDITION = 3,/* called in a state that does not allow it */
-  KILN_ERR_OUT_OF_MEMORY = 4,      /* an allocation failed */
-  KILN_ERR_INTERNAL = 5,           /* a bug or an unexpected exception inside the component */
-  KILN_ERR_CANCELLED = 6           /* the operation was cancelled by the host */
+  KILN_ERR_INVALID_ARGUMENT = 1,    /* an input or option is out of its allowed domain */
+  KILN_ERR_UNSUPPORTED = 2,         /* device, dtype or feature the component does not handle */
+  KILN_ERR_FAILED_PRECONDITION = 3, /* called in a state that does not allow it */
+  KILN_ERR_OUT_OF_MEMORY = 4,       /* an allocation failed */
+  KILN_ERR_INTERNAL = 5,            /* a bug or an unexpected exception inside the component */
+  KILN_ERR_CANCELLED = 6            /* the operation was cancelled by the host */
 };
 
 /* ---- versions ------------------------------------------------------------------------------ */
@@ -89,15 +89,15 @@ typedef struct kiln_version {
 /* ---- capabilities -------------------------------------------------------------------------- */
 
 /* Capability bits (kiln_capabilities.flags). Unknown bits are ignored by readers. */
-#define KILN_CAP_DEVICE_CPU ((uint64_t)1 << 0)       /* runs on CPU tensors */
-#define KILN_CAP_DEVICE_CUDA ((uint64_t)1 << 1)      /* runs on CUDA tensors */
-#define KILN_CAP_DTYPE_F32 ((uint64_t)1 << 8)        /* accepts float32 tensors */
-#define KILN_CAP_DTYPE_F16 ((uint64_t)1 << 9)        /* accepts float16 tensors */
-#define KILN_CAP_DTYPE_BF16 ((uint64_t)1 << 10)      /* accepts bfloat16 tensors */
-#define KILN_CAP_DTYPE_F64 ((uint64_t)1 << 11)       /* accepts float64 tensors */
+#define KILN_CAP_DEVICE_CPU ((uint64_t)1 << 0)         /* runs on CPU tensors */
+#define KILN_CAP_DEVICE_CUDA ((uint64_t)1 << 1)        /* runs on CUDA tensors */
+#define KILN_CAP_DTYPE_F32 ((uint64_t)1 << 8)          /* accepts float32 tensors */
+#define KILN_CAP_DTYPE_F16 ((uint64_t)1 << 9)          /* accepts float16 tensors */
+#define KILN_CAP_DTYPE_BF16 ((uint64_t)1 << 10)        /* accepts bfloat16 tensors */
+#define KILN_CAP_DTYPE_F64 ((uint64_t)1 << 11)         /* accepts float64 tensors */
 #define KILN_CAP_NEEDS_COLLECTIVES ((uint64_t)1 << 16) /* calls the host collectives */
-#define KILN_CAP_IN_PLACE ((uint64_t)1 << 17)        /* may write its output over its input */
-#define KILN_CAP_MULTI_TENSOR ((uint64_t)1 << 18)    /* processes a whole tensor list per call */
+#define KILN_CAP_IN_PLACE ((uint64_t)1 << 17)          /* may write its output over its input */
+#define KILN_CAP_MULTI_TENSOR ((uint64_t)1 << 18)      /* processes a whole tensor list per call */
 
 /* A free-form name/value capability (e.g. {"activations", "leaky_relu,elu,identity"}). */
 typedef struct kiln_attribute {
@@ -129,32 +129,32 @@ enum {
 /* One option a component accepts. The host validates the pipeline's TOML against it, fills the
  * default when the key is absent, and generates documentation from it. */
 typedef struct kiln_option_spec {
-  size_t struct_size;         /* sizeof(kiln_option_spec) as the plugin knows it */
-  const char* name;           /* key in the component's TOML table; static */
-  int32_t type;               /* KILN_OPT_* */
-  int32_t has_min;            /* nonzero: numeric values (and list items) must be >= min */
-  int32_t has_max;            /* nonzero: numeric values (and list items) must be <= max */
-  int32_t reserved;           /* zero */
-  double min;                 /* lower bound, inclusive, when has_min */
-  double max;                 /* upper bound, inclusive, when has_max */
-  const char* default_value;  /* default as a TOML literal ("0.9", "true", "\"x\"", "[1, 2]");
-                                 NULL: the option is required; static */
-  const char* choices;        /* strings only: comma-separated allowed values, or NULL; static */
-  const char* doc;            /* one line of documentation; static */
+  size_t struct_size;        /* sizeof(kiln_option_spec) as the plugin knows it */
+  const char* name;          /* key in the component's TOML table; static */
+  int32_t type;              /* KILN_OPT_* */
+  int32_t has_min;           /* nonzero: numeric values (and list items) must be >= min */
+  int32_t has_max;           /* nonzero: numeric values (and list items) must be <= max */
+  int32_t reserved;          /* zero */
+  double min;                /* lower bound, inclusive, when has_min */
+  double max;                /* upper bound, inclusive, when has_max */
+  const char* default_value; /* default as a TOML literal ("0.9", "true", "\"x\"", "[1, 2]");
+                                NULL: the option is required; static */
+  const char* choices;       /* strings only: comma-separated allowed values, or NULL; static */
+  const char* doc;           /* one line of documentation; static */
 } kiln_option_spec;
 
 /* A validated option value as the host passes it to a component. */
 typedef struct kiln_option_value {
-  size_t struct_size;         /* sizeof(kiln_option_value) as the host knows it */
-  const char* name;           /* the option's name; owned by the host, valid during the call */
-  int32_t type;               /* KILN_OPT_*, equal to the spec's type */
-  int32_t bool_value;         /* KILN_OPT_BOOL: 0 or 1 */
-  int64_t int_value;          /* KILN_OPT_INT */
-  double float_value;         /* KILN_OPT_FLOAT */
-  const char* string_value;   /* KILN_OPT_STRING; host-owned, valid during the call */
-  const int64_t* int_list;    /* KILN_OPT_INT_LIST; host-owned, valid during the call */
-  const double* float_list;   /* KILN_OPT_FLOAT_LIST; host-owned, valid during the call */
-  size_t list_length;         /* entries in int_list, float_list or string_list */
+  size_t struct_size;             /* sizeof(kiln_option_value) as the host knows it */
+  const char* name;               /* the option's name; owned by the host, valid during the call */
+  int32_t type;                   /* KILN_OPT_*, equal to the spec's type */
+  int32_t bool_value;             /* KILN_OPT_BOOL: 0 or 1 */
+  int64_t int_value;              /* KILN_OPT_INT */
+  double float_value;             /* KILN_OPT_FLOAT */
+  const char* string_value;       /* KILN_OPT_STRING; host-owned, valid during the call */
+  const int64_t* int_list;        /* KILN_OPT_INT_LIST; host-owned, valid during the call */
+  const double* float_list;       /* KILN_OPT_FLOAT_LIST; host-owned, valid during the call */
+  size_t list_length;             /* entries in int_list, float_list or string_list */
   const char* const* string_list; /* KILN_OPT_STRING_LIST; host-owned, valid during the call */
 } kiln_option_value;
 
@@ -173,7 +173,10 @@ static inline const kiln_option_value* kiln_options_find(const kiln_options* opt
   for (i = 0; i < options->count; ++i) {
     const char* a = options->values[i].name;
     const char* b = name;
-    while (*a != '\0' && *a == *b) { ++a; ++b; }
+    while (*a != '\0' && *a == *b) {
+      ++a;
+      ++b;
+    }
     if (*a == '\0' && *b == '\0') return &options->values[i];
   }
   return NULL;

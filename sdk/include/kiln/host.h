@@ -25,12 +25,7 @@ typedef struct kiln_call_context kiln_call_context;
 typedef struct kiln_torch_module kiln_torch_module;
 
 /* Log levels (stored as int32_t). */
-enum {
-  KILN_LOG_DEBUG = 0,
-  KILN_LOG_INFO = 1,
-  KILN_LOG_WARN = 2,
-  KILN_LOG_ERROR = 3
-};
+enum { KILN_LOG_DEBUG = 0, KILN_LOG_INFO = 1, KILN_LOG_WARN = 2, KILN_LOG_ERROR = 3 };
 
 /* How a state tensor is shaped and initialised when first requested (int32_t). */
 enum {
@@ -62,9 +57,9 @@ typedef struct kiln_norm_request {
 
 /* The host services table. */
 typedef struct kiln_host_api {
-  size_t struct_size;  /* sizeof(kiln_host_api) as the host knows it */
-  uint32_t abi_major;  /* host's KILN_ABI_MAJOR */
-  uint32_t abi_minor;  /* host's KILN_ABI_MINOR */
+  size_t struct_size; /* sizeof(kiln_host_api) as the host knows it */
+  uint32_t abi_major; /* host's KILN_ABI_MAJOR */
+  uint32_t abi_minor; /* host's KILN_ABI_MINOR */
 
   /* Creates a status with `code` and a copy of `message` (NULL allowed). Returns an owned
    * status to be returned to the host. Thread-safe; does not block. Never returns NULL. */

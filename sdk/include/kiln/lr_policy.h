@@ -14,11 +14,11 @@ extern "C" {
 
 /* The schedule's frame, in iterations (epochs already converted by the host). */
 typedef struct kiln_lr_schedule {
-  size_t struct_size;     /* sizeof(kiln_lr_schedule) as the host knows it */
-  double base_lr;         /* base learning rate after linear batch scaling */
-  int64_t max_iters;      /* total optimizer steps of the run */
-  int64_t warmup_iters;   /* iterations handled by the host's warm-up (0: none) */
-  int64_t iters_per_epoch;/* optimizer steps per epoch, for policies whose options are in epochs */
+  size_t struct_size;      /* sizeof(kiln_lr_schedule) as the host knows it */
+  double base_lr;          /* base learning rate after linear batch scaling */
+  int64_t max_iters;       /* total optimizer steps of the run */
+  int64_t warmup_iters;    /* iterations handled by the host's warm-up (0: none) */
+  int64_t iters_per_epoch; /* optimizer steps per epoch, for policies whose options are in epochs */
 } kiln_lr_schedule;
 
 /* The LR policy vtable (kiln_component_descriptor.vtable for KILN_COMPONENT_LR_POLICY). */

@@ -38,37 +38,37 @@ typedef struct kiln_norm_layout {
 
 /* Forward arguments. Tensors borrowed for the call; optional ones NULL when absent. */
 typedef struct kiln_norm_forward_args {
-  size_t struct_size;       /* sizeof(kiln_norm_forward_args) as the host knows it */
-  int32_t training;         /* nonzero: batch statistics (and running-stat update) */
-  int32_t reserved;         /* zero */
-  const DLTensor* input;    /* N×C×… */
-  DLTensor* output;         /* same shape; may alias input for in-place layers */
-  const DLTensor* weight;   /* [C] or NULL */
-  const DLTensor* bias;     /* [C] or NULL */
-  DLTensor* running_mean;   /* [C] float32, updated in training, or NULL */
-  DLTensor* running_var;    /* [C] float32 (unbiased), updated in training, or NULL */
-  DLTensor* save_mean;      /* [C] float32 written by the plugin for backward */
-  DLTensor* save_invstd;    /* [C] float32 written by the plugin for backward */
-  void* stream;             /* device stream or NULL */
+  size_t struct_size;     /* sizeof(kiln_norm_forward_args) as the host knows it */
+  int32_t training;       /* nonzero: batch statistics (and running-stat update) */
+  int32_t reserved;       /* zero */
+  const DLTensor* input;  /* N×C×… */
+  DLTensor* output;       /* same shape; may alias input for in-place layers */
+  const DLTensor* weight; /* [C] or NULL */
+  const DLTensor* bias;   /* [C] or NULL */
+  DLTensor* running_mean; /* [C] float32, updated in training, or NULL */
+  DLTensor* running_var;  /* [C] float32 (unbiased), updated in training, or NULL */
+  DLTensor* save_mean;    /* [C] float32 written by the plugin for backward */
+  DLTensor* save_invstd;  /* [C] float32 written by the plugin for backward */
+  void* stream;           /* device stream or NULL */
 } kiln_norm_forward_args;
 
 /* Backward arguments. Tensors borrowed for the call; optional ones NULL when not wanted. */
 typedef struct kiln_norm_backward_args {
-  size_t struct_size;       /* sizeof(kiln_norm_backward_args) as the host knows it */
-  int32_t training;         /* value the forward ran with */
-  int32_t reserved;         /* zero */
-  const DLTensor* grad_output; /* N×C×… */
-  const DLTensor* saved;    /* the forward input or output, per layout.saves */
-  const DLTensor* weight;   /* [C] or NULL */
-  const DLTensor* bias;     /* [C] or NULL */
+  size_t struct_size;           /* sizeof(kiln_norm_backward_args) as the host knows it */
+  int32_t training;             /* value the forward ran with */
+  int32_t reserved;             /* zero */
+  const DLTensor* grad_output;  /* N×C×… */
+  const DLTensor* saved;        /* the forward input or output, per layout.saves */
+  const DLTensor* weight;       /* [C] or NULL */
+  const DLTensor* bias;         /* [C] or NULL */
   const DLTensor* running_mean; /* [C] or NULL (used when not training) */
   const DLTensor* running_var;  /* [C] or NULL (used when not training) */
   const DLTensor* save_mean;    /* [C] from forward */
   const DLTensor* save_invstd;  /* [C] from forward */
-  DLTensor* grad_input;     /* N×C×… written by the plugin */
-  DLTensor* grad_weight;    /* [C] or NULL */
-  DLTensor* grad_bias;      /* [C] or NULL */
-  void* stream;             /* device stream or NULL */
+  DLTensor* grad_input;         /* N×C×… written by the plugin */
+  DLTensor* grad_weight;        /* [C] or NULL */
+  DLTensor* grad_bias;          /* [C] or NULL */
+  void* stream;                 /* device stream or NULL */
 } kiln_norm_backward_args;
 
 /* The norm vtable (kiln_component_descriptor.vtable for KILN_COMPONENT_NORM). */

@@ -38,12 +38,12 @@ typedef struct kiln_component_descriptor {
 
 /* The library's descriptor, returned by kiln_plugin_get(). Static data of the library. */
 typedef struct kiln_plugin_descriptor {
-  size_t struct_size;      /* sizeof(kiln_plugin_descriptor) as the plugin knows it */
-  uint32_t abi_major;      /* KILN_ABI_MAJOR the plugin was built with */
-  uint32_t abi_minor;      /* KILN_ABI_MINOR the plugin was built with */
-  const char* name;        /* library name, for messages ("kiln-sgd") */
-  kiln_version version;    /* the library's version */
-  size_t component_count;  /* entries in `components` */
+  size_t struct_size;     /* sizeof(kiln_plugin_descriptor) as the plugin knows it */
+  uint32_t abi_major;     /* KILN_ABI_MAJOR the plugin was built with */
+  uint32_t abi_minor;     /* KILN_ABI_MINOR the plugin was built with */
+  const char* name;       /* library name, for messages ("kiln-sgd") */
+  kiln_version version;   /* the library's version */
+  size_t component_count; /* entries in `components` */
   const kiln_component_descriptor* const* components; /* array of pointers, static */
 
   /* Optional. Called once after validation, before any component is used. `host` stays valid
@@ -62,7 +62,7 @@ typedef struct kiln_plugin_descriptor {
 #define KILN_COMPONENT_DESCRIPTOR_V1_SIZE KILN_SIZE_UP_TO(kiln_component_descriptor, vtable)
 
 /* Packs (major, minor) as the probe returns it. */
-#define KILN_ABI_PACK(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor) & 0xFFFFu))
+#define KILN_ABI_PACK(major, minor) ((((uint32_t)(major)) << 16) | ((uint32_t)(minor)&0xFFFFu))
 
 #define KILN_PLUGIN_PROBE_SYMBOL "kiln_plugin_abi"
 #define KILN_PLUGIN_ENTRY_SYMBOL "kiln_plugin_get"
@@ -76,9 +76,9 @@ KILN_EXPORT uint32_t kiln_plugin_abi(void);
 KILN_EXPORT const kiln_plugin_descriptor* kiln_plugin_get(void);
 
 /* Defines the probe in a plugin source file: KILN_DEFINE_PLUGIN_PROBE() at file scope. */
-#define KILN_DEFINE_PLUGIN_PROBE()                                           \
-  KILN_EXTERN_C KILN_EXPORT uint32_t kiln_plugin_abi(void) {                \
-    return KILN_ABI_PACK(KILN_ABI_MAJOR, KILN_ABI_MINOR);                   \
+#define KILN_DEFINE_PLUGIN_PROBE()                           \
+  KILN_EXTERN_C KILN_EXPORT uint32_t kiln_plugin_abi(void) { \
+    return KILN_ABI_PACK(KILN_ABI_MAJOR, KILN_ABI_MINOR);    \
   }
 
 #ifdef __cplusplus

@@ -35,8 +35,8 @@ typedef struct kiln_precision_vtable {
   size_t struct_size; /* sizeof(kiln_precision_vtable) as the plugin knows it */
 
   /* Required. Creates an instance for `device` from validated options (borrowed). */
-  kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
-                         DLDevice device, void** out);
+  kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options, DLDevice device,
+                         void** out);
 
   /* Required. Releases an instance. NULL is ignored. */
   void (*destroy)(void* instance);

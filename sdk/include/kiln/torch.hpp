@@ -131,15 +131,40 @@ inline DLDataType dl_dtype_of(at::ScalarType type) {
   DLDataType d{};
   d.lanes = 1;
   switch (type) {
-    case at::kFloat: d.code = kDLFloat; d.bits = 32; break;
-    case at::kHalf: d.code = kDLFloat; d.bits = 16; break;
-    case at::kDouble: d.code = kDLFloat; d.bits = 64; break;
-    case at::kBFloat16: d.code = kDLBfloat; d.bits = 16; break;
-    case at::kLong: d.code = kDLInt; d.bits = 64; break;
-    case at::kInt: d.code = kDLInt; d.bits = 32; break;
-    case at::kChar: d.code = kDLInt; d.bits = 8; break;
-    case at::kByte: d.code = kDLUInt; d.bits = 8; break;
-    default: throw Error(KILN_ERR_UNSUPPORTED, "dtype has no DLPack mapping");
+    case at::kFloat:
+      d.code = kDLFloat;
+      d.bits = 32;
+      break;
+    case at::kHalf:
+      d.code = kDLFloat;
+      d.bits = 16;
+      break;
+    case at::kDouble:
+      d.code = kDLFloat;
+      d.bits = 64;
+      break;
+    case at::kBFloat16:
+      d.code = kDLBfloat;
+      d.bits = 16;
+      break;
+    case at::kLong:
+      d.code = kDLInt;
+      d.bits = 64;
+      break;
+    case at::kInt:
+      d.code = kDLInt;
+      d.bits = 32;
+      break;
+    case at::kChar:
+      d.code = kDLInt;
+      d.bits = 8;
+      break;
+    case at::kByte:
+      d.code = kDLUInt;
+      d.bits = 8;
+      break;
+    default:
+      throw Error(KILN_ERR_UNSUPPORTED, "dtype has no DLPack mapping");
   }
   return d;
 }
