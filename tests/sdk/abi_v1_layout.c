@@ -1,0 +1,64 @@
+/* Pins the layout of every ABI 1.0 struct on LP64 targets (x86_64, aarch64 Linux): a change to
+ * any size or offset here is an ABI break and needs KILN_ABI_MAJOR bumped (or, for appended
+ * fields, KILN_ABI_MINOR and a new pinned size). Compiled by the sdk_abi_v1_layout test. */
+#include "kiln/lr_policy.h"
+#include "kiln/model.h"
+#include "kiln/norm.h"
+#include "kiln/optimizer.h"
+#include "kiln/plugin.h"
+#include "kiln/precision.h"
+
+#define PIN_SIZE(type, bytes) _Static_assert(sizeof(type) == (bytes), #type " size changed")
+#define PIN_OFFSET(type, field, bytes) \
+  _Static_assert(offsetof(type, field) == (bytes), #type "." #field " moved")
+
+_Static_assert(KILN_ABI_MAJOR == 1, "these pins are for ABI 1");
+
+PIN_SIZE(kiln_version, 12);
+PIN_SIZE(kiln_capabilities, 32);
+PIN_OFFSET(kiln_capabilities, attributes, 24);
+PIN_SIZE(kiln_option_spec, 72);
+PIN_OFFSET(kiln_option_spec, default_value, 48);
+PIN_OFFSET(kiln_option_spec, doc, 64);
+PIN_SIZE(kiln_option_value, 80);
+PIN_OFFSET(kiln_option_value, string_list, 72);
+PIN_SIZE(kiln_options, 24);
+
+PIN_SIZE(kiln_norm_request, 32);
+PIN_SIZE(kiln_host_api, 120);
+PIN_OFFSET(kiln_host_api, make_status, 16);
+PIN_OFFSET(kiln_host_api, state_tensor, 32);
+PIN_OFFSET(kiln_host_api, allreduce, 64);
+PIN_OFFSET(kiln_host_api, create_norm_layer, 88);
+_Static_assert(KILN_HOST_API_V1_SIZE == 120, "host api v1 size");
+
+PIN_SIZE(kiln_component_descriptor, 80);
+PIN_OFFSET(kiln_component_descriptor, name, 16);
+PIN_OFFSET(kiln_component_descriptor, capabilities, 48);
+PIN_OFFSET(kiln_component_descriptor, vtable, 72);
+_Static_assert(KILN_COMPONENT_DESCRIPTOR_V1_SIZE == 80, "component descriptor v1 size");
+PIN_SIZE(kiln_plugin_descriptor, 80);
+PIN_OFFSET(kiln_plugin_descriptor, components, 48);
+PIN_OFFSET(kiln_plugin_descriptor, init, 56);
+PIN_OFFSET(kiln_plugin_descriptor, torch_version, 64);
+_Static_assert(KILN_PLUGIN_DESCRIPTOR_V1_SIZE == 80, "plugin descriptor v1 size");
+
+PIN_SIZE(kiln_param_group, 80);
+PIN_OFFSET(kiln_param_group, lr, 56);
+PIN_SIZE(kiln_optimizer_vtable, 32);
+_Static_assert(KILN_OPTIMIZER_VTABLE_V1_SIZE == 32, "optimizer vtable v1 size");
+PIN_SIZE(kiln_lr_schedule, 40);
+PIN_SIZE(kiln_lr_policy_vtable, 32);
+_Static_assert(KILN_LR_POLICY_VTABLE_V1_SIZE == 32, "lr policy vtable v1 size");
+PIN_SIZE(kiln_norm_setup, 32);
+PIN_SIZE(kiln_norm_layout, 24);
+PIN_SIZE(kiln_norm_forward_args, 88);
+PIN_SIZE(kiln_norm_backward_args, 112);
+PIN_SIZE(kiln_norm_vtable, 40);
+_Static_assert(KILN_NORM_VTABLE_V1_SIZE == 40, "norm vtable v1 size");
+PIN_SIZE(kiln_precision_policy, 40);
+PIN_SIZE(kiln_precision_vtable, 40);
+_Static_assert(KILN_PRECISION_VTABLE_V1_SIZE == 40, "precision vtable v1 size");
+PIN_SIZE(kiln_model_input, 40);
+PIN_SIZE(kiln_model_vtable, 24);
+_Static_assert(KILN_MODEL_VTABLE_V1_SIZE == 24, "model vtable v1 size");
