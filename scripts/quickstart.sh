@@ -3,5 +3,5 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh release
+scripts/build.sh release kiln kiln_plugins
 exec build/release/bin/kiln run configs/quickstart.toml --metrics build/release/quickstart.jsonl "$@"
