@@ -72,6 +72,9 @@ kiln_status* state_tensor(kiln_call_context* ctx, size_t param_index, const char
         case KILN_STATE_SCALAR_F64:
           slot = at::zeros({}, at::TensorOptions().dtype(at::kDouble));
           break;
+        case KILN_STATE_SCALAR_LIKE_PARAM:
+          slot = at::zeros({}, param.options().dtype(at::kFloat));
+          break;
         default:
           return make_status(KILN_ERR_INVALID_ARGUMENT,
                              ("state_tensor: unknown init kind " + std::to_string(init)).c_str());
