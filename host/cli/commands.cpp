@@ -8,6 +8,7 @@
 
 #include "config/pipeline.hpp"
 #include "engine/checks.hpp"
+#include "engine/lr_schedule.hpp"
 #include "engine/plan.hpp"
 #include "engine/trainer.hpp"
 #include "plugin/host_api.hpp"
@@ -147,6 +148,25 @@ int plan(const PipelineArgs& args) {
   if (!resolve(args, plugins, pipeline, code)) return code;
   try {
     fmt::print("{}", engine::describe_plan(pipeline));
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kRunFailed;
+  }
+}
+
+int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::string& png) {
+  Plugins plugins;
+  config::Pipeline pipeline;
+  int code = 0;
+  if (!resolve(args, plugins, pipeline, code)) return code;
+  try {
+    engine::LrTable table = engine::lr_table(pipeline, iters);
+    fmt::print("{}", engine::format_lr_table(table, csv));
+    if (!png.empty()) {
+      engine::plot_lr_table(table, png);
+      fmt::print(stderr, "wrote {}\n", png);
+    }
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -2,6 +2,7 @@
 // 0 success, 1 run-time failure, 2 configuration error, 3 plugin refused.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -15,6 +16,8 @@ struct PipelineArgs {
 int run(const PipelineArgs& args, const std::string& metrics_path);
 int validate(const PipelineArgs& args);
 int plan(const PipelineArgs& args);
+// Prints every group's lr at every iteration (table or CSV) and optionally writes a PNG plot.
+int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::string& png);
 int plugins_list(const std::vector<std::string>& extra_dirs);
 int plugins_describe(const std::string& name, const std::vector<std::string>& extra_dirs);
 

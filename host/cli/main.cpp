@@ -29,6 +29,16 @@ int main(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand("plan", "print the resolved pipeline and parameter groups");
   add_pipeline(plan);
 
+  CLI::App* lr = app.add_subcommand("lr-schedule", "print every group's lr at every iteration");
+  add_pipeline(lr);
+  int64_t lr_iters = 0;
+  bool lr_csv = false;
+  std::string lr_png;
+  lr->add_option("--iters", lr_iters, "iterations to show (default: the run's length)")
+      ->check(CLI::NonNegativeNumber);
+  lr->add_flag("--csv", lr_csv, "comma-separated values instead of a table");
+  lr->add_option("--png", lr_png, "also write the schedule as a PNG plot");
+
   CLI::App* plugins = app.add_subcommand("plugins", "inspect plugins");
   plugins->require_subcommand(1);
   std::vector<std::string> plugin_dirs;
@@ -45,6 +55,7 @@ int main(int argc, char** argv) {
   if (*run) return kiln::cli::run(args, metrics);
   if (*validate) return kiln::cli::validate(args);
   if (*plan) return kiln::cli::plan(args);
+  if (*lr) return kiln::cli::lr_schedule(args, lr_iters, lr_csv, lr_png);
   if (*list) return kiln::cli::plugins_list(plugin_dirs);
   if (*describe) return kiln::cli::plugins_describe(describe_name, plugin_dirs);
   if (*version) {

@@ -4,8 +4,6 @@
 
 namespace kiln::config {
 
-namespace {
-
 Where where_in_file(const std::string& file, const toml::source_region& source) {
   Where w;
   if (source.begin.line == 0) {
@@ -23,6 +21,8 @@ Where where_in_file(const std::string& file, const toml::source_region& source) 
   w.minor = w.pos.column;
   return w;
 }
+
+namespace {
 
 bool is_bare_key(const std::string& key) {
   if (key.empty()) return false;

@@ -21,6 +21,9 @@ struct Where {
   int64_t minor = 0;   // column (group 0)
 };
 
+// Where a node of `file` sits (the file as a whole for nodes without a position).
+Where where_in_file(const std::string& file, const toml::source_region& source);
+
 struct Entry {
   std::string key;
   const toml::node* node = nullptr;  // owned by the Document

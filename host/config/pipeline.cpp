@@ -6,6 +6,7 @@
 #include <cstring>
 #include <map>
 #include <optional>
+#include <regex>
 #include <set>
 
 #include "config/document.hpp"
@@ -56,7 +57,7 @@ std::string read_file(const std::string& path) {
 // the full key list, is unknown).
 Resolved resolve_entries(const Document& doc, const std::string& section, const Section* sec,
                          const std::vector<SpecRef>& specs, bool report_unknown,
-                         Diagnostics& diagnostics) {
+                         Diagnostics& diagnostics, const std::set<std::string>& skip = {}) {
   std::map<std::string, Value> given;
   std::set<std::string> seen;
   if (sec != nullptr) {
@@ -65,6 +66,7 @@ Resolved resolve_entries(const Document& doc, const std::string& section, const 
                       section + ": expected table, found " + toml_type_name(*sec->node));
     }
     for (const auto& entry : sec->entries) {
+      if (skip.count(entry.key) != 0) continue;  // validated by its own reader
       const SpecRef* ref = nullptr;
       for (const auto& r : specs) {
         if (entry.key == r.spec->name) ref = &r;
@@ -193,8 +195,11 @@ ComponentChoice component_section(const Document& doc, const std::string& sectio
       specs.push_back(ref);
     }
   }
+  // [optimizer.custom_keys] is a table of rules, read by param_rules().
+  const std::set<std::string> skip =
+      section == "optimizer" ? std::set<std::string>{"custom_keys"} : std::set<std::string>{};
   const auto values = resolve_entries(doc, section, doc.find(section), specs,
-                                      choice.component != nullptr, diagnostics);
+                                      choice.component != nullptr, diagnostics, skip);
   for (const auto& [spec, value] : values) {
     const bool is_core = std::any_of(core.begin(), core.end(),
                                      [&](const kiln_option_spec& c) { return &c == spec; });
@@ -202,6 +207,80 @@ ComponentChoice component_section(const Document& doc, const std::string& sectio
   }
   if (choice.core.has("name")) choice.name_pos = choice.core.get("name").pos;
   return choice;
+}
+
+// Where a node inside an entry sits: its own file position, or the entry's (for overrides).
+Where where_of(const Document& doc, const Entry& entry, const toml::node& node) {
+  if (entry.value_where.group != 0) return entry.value_where;
+  Where w = where_in_file(doc.name(), node.source());
+  return w.group == 0 ? w : entry.value_where;
+}
+
+// [optimizer.custom_keys]: "<regex>" = { lr_mult = x, decay_mult = y }, in file order.
+std::vector<ParamRule> param_rules(const Document& doc, Diagnostics& diagnostics) {
+  std::vector<ParamRule> rules;
+  const Section* sec = doc.find("optimizer");
+  if (sec == nullptr) return rules;
+  static const kiln_option_spec mult_specs[] = {
+      {sizeof(kiln_option_spec), "lr_mult", KILN_OPT_FLOAT, 1, 0, 0, 0.0, 0.0, "1.0", nullptr,
+       "learning-rate multiplier"},
+      {sizeof(kiln_option_spec), "decay_mult", KILN_OPT_FLOAT, 1, 0, 0, 0.0, 0.0, "1.0", nullptr,
+       "weight-decay multiplier"}};
+  const std::vector<std::string> mult_names = {"lr_mult", "decay_mult"};
+  for (const auto& entry : sec->entries) {
+    if (entry.key != "custom_keys") continue;
+    const toml::table* table = entry.node->as_table();
+    if (table == nullptr) {
+      diagnostics.add(entry.value_where, "optimizer.custom_keys: expected table, found " +
+                                             std::string(toml_type_name(*entry.node)));
+      continue;
+    }
+    for (const auto& [key, node] : *table) {
+      const std::string pattern(key.str());
+      const std::string where_name = "optimizer.custom_keys." + toml_key(pattern);
+      ParamRule rule;
+      rule.pattern = pattern;
+      const Where rule_where = where_of(doc, entry, node);
+      rule.pos = rule_where.pos;
+      try {
+        std::regex check(pattern);
+      } catch (const std::regex_error& e) {
+        diagnostics.add(rule_where, where_name + ": invalid regular expression: " + e.what());
+        continue;
+      }
+      const toml::table* mults = node.as_table();
+      if (mults == nullptr) {
+        diagnostics.add(rule_where, where_name + ": expected table, found " +
+                                        std::string(toml_type_name(node)));
+        continue;
+      }
+      bool ok = true;
+      for (const auto& [mkey, mnode] : *mults) {
+        const std::string name(mkey.str());
+        const Where at = where_of(doc, entry, mnode);
+        const kiln_option_spec* spec = nullptr;
+        for (const auto& s : mult_specs) spec = name == s.name ? &s : spec;
+        if (spec == nullptr) {
+          const auto best = nearest(name, mult_names);
+          diagnostics.add(at, where_name + "." + name + ": unknown key; " +
+                                  (best ? "did you mean '" + *best + "'?"
+                                        : "valid keys: lr_mult, decay_mult"));
+          ok = false;
+          continue;
+        }
+        std::string error;
+        auto value = check_value(mnode, *spec, where_name + "." + name, true, error);
+        if (!value) {
+          diagnostics.add(at, error);
+          ok = false;
+          continue;
+        }
+        (name == "lr_mult" ? rule.lr_mult : rule.decay_mult) = value->float_value;
+      }
+      if (ok) rules.push_back(rule);
+    }
+  }
+  return rules;
 }
 
 Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnostics& diagnostics) {
@@ -223,6 +302,8 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
       component_section(doc, "optimizer", KILN_COMPONENT_OPTIMIZER, registry, diagnostics);
   p.lr_policy =
       component_section(doc, "lr_policy", KILN_COMPONENT_LR_POLICY, registry, diagnostics);
+  p.param_rules = param_rules(doc, diagnostics);
+  p.lr_scaling = plain_section(doc, "lr_scaling", diagnostics);
   p.precision =
       component_section(doc, "precision", KILN_COMPONENT_PRECISION, registry, diagnostics);
   const OptionSet plugins = plain_section(doc, "plugins", diagnostics);
@@ -283,7 +364,15 @@ std::string to_toml(const Pipeline& pipeline) {
   component(pipeline.model);
   component(pipeline.norm);
   component(pipeline.optimizer);
+  if (!pipeline.param_rules.empty()) {
+    out += "\n[optimizer.custom_keys]\n";
+    for (const auto& rule : pipeline.param_rules) {
+      out += toml_key(rule.pattern) + " = { lr_mult = " + format_toml_float(rule.lr_mult) +
+             ", decay_mult = " + format_toml_float(rule.decay_mult) + " }\n";
+    }
+  }
   component(pipeline.lr_policy);
+  plain("lr_scaling", pipeline.lr_scaling);
   component(pipeline.precision);
   Value paths;
   paths.type = KILN_OPT_STRING_LIST;

@@ -83,14 +83,44 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
            spec("name", KILN_OPT_STRING, "\"sgd\"", "optimizer component"),
            spec("lr", KILN_OPT_FLOAT, "0.1", "base learning rate", kPositive),
            spec("weight_decay", KILN_OPT_FLOAT, "0.0", "L2 weight decay", 0),
+           spec("bias_lr_mult", KILN_OPT_FLOAT, "1.0",
+                "lr multiplier of biases outside norm layers (mmengine bias_lr_mult)", 0),
+           spec("bias_double_lr", KILN_OPT_BOOL, "false",
+                "Pet BIAS_DOUBLE_LR: biases outside norm layers train at 2x lr"),
+           spec("bias_decay_mult", KILN_OPT_FLOAT, "1.0",
+                "weight-decay multiplier of biases outside norm layers (mmengine)", 0),
+           spec("bias_weight_decay", KILN_OPT_BOOL, "true",
+                "Pet BIAS_WEIGHT_DECAY: false = no weight decay on biases outside norm layers"),
+           spec("norm_decay_mult", KILN_OPT_FLOAT, "1.0",
+                "weight-decay multiplier of norm-layer weights and biases (mmengine)", 0),
+           spec("weight_decay_norm", KILN_OPT_FLOAT, "nan",
+                "Pet WEIGHT_DECAY_NORM: weight decay of norm-layer parameters; nan = "
+                "weight_decay x norm_decay_mult"),
+           spec("freeze", KILN_OPT_STRING_LIST, "[]",
+                "regular expressions; matching parameters are frozen and left out"),
        }},
       {"lr_policy",
        {
-           spec("name", KILN_OPT_STRING, "\"step\"", "learning-rate schedule component"),
+           spec("name", KILN_OPT_STRING, "\"constant\"", "learning-rate schedule component"),
            choice("warmup", "none,constant,linear", "\"none\"", "warmup shape before the schedule"),
            spec("warmup_iters", KILN_OPT_INT, "0", "optimizer steps of warmup", 0),
            spec("warmup_factor", KILN_OPT_FLOAT, "0.1", "learning-rate factor at warmup start", 0,
                 1),
+           spec("warmup_epochs", KILN_OPT_FLOAT, "0.0",
+                "warmup length in epochs (converted with the loader length); excludes warmup_iters",
+                0),
+           choice("count", "applied,attempted", "\"applied\"",
+                  "steps the schedule counts: applied (skipped overflow steps do not advance it) "
+                  "or attempted (PyTorch's behaviour)"),
+           spec("log_change_ratio", KILN_OPT_FLOAT, "1.1",
+                "log a line when the lr changes by more than this ratio (Pet); 0 = never", 0),
+       }},
+      {"lr_scaling",
+       {
+           spec("base_batch", KILN_OPT_INT, "0",
+                "linear scaling: lr x effective batch / base_batch, effective batch = world size x "
+                "micro-batch x accumulation steps; 0 = off",
+                0),
        }},
       {"precision", {spec("name", KILN_OPT_STRING, "\"fp32\"", "precision policy component")}},
       {"plugins",
@@ -110,7 +140,8 @@ const std::vector<kiln_option_spec>& core_schema(const std::string& section) {
 
 const std::vector<std::string>& core_sections() {
   static const std::vector<std::string> sections = {
-      "run", "data", "model", "norm", "optimizer", "lr_policy", "precision", "plugins"};
+      "run",       "data",       "model",     "norm",   "optimizer",
+      "lr_policy", "lr_scaling", "precision", "plugins"};
   return sections;
 }
 

@@ -3,6 +3,7 @@
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAFunctions.h>
 
+#include "engine/lr_driver.hpp"
 #include "plugin/adapters.hpp"
 
 namespace kiln::engine {
@@ -17,6 +18,11 @@ c10::Device resolve_device(const std::string& wanted) {
 }
 
 void check_pipeline(const config::Pipeline& p, c10::Device device) {
+  try {
+    (void)schedule_frame(p, /*iters_per_epoch=*/1);
+  } catch (const std::invalid_argument& e) {
+    throw PipelineError(e.what());
+  }
   for (const config::ComponentChoice* choice : {&p.model, &p.norm, &p.optimizer, &p.precision}) {
     // LR policies compute scalars on the host, so their device bits say nothing about tensors.
     std::string problem = plugin::capability_problem(*choice->component, device.type(), at::kFloat);

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/lr_driver.hpp"
 #include "engine/param_groups.hpp"
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
@@ -10,16 +11,7 @@
 
 namespace kiln::engine {
 
-std::string describe_plan(const config::Pipeline& p) {
-  std::string out = "# resolved pipeline: " + p.path + "\n";
-  for (const config::ComponentChoice* c :
-       {&p.model, &p.norm, &p.optimizer, &p.lr_policy, &p.precision}) {
-    const auto& v = c->component->descriptor->version;
-    out += fmt::format("# {:<10} {} {}.{}.{}  ({})\n", c->section, c->component->name(), v.major,
-                       v.minor, v.patch, c->component->library_path);
-  }
-  out += "\n" + config::to_toml(p) + "\n";
-
+std::shared_ptr<kiln::Model> build_model_for_inspection(const config::Pipeline& p) {
   // Input geometry as the data section describes it (Fashion-MNIST is 1×28×28, 10 classes).
   kiln_model_input input{};
   input.struct_size = sizeof(input);
@@ -31,31 +23,42 @@ std::string describe_plan(const config::Pipeline& p) {
   plugin::set_norm_factory([&](const kiln_norm_request& request) {
     return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request);
   });
-  std::shared_ptr<kiln::Model> model;
   try {
-    model = plugin::create_model(*p.model.component, p.model.options, input);
+    auto model = plugin::create_model(*p.model.component, p.model.options, input);
+    plugin::set_norm_factory(nullptr);
+    return model;
   } catch (...) {
     plugin::set_norm_factory(nullptr);
     throw;
   }
-  plugin::set_norm_factory(nullptr);
+}
 
-  const double lr = p.optimizer.core.get_float("lr");
-  const double wd = p.optimizer.core.get_float("weight_decay");
-  out += "# parameter groups\n";
+std::string describe_plan(const config::Pipeline& p) {
+  std::string out = "# resolved pipeline: " + p.path + "\n";
+  for (const config::ComponentChoice* c :
+       {&p.model, &p.norm, &p.optimizer, &p.lr_policy, &p.precision}) {
+    const auto& v = c->component->descriptor->version;
+    out += fmt::format("# {:<10} {} {}.{}.{}  ({})\n", c->section, c->component->name(), v.major,
+                       v.minor, v.patch, c->component->library_path);
+  }
+  out += "\n" + config::to_toml(p) + "\n";
+
+  std::shared_ptr<kiln::Model> model = build_model_for_inspection(p);
+  const ScheduleFrame frame = schedule_frame(p, /*iters_per_epoch=*/1);
+  out += "# parameter groups (lr = schedule lr x scale; base lr " + fmt::format("{}", frame.base_lr) +
+         (frame.base_lr != frame.unscaled_lr ? ", linearly scaled" : "") + ")\n";
   int64_t total = 0;
-  for (const ParamGroup& g : build_param_groups(*model)) {
+  for (const ParamGroup& g : build_param_groups(*model, group_rules(p))) {
     int64_t elements = 0;
     for (const auto& t : g.params) elements += t.numel();
     total += elements;
-    out += fmt::format("#   {:<10} {} tensors, {} elements, lr {} (x{}), weight_decay {} (x{})\n",
-                       g.name, g.params.size(), elements, lr * g.lr_scale, g.lr_scale,
-                       wd * g.decay_scale, g.decay_scale);
+    out += fmt::format("#   {:<10} {} tensors, {} elements, lr {} (x{}), weight_decay {}\n", g.name,
+                       g.params.size(), elements, frame.base_lr * g.lr_scale, g.lr_scale,
+                       g.weight_decay);
   }
-  out += fmt::format("# model parameters: {}\n", total);
-  const int64_t batch = p.data.get_int("batch_size");
+  out += fmt::format("# trainable parameters: {}\n", total);
   out += fmt::format("# batch: {} per step = world size 1 x micro-batch {} x accumulation 1\n",
-                     batch, batch);
+                     frame.effective_batch, p.data.get_int("batch_size"));
   return out;
 }
 

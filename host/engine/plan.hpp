@@ -2,13 +2,22 @@
 // option with defaults filled, the parameter groups of the built model, and the batch sizes.
 #pragma once
 
+#include <memory>
 #include <string>
 
 #include "config/pipeline.hpp"
+
+namespace kiln {
+class Model;
+}
 
 namespace kiln::engine {
 
 // Builds the model on the CPU (no data is read) to list its parameter groups.
 std::string describe_plan(const config::Pipeline& pipeline);
+
+// The pipeline's model built on the CPU with its norm plugin, for inspection (no data read; the
+// input geometry comes from the data section).
+std::shared_ptr<kiln::Model> build_model_for_inspection(const config::Pipeline& pipeline);
 
 }  // namespace kiln::engine

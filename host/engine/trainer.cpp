@@ -130,31 +130,26 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   model->train();
 
   // ---- optimizer and schedule ------------------------------------------------------------------
-  std::vector<ParamGroup> groups = build_param_groups(*model);
+  std::vector<ParamGroup> groups = build_param_groups(*model, group_rules(p));
   plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options);
-  const double base_lr = p.optimizer.core.get_float("lr");
-  const double weight_decay = p.optimizer.core.get_float("weight_decay");
   const int64_t epochs = run.get_int("epochs");
-  const int64_t steps_per_epoch = train_loader.batches_per_epoch();
-  int64_t max_steps = epochs * steps_per_epoch;
-  if (run.get_int("max_steps") > 0) max_steps = std::min(max_steps, run.get_int("max_steps"));
-  kiln_lr_schedule schedule{};
-  schedule.struct_size = sizeof(schedule);
-  schedule.base_lr = base_lr;
-  schedule.max_iters = max_steps;
-  schedule.warmup_iters = p.lr_policy.core.get_int("warmup_iters");
-  schedule.iters_per_epoch = steps_per_epoch;
-  Warmup warmup = parse_warmup(p.lr_policy.core.get_string("warmup"));
-  if (warmup == Warmup::kNone) schedule.warmup_iters = 0;
-  plugin::LrPolicyAdapter lr_policy(*p.lr_policy.component, p.lr_policy.options, schedule);
-  LrDriver lr_driver(lr_policy, base_lr, warmup, schedule.warmup_iters,
-                     p.lr_policy.core.get_float("warmup_factor"));
+  const ScheduleFrame frame = schedule_frame(p, train_loader.batches_per_epoch());
+  const int64_t max_steps = frame.max_iters;
+  plugin::LrPolicyAdapter lr_policy(*p.lr_policy.component, p.lr_policy.options,
+                                    to_policy_schedule(frame));
+  LrDriver lr_driver(frame, lr_policy);
 
   io::MetricsWriter metrics(options.metrics_path);
   const int64_t log_interval = run.get_int("log_interval");
-  spdlog::info("training {} ({} parameters in {} group(s)) on {} for {} steps of {} samples",
-               std::string(p.model.component->name()), groups[0].params.size(), groups.size(),
-               device.str(), max_steps, p.data.get_int("batch_size"));
+  size_t trainable = 0;
+  for (const auto& g : groups) trainable += g.params.size();
+  spdlog::info("training {} ({} parameter tensors in {} group(s)) on {} for {} steps of {} samples",
+               std::string(p.model.component->name()), trainable, groups.size(), device.str(),
+               max_steps, frame.effective_batch);
+  if (frame.base_lr != frame.unscaled_lr) {
+    spdlog::info("lr scaled linearly: {} x {} / {} = {}", frame.unscaled_lr,
+                 frame.effective_batch, p.lr_scaling.get_int("base_batch"), frame.base_lr);
+  }
 
   // ---- the loop --------------------------------------------------------------------------------
   RunResult result;
@@ -182,7 +177,8 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
       at::Tensor loss = at::cross_entropy_loss(model->forward(x), y);
       loss.backward();
 
-      const double lr = lr_driver.lr_at(step);
+      const double lr = lr_driver.current();
+      if (lr_driver.changed_notably(lr)) spdlog::info("step {}: lr {:.6g}", step, lr);
       for (size_t g = 0; g < groups.size(); ++g) {
         group_lrs[g] = lr * groups[g].lr_scale;
         plugin::GroupStep view;
@@ -191,9 +187,10 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
         view.group_index = g;
         view.step = step;
         view.lr = group_lrs[g];
-        view.weight_decay = weight_decay * groups[g].decay_scale;
+        view.weight_decay = groups[g].weight_decay;
         optimizer.step(view);
       }
+      lr_driver.advance(/*applied=*/true);
 
       const double loss_value = loss.item<double>();
       const double step_time = seconds_since(step_start);

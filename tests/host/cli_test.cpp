@@ -65,9 +65,60 @@ TEST(Cli, PlanShowsResolvedOptionsAndGroups) {
   EXPECT_NE(r.output.find("momentum = 0.9"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("dampening = 0.0"), std::string::npos) << r.output;  // a default
   EXPECT_NE(r.output.find("# parameter groups"), std::string::npos) << r.output;
-  // mlp hidden [64] on 1x28x28: 784*64+64 + 64*10+10 = 50890 elements in 4 tensors.
-  EXPECT_NE(r.output.find("default    4 tensors, 50890 elements"), std::string::npos) << r.output;
+  // mlp hidden [64] on 1x28x28: weights 784*64 + 64*10, biases 64 + 10.
+  EXPECT_NE(r.output.find("default    2 tensors, 50816 elements"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("bias       2 tensors, 74 elements"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("# batch: 64 per step"), std::string::npos) << r.output;
+}
+
+TEST(Cli, PlanShowsPetAndCustomKeyGroups) {
+  Result r = kiln("plan " + pipeline("synthetic_mlp.toml") +
+                  " --set optimizer.bias_double_lr=true --set optimizer.weight_decay=0.01" +
+                  " --set 'optimizer.custom_keys={\"^head\\\\.\"={lr_mult=10}}'");
+  EXPECT_EQ(r.code, 0) << r.output;
+  // mlp hidden [64]: layers.0.linear.{weight,bias}, head.{weight,bias}.
+  EXPECT_NE(r.output.find("default    1 tensors, 50176 elements, lr 0.05 (x1), weight_decay 0.01"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("bias       1 tensors, 64 elements, lr 0.1 (x2), weight_decay 0.01"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("custom_keys[\"^head\\.\"] 2 tensors, 650 elements, lr 0.5 (x10)"),
+            std::string::npos)
+      << r.output;
+}
+
+TEST(Cli, PrintsAndPlotsTheLrSchedule) {
+  fs::path dir = temp_dir();
+  const std::string png = (dir / "lr.png").string();
+  Result r = kiln("lr-schedule " + pipeline("synthetic_mlp.toml") + " --csv --png " + png +
+                  " --set optimizer.bias_double_lr=true");
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::istringstream in(r.output);
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("wrote ", 0) != 0) rows.push_back(line);  // stderr, in any order
+  }
+  ASSERT_FALSE(rows.empty());
+  EXPECT_EQ(rows.front(), "iter,default,bias");
+  rows.erase(rows.begin());
+  // 2 epochs × 16 steps; linear warm-up over 5 (Pet: 0.05·(0.1·(1−α)+α)), step ×0.1 at 24.
+  ASSERT_EQ(rows.size(), 32u) << r.output;
+  auto values = [](const std::string& row) {
+    std::vector<double> v;
+    std::stringstream ss(row);
+    for (std::string cell; std::getline(ss, cell, ',');) v.push_back(std::stod(cell));
+    return v;
+  };
+  EXPECT_NEAR(values(rows[0])[1], 0.05 * (0.1 * 0.8 + 0.2), 1e-12);
+  EXPECT_NEAR(values(rows[0])[2], 2 * 0.05 * (0.1 * 0.8 + 0.2), 1e-12);
+  EXPECT_NEAR(values(rows[10])[1], 0.05, 1e-12);
+  EXPECT_NEAR(values(rows[23])[1], 0.005, 1e-12);
+  std::ifstream file(png, std::ios::binary);
+  char magic[8] = {};
+  file.read(magic, 8);
+  EXPECT_EQ(std::string(magic + 1, 3), "PNG");
+  fs::remove_all(dir);
 }
 
 TEST(Cli, ListsAndDescribesPlugins) {
@@ -99,7 +150,7 @@ TEST(Cli, TrainsAndWritesMetrics) {
   int steps = 0, evals = 0;
   double last_accuracy = 0.0;
   const std::regex step_re(
-      R"(\{"type":"step","step":(\d+),"epoch":(\d+),"loss":[-0-9.e]+,"lr":\[[-0-9.e]+\],)"
+      R"(\{"type":"step","step":(\d+),"epoch":(\d+),"loss":[-0-9.e]+,"lr":\[[-0-9.e,]+\],)"
       R"("step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+\})");
   const std::regex eval_re(
       R"(\{"type":"eval","epoch":(\d+),"step":(\d+),"accuracy":([-0-9.e]+),"loss":[-0-9.e]+\})");

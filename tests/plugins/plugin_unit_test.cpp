@@ -57,7 +57,6 @@ at::Device test_device(bool cuda) { return cuda ? at::Device(at::kCUDA, 0) : at:
 TEST(PluginDescriptors, BuiltInsAreWellFormed) {
   const std::map<std::string, std::vector<std::string>> expected = {
       {"kiln_sgd", {"sgd"}},
-      {"kiln_step", {"step", "cosine"}},
       {"kiln_fp32", {"fp32"}},
       {"kiln_batchnorm", {"batchnorm"}}};
   for (const auto& [library, components] : expected) {
@@ -85,103 +84,6 @@ TEST(PluginDescriptors, BuiltInsAreWellFormed) {
         EXPECT_NE(spec.default_value, nullptr);
         ASSERT_NE(spec.doc, nullptr);
         EXPECT_GT(std::string(spec.doc).size(), 0u);
-      }
-    }
-  }
-}
-
-// ---- lr policies ------------------------------------------------------------------------------
-
-struct LrInstance {
-  const kiln_lr_policy_vtable& vt;
-  void* instance = nullptr;
-  ~LrInstance() { vt.destroy(instance); }
-  double at(int64_t iter) {
-    double lr = -1.0;
-    EXPECT_KILN_OK(vt.lr_at(instance, iter, &lr));
-    return lr;
-  }
-};
-
-kiln_lr_schedule schedule(double base_lr, int64_t max_iters, int64_t warmup_iters) {
-  return {sizeof(kiln_lr_schedule), base_lr, max_iters, warmup_iters, 10};
-}
-
-TEST(StepPolicy, MatchesClosedFormAndMultiStepLR) {
-  const std::vector<int64_t> steps = {30, 60, 90};
-  const double base = 0.4, gamma = 0.1;
-  const int64_t max_iters = 100;
-  Options options;
-  options.set_int_list("steps", steps).set_float("gamma", gamma);
-  kiln_lr_schedule frame = schedule(base, max_iters, 0);
-  LrInstance lr{vtable_of<kiln_lr_policy_vtable>("kiln_step", "step")};
-  ASSERT_KILN_OK(lr.vt.create(fake_host(), options.get(), &frame, &lr.instance));
-
-  OracleDir oracle;
-  oracle.write_text("config.json",
-                    "{\"base_lr\": 0.4, \"gamma\": 0.1, \"steps\": [30, 60, 90], "
-                    "\"max_iters\": 100}");
-  oracle.run("lr.py");
-  at::Tensor torch_lr = oracle.read("lr.bin", {max_iters}, at::kDouble);
-  for (int64_t iter = 1; iter <= max_iters; ++iter) {
-    int reached = 0;
-    for (int64_t s : steps) reached += s <= iter ? 1 : 0;
-    const double expected = base * std::pow(gamma, reached);
-    const double got = lr.at(iter);
-    EXPECT_NEAR(got, expected, 1e-12 * expected) << "iter " << iter;
-    EXPECT_NEAR(got, torch_lr[iter - 1].item<double>(), 1e-12 * expected) << "iter " << iter;
-  }
-}
-
-TEST(StepPolicy, NoStepsIsConstantAfterWarmUp) {
-  Options options;
-  options.set_int_list("steps", {}).set_float("gamma", 0.5);
-  kiln_lr_schedule frame = schedule(0.05, 40, 5);
-  LrInstance lr{vtable_of<kiln_lr_policy_vtable>("kiln_step", "step")};
-  ASSERT_KILN_OK(lr.vt.create(fake_host(), options.get(), &frame, &lr.instance));
-  for (int64_t iter = 6; iter <= 40; ++iter) EXPECT_EQ(lr.at(iter), 0.05);
-}
-
-TEST(StepPolicy, RefusesBadSteps) {
-  const auto& vt = vtable_of<kiln_lr_policy_vtable>("kiln_step", "step");
-  kiln_lr_schedule frame = schedule(0.1, 100, 0);
-  struct Case {
-    std::vector<int64_t> steps;
-    double gamma;
-    std::string named;
-  };
-  for (const Case& c : {Case{{30, 20}, 0.1, "20"}, Case{{10, 10}, 0.1, "10"},
-                        Case{{0, 5}, 0.1, "0"}, Case{{-3}, 0.1, "-3"}, Case{{5}, 0.0, "0"}}) {
-    Options options;
-    options.set_int_list("steps", c.steps).set_float("gamma", c.gamma);
-    void* instance = nullptr;
-    Status status = take(vt.create(fake_host(), options.get(), &frame, &instance));
-    ASSERT_NE(status, nullptr) << "accepted steps ending " << c.steps.back();
-    EXPECT_EQ(status->code, KILN_ERR_INVALID_ARGUMENT);
-    EXPECT_NE(status->message.find(c.named), std::string::npos) << status->message;
-    EXPECT_EQ(instance, nullptr);
-  }
-}
-
-TEST(CosinePolicy, MatchesClosedForm) {
-  const double pi = std::acos(-1.0);
-  for (double min_lr : {0.0, 0.002}) {
-    SCOPED_TRACE(min_lr);
-    const double base = 0.2;
-    const int64_t max_iters = 50, warm = 5;
-    Options options;
-    options.set_float("min_lr", min_lr);
-    kiln_lr_schedule frame = schedule(base, max_iters, warm);
-    LrInstance lr{vtable_of<kiln_lr_policy_vtable>("kiln_step", "cosine")};
-    ASSERT_KILN_OK(lr.vt.create(fake_host(), options.get(), &frame, &lr.instance));
-    EXPECT_NEAR(lr.at(warm + 1), base, 1e-12 * base);
-    for (int64_t iter = warm + 1; iter <= max_iters; ++iter) {
-      // Pet's COSINE, rescaled onto [min_lr, base_lr].
-      const double pet = 0.5 * base * (std::cos((iter - warm - 1) * pi / (max_iters - warm)) + 1.0);
-      const double expected = min_lr + (base - min_lr) * pet / base;
-      EXPECT_NEAR(lr.at(iter), expected, 1e-12 * base) << "iter " << iter;
-      if (min_lr == 0.0) {
-        EXPECT_NEAR(lr.at(iter), pet, 1e-12 * base);
       }
     }
   }

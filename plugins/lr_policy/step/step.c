@@ -1,25 +1,22 @@
 /*
- * kiln_step — learning-rate policies "step" and "cosine" (Pet's STEP and COSINE), plain C99.
- * Warm-up is applied by the host; these only compute the post-warm-up rate.
+ * step — Pet's STEP (lr·gamma^bisect_right(steps, it)) or PyTorch's StepLR
+ * (lr·gamma^floor(it/step_size)); exactly one of steps and step_size is given. Iterations count
+ * from the start of the run, warm-up included.
  */
 #include <math.h>
-#include <stdio.h>
 #include <stdlib.h>
 
-#include "kiln/lr_policy.h"
-#include "kiln/plugin.h"
+#include "lr_common.h"
 
-#ifndef M_PI
-#define M_PI 3.14159265358979323846
-#endif
-
-/* ---- step --------------------------------------------------------------------------------- */
+static const char kName[] = "step";
 
 typedef struct step_policy {
+  const kiln_host_api* host;
   double base_lr;
   double gamma;
+  int64_t step_size; /* iterations between decays; 0 when `steps` is used */
   size_t step_count;
-  int64_t* steps; /* strictly increasing, positive */
+  int64_t* steps; /* iterations, strictly increasing, positive */
 } step_policy;
 
 static void step_destroy(void* instance) {
@@ -31,61 +28,67 @@ static void step_destroy(void* instance) {
 
 static kiln_status* step_create(const kiln_host_api* host, const kiln_options* options,
                                 const kiln_lr_schedule* schedule, void** out) {
-  char message[160];
-  const kiln_option_value* steps = kiln_options_find(options, "steps");
-  size_t count = (steps != NULL && steps->type == KILN_OPT_INT_LIST) ? steps->list_length : 0;
   double gamma = kiln_options_float(options, "gamma", 0.1);
+  int64_t step_size = kiln_options_int(options, "step_size", 0);
+  const kiln_option_value* steps_value = kiln_options_find(options, "steps");
+  size_t listed = (steps_value != NULL && steps_value->type == KILN_OPT_INT_LIST)
+                      ? steps_value->list_length
+                      : 0;
+  int64_t scale = 1, size_iters = 0;
+  int64_t* steps = NULL;
+  size_t count = 0;
   step_policy* p;
-  size_t i;
+  kiln_status* status;
 
-  if (!(gamma > 0.0 && gamma <= 1.0)) {
-    snprintf(message, sizeof message, "step: gamma must be in (0, 1], got %g", gamma);
-    return host->make_status(KILN_ERR_INVALID_ARGUMENT, message);
+  if ((status = kiln_lr_check_gamma(host, kName, gamma)) != NULL) return status;
+  if (step_size < 0) {
+    return kiln_lr_invalid(host, kName, "step_size must be >= 0 (0: unset), got %lld",
+                           (long long)step_size);
   }
-  for (i = 0; i < count; ++i) {
-    int64_t s = steps->int_list[i];
-    if (s <= 0) {
-      snprintf(message, sizeof message, "step: steps must be positive, got %lld at index %zu",
-               (long long)s, i);
-      return host->make_status(KILN_ERR_INVALID_ARGUMENT, message);
-    }
-    if (i > 0 && s <= steps->int_list[i - 1]) {
-      snprintf(message, sizeof message,
-               "step: steps must be strictly increasing, got %lld after %lld at index %zu",
-               (long long)s, (long long)steps->int_list[i - 1], i);
-      return host->make_status(KILN_ERR_INVALID_ARGUMENT, message);
-    }
+  if (listed > 0 && step_size > 0) {
+    return kiln_lr_invalid(host, kName,
+                           "give either steps or step_size, not both (steps has %zu entries, "
+                           "step_size is %lld)",
+                           listed, (long long)step_size);
   }
+  if (listed == 0 && step_size == 0) {
+    return kiln_lr_invalid(host, kName,
+                           "give either steps (a list of decay points) or step_size (a period); "
+                           "both are unset");
+  }
+  if ((status = kiln_lr_duration_scale(host, kName, options, schedule, &scale)) != NULL) {
+    return status;
+  }
+  if (step_size > 0 && (status = kiln_lr_to_iters(host, kName, "step_size", step_size, scale,
+                                                  &size_iters)) != NULL) {
+    return status;
+  }
+  status = kiln_lr_read_boundaries(host, kName, options, "steps", 0, scale, &steps, &count);
+  if (status != NULL) return status;
+
   p = (step_policy*)calloc(1, sizeof *p);
-  if (p == NULL) return host->make_status(KILN_ERR_OUT_OF_MEMORY, "step: out of memory");
-  if (count > 0) {
-    p->steps = (int64_t*)malloc(count * sizeof *p->steps);
-    if (p->steps == NULL) {
-      free(p);
-      return host->make_status(KILN_ERR_OUT_OF_MEMORY, "step: out of memory");
-    }
-    for (i = 0; i < count; ++i) p->steps[i] = steps->int_list[i];
+  if (p == NULL) {
+    free(steps);
+    return kiln_lr_out_of_memory(host, kName);
   }
-  p->step_count = count;
+  p->host = host;
   p->base_lr = schedule->base_lr;
   p->gamma = gamma;
+  p->step_size = size_iters;
+  p->step_count = count;
+  p->steps = steps;
   *out = p;
   return NULL;
 }
 
-/* lr = base_lr * gamma^bisect_right(steps, iter): milestones already reached count. */
 static kiln_status* step_lr_at(void* instance, int64_t iter, double* lr) {
   const step_policy* p = (const step_policy*)instance;
-  size_t lo = 0, hi = p->step_count;
-  while (lo < hi) {
-    size_t mid = lo + (hi - lo) / 2;
-    if (iter < p->steps[mid]) {
-      hi = mid;
-    } else {
-      lo = mid + 1;
-    }
-  }
-  *lr = p->base_lr * pow(p->gamma, (double)lo);
+  kiln_status* status = kiln_lr_check_iter(p->host, kName, iter);
+  int64_t decays;
+  if (status != NULL) return status;
+  decays = p->step_size > 0 ? iter / p->step_size
+                            : (int64_t)kiln_lr_bisect_right(p->steps, p->step_count, iter);
+  *lr = p->base_lr * pow(p->gamma, (double)decays);
   return NULL;
 }
 
@@ -94,105 +97,23 @@ static const kiln_lr_policy_vtable step_vtable = {sizeof(kiln_lr_policy_vtable),
 
 static const kiln_option_spec step_options[] = {
     {sizeof(kiln_option_spec), "steps", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, "[]", NULL,
-     "iterations at which the rate is multiplied by gamma (strictly increasing)"},
+     "iterations (epochs with by_epoch) at which lr is multiplied by gamma; strictly increasing"},
+    {sizeof(kiln_option_spec), "step_size", KILN_OPT_INT, 1, 0, 0, 0.0, 0.0, "0", NULL,
+     "StepLR period: multiply by gamma every step_size iterations (epochs); 0 = use steps"},
     {sizeof(kiln_option_spec), "gamma", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.1", NULL,
-     "factor applied at each step, in (0, 1]"},
+     "factor applied at each decay, in (0, 1]"},
+    {sizeof(kiln_option_spec), "by_epoch", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", NULL,
+     "steps and step_size are in epochs, converted with the iterations per epoch"},
 };
 
-/* ---- cosine ------------------------------------------------------------------------------- */
-
-typedef struct cosine_policy {
-  double base_lr;
-  double min_lr;
-  int64_t warmup_iters;
-  int64_t span; /* max_iters - warmup_iters, > 0 */
-} cosine_policy;
-
-static void cosine_destroy(void* instance) { free(instance); }
-
-static kiln_status* cosine_create(const kiln_host_api* host, const kiln_options* options,
-                                  const kiln_lr_schedule* schedule, void** out) {
-  char message[160];
-  double min_lr = kiln_options_float(options, "min_lr", 0.0);
-  cosine_policy* p;
-  if (min_lr < 0.0) {
-    snprintf(message, sizeof message, "cosine: min_lr must be >= 0, got %g", min_lr);
-    return host->make_status(KILN_ERR_INVALID_ARGUMENT, message);
-  }
-  if (schedule->max_iters <= schedule->warmup_iters) {
-    snprintf(message, sizeof message, "cosine: max_iters (%lld) must exceed warmup_iters (%lld)",
-             (long long)schedule->max_iters, (long long)schedule->warmup_iters);
-    return host->make_status(KILN_ERR_INVALID_ARGUMENT, message);
-  }
-  p = (cosine_policy*)calloc(1, sizeof *p);
-  if (p == NULL) return host->make_status(KILN_ERR_OUT_OF_MEMORY, "cosine: out of memory");
-  p->base_lr = schedule->base_lr;
-  p->min_lr = min_lr;
-  p->warmup_iters = schedule->warmup_iters;
-  p->span = schedule->max_iters - schedule->warmup_iters;
-  *out = p;
-  return NULL;
-}
-
-/* Pet's COSINE, rescaled so it runs from base_lr (first post-warm-up iteration) to min_lr. */
-static kiln_status* cosine_lr_at(void* instance, int64_t iter, double* lr) {
-  const cosine_policy* p = (const cosine_policy*)instance;
-  double phase = (double)(iter - p->warmup_iters - 1) * M_PI / (double)p->span;
-  *lr = p->min_lr + (p->base_lr - p->min_lr) * 0.5 * (1.0 + cos(phase));
-  return NULL;
-}
-
-static const kiln_lr_policy_vtable cosine_vtable = {sizeof(kiln_lr_policy_vtable), cosine_create,
-                                                    cosine_destroy, cosine_lr_at};
-
-static const kiln_option_spec cosine_options[] = {
-    {sizeof(kiln_option_spec), "min_lr", KILN_OPT_FLOAT, 1, 0, 0, 0.0, 0.0, "0.0", NULL,
-     "learning rate reached at the end of the run"},
-};
-
-/* ---- descriptor --------------------------------------------------------------------------- */
-
-static const kiln_capabilities lr_caps = {sizeof(kiln_capabilities),
-                                          KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA, 0, NULL};
-
-static const kiln_component_descriptor step_component = {
+const kiln_component_descriptor kiln_lr_step_component = {
     sizeof(kiln_component_descriptor),
     KILN_COMPONENT_LR_POLICY,
     0,
     "step",
-    {1, 0, 0},
-    "multiply the rate by gamma at each listed iteration",
-    &lr_caps,
+    {1, 1, 0},
+    "multiply lr by gamma at listed iterations (Pet STEP) or every step_size (StepLR)",
+    &kiln_lr_capabilities,
     sizeof step_options / sizeof step_options[0],
     step_options,
     &step_vtable};
-
-static const kiln_component_descriptor cosine_component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_LR_POLICY,
-    0,
-    "cosine",
-    {1, 0, 0},
-    "half-cosine decay from base_lr to min_lr over the post-warm-up iterations",
-    &lr_caps,
-    sizeof cosine_options / sizeof cosine_options[0],
-    cosine_options,
-    &cosine_vtable};
-
-static const kiln_component_descriptor* const components[] = {&step_component, &cosine_component};
-
-static const kiln_plugin_descriptor descriptor = {sizeof(kiln_plugin_descriptor),
-                                                  KILN_ABI_MAJOR,
-                                                  KILN_ABI_MINOR,
-                                                  "kiln-step",
-                                                  {1, 0, 0},
-                                                  sizeof components / sizeof components[0],
-                                                  components,
-                                                  NULL,
-                                                  NULL,
-                                                  -1,
-                                                  0};
-
-KILN_DEFINE_PLUGIN_PROBE()
-
-const kiln_plugin_descriptor* kiln_plugin_get(void) { return &descriptor; }

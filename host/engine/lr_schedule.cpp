@@ -1,0 +1,90 @@
+#include "engine/lr_schedule.hpp"
+
+#include <fmt/format.h>
+
+#include "data/dataset.hpp"
+#include "data/loader.hpp"
+#include "engine/lr_driver.hpp"
+#include "engine/param_groups.hpp"
+#include "engine/plan.hpp"
+#include "io/plot.hpp"
+#include "kiln/torch.hpp"
+
+namespace kiln::engine {
+namespace {
+
+// Optimizer steps per epoch, as the run's loader will make them.
+int64_t iters_per_epoch(const config::Pipeline& p) {
+  const config::OptionSet& d = p.data;
+  data::Dataset dataset;
+  if (d.get_string("dataset") == "synthetic") {
+    // Only the length matters; a one-pixel dataset of the right size gives it.
+    data::SyntheticSpec spec;
+    spec.samples = d.get_int("synthetic_train");
+    spec.num_classes = d.get_int("synthetic_classes");
+    spec.height = spec.width = 1;
+    dataset = data::make_synthetic(spec);
+  } else {
+    dataset = data::load_fashion_mnist(d.get_string("root"), "train");
+  }
+  data::LoaderOptions o;
+  o.batch_size = d.get_int("batch_size");
+  o.drop_last = d.get_bool("drop_last");
+  o.workers = 0;
+  return data::Loader(dataset, o).batches_per_epoch();
+}
+
+}  // namespace
+
+LrTable lr_table(const config::Pipeline& p, int64_t iters) {
+  LrTable table;
+  table.iters_per_epoch = iters_per_epoch(p);
+  ScheduleFrame frame = schedule_frame(p, table.iters_per_epoch);
+  if (iters > 0) frame.max_iters = iters;
+  plugin::LrPolicyAdapter policy(*p.lr_policy.component, p.lr_policy.options,
+                                 to_policy_schedule(frame));
+  std::shared_ptr<kiln::Model> model = build_model_for_inspection(p);
+  std::vector<double> scales;
+  for (const ParamGroup& g : build_param_groups(*model, group_rules(p))) {
+    table.groups.push_back(g.name);
+    scales.push_back(g.lr_scale);
+  }
+  for (int64_t it = 1; it <= frame.max_iters; ++it) {
+    const double lr = lr_at(frame, policy, it);
+    std::vector<double> row;
+    for (double s : scales) row.push_back(lr * s);
+    table.lrs.push_back(std::move(row));
+  }
+  return table;
+}
+
+std::string format_lr_table(const LrTable& t, bool csv) {
+  std::string out = csv ? "iter" : fmt::format("{:>8}", "iter");
+  for (const auto& g : t.groups) out += csv ? "," + g : fmt::format("  {:>14}", g);
+  out += "\n";
+  for (size_t i = 0; i < t.lrs.size(); ++i) {
+    out += csv ? std::to_string(i + 1) : fmt::format("{:>8}", i + 1);
+    for (double lr : t.lrs[i]) out += csv ? fmt::format(",{}", lr) : fmt::format("  {:>14.8g}", lr);
+    out += "\n";
+  }
+  return out;
+}
+
+void plot_lr_table(const LrTable& t, const std::string& png_path) {
+  io::Panel panel;
+  panel.title = fmt::format("learning rate per group ({} iterations per epoch)", t.iters_per_epoch);
+  panel.x_label = "iteration";
+  panel.y_label = "lr";
+  for (size_t g = 0; g < t.groups.size(); ++g) {
+    io::Series s;
+    s.label = t.groups[g];
+    for (size_t i = 0; i < t.lrs.size(); ++i) {
+      s.x.push_back(static_cast<double>(i + 1));
+      s.y.push_back(t.lrs[i][g]);
+    }
+    panel.series.push_back(std::move(s));
+  }
+  io::write_plot(png_path, {panel});
+}
+
+}  // namespace kiln::engine

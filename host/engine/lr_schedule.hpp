@@ -1,0 +1,26 @@
+// `kiln lr-schedule`: the learning rate of every parameter group at every iteration of a
+// pipeline's run, computed without training (the model is built to know its groups; the data
+// is read only to know the epoch length).
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "config/pipeline.hpp"
+
+namespace kiln::engine {
+
+struct LrTable {
+  std::vector<std::string> groups;       // group names
+  std::vector<std::vector<double>> lrs;  // lrs[i][g]: iteration i+1, group g
+  int64_t iters_per_epoch = 0;
+};
+
+// `iters` > 0 overrides the run's length (max_iters of the schedule too).
+LrTable lr_table(const config::Pipeline& pipeline, int64_t iters = 0);
+
+std::string format_lr_table(const LrTable& table, bool csv);
+void plot_lr_table(const LrTable& table, const std::string& png_path);
+
+}  // namespace kiln::engine

@@ -1,0 +1,66 @@
+/*
+ * exp — PyTorch's ExponentialLR (Caffe "exp"): lr = base_lr·gamma^it, counting iterations from
+ * the start of the run, warm-up included.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "lr_common.h"
+
+static const char kName[] = "exp";
+
+typedef struct exp_policy {
+  const kiln_host_api* host;
+  double base_lr;
+  double gamma;
+} exp_policy;
+
+static void exp_destroy(void* instance) { free(instance); }
+
+static kiln_status* exp_create(const kiln_host_api* host, const kiln_options* options,
+                               const kiln_lr_schedule* schedule, void** out) {
+  exp_policy* p;
+  kiln_status* status;
+  if (kiln_options_find(options, "gamma") == NULL) {
+    return kiln_lr_invalid(host, kName, "gamma is required");
+  }
+  if ((status = kiln_lr_check_gamma(host, kName, kiln_options_float(options, "gamma", 0.0))) !=
+      NULL) {
+    return status;
+  }
+  p = (exp_policy*)calloc(1, sizeof *p);
+  if (p == NULL) return kiln_lr_out_of_memory(host, kName);
+  p->host = host;
+  p->base_lr = schedule->base_lr;
+  p->gamma = kiln_options_float(options, "gamma", 0.0);
+  *out = p;
+  return NULL;
+}
+
+static kiln_status* exp_lr_at(void* instance, int64_t iter, double* lr) {
+  const exp_policy* p = (const exp_policy*)instance;
+  kiln_status* status = kiln_lr_check_iter(p->host, kName, iter);
+  if (status != NULL) return status;
+  *lr = p->base_lr * pow(p->gamma, (double)iter);
+  return NULL;
+}
+
+static const kiln_lr_policy_vtable exp_vtable = {sizeof(kiln_lr_policy_vtable), exp_create,
+                                                 exp_destroy, exp_lr_at};
+
+static const kiln_option_spec exp_options[] = {
+    {sizeof(kiln_option_spec), "gamma", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, NULL, NULL,
+     "factor applied every iteration, in (0, 1]"},
+};
+
+const kiln_component_descriptor kiln_lr_exp_component = {
+    sizeof(kiln_component_descriptor),
+    KILN_COMPONENT_LR_POLICY,
+    0,
+    "exp",
+    {1, 0, 0},
+    "multiply lr by gamma every iteration (PyTorch ExponentialLR, Caffe exp)",
+    &kiln_lr_capabilities,
+    sizeof exp_options / sizeof exp_options[0],
+    exp_options,
+    &exp_vtable};

@@ -1,0 +1,92 @@
+/*
+ * multistep — PyTorch's MultiStepLR: lr·gamma^(milestones reached), where a milestone listed
+ * twice counts twice (MultiStepLR keeps a Counter). Iterations count from the start of the run.
+ */
+#include <math.h>
+#include <stdlib.h>
+
+#include "lr_common.h"
+
+static const char kName[] = "multistep";
+
+typedef struct multistep_policy {
+  const kiln_host_api* host;
+  double base_lr;
+  double gamma;
+  size_t milestone_count;
+  int64_t* milestones; /* iterations, non-decreasing, positive */
+} multistep_policy;
+
+static void multistep_destroy(void* instance) {
+  multistep_policy* p = (multistep_policy*)instance;
+  if (p == NULL) return;
+  free(p->milestones);
+  free(p);
+}
+
+static kiln_status* multistep_create(const kiln_host_api* host, const kiln_options* options,
+                                     const kiln_lr_schedule* schedule, void** out) {
+  double gamma = kiln_options_float(options, "gamma", 0.1);
+  int64_t scale = 1;
+  int64_t* milestones = NULL;
+  size_t count = 0;
+  multistep_policy* p;
+  kiln_status* status;
+
+  if ((status = kiln_lr_check_gamma(host, kName, gamma)) != NULL) return status;
+  if (kiln_options_find(options, "milestones") == NULL) {
+    return kiln_lr_invalid(host, kName, "milestones is required");
+  }
+  if ((status = kiln_lr_duration_scale(host, kName, options, schedule, &scale)) != NULL) {
+    return status;
+  }
+  status =
+      kiln_lr_read_boundaries(host, kName, options, "milestones", 1, scale, &milestones, &count);
+  if (status != NULL) return status;
+
+  p = (multistep_policy*)calloc(1, sizeof *p);
+  if (p == NULL) {
+    free(milestones);
+    return kiln_lr_out_of_memory(host, kName);
+  }
+  p->host = host;
+  p->base_lr = schedule->base_lr;
+  p->gamma = gamma;
+  p->milestone_count = count;
+  p->milestones = milestones;
+  *out = p;
+  return NULL;
+}
+
+static kiln_status* multistep_lr_at(void* instance, int64_t iter, double* lr) {
+  const multistep_policy* p = (const multistep_policy*)instance;
+  kiln_status* status = kiln_lr_check_iter(p->host, kName, iter);
+  if (status != NULL) return status;
+  *lr = p->base_lr *
+        pow(p->gamma, (double)kiln_lr_bisect_right(p->milestones, p->milestone_count, iter));
+  return NULL;
+}
+
+static const kiln_lr_policy_vtable multistep_vtable = {
+    sizeof(kiln_lr_policy_vtable), multistep_create, multistep_destroy, multistep_lr_at};
+
+static const kiln_option_spec multistep_options[] = {
+    {sizeof(kiln_option_spec), "milestones", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, NULL, NULL,
+     "iterations (epochs with by_epoch) where lr is multiplied by gamma; non-decreasing"},
+    {sizeof(kiln_option_spec), "gamma", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.1", NULL,
+     "factor applied at each milestone, in (0, 1]"},
+    {sizeof(kiln_option_spec), "by_epoch", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", NULL,
+     "milestones are in epochs, converted with the iterations per epoch"},
+};
+
+const kiln_component_descriptor kiln_lr_multistep_component = {
+    sizeof(kiln_component_descriptor),
+    KILN_COMPONENT_LR_POLICY,
+    0,
+    "multistep",
+    {1, 0, 0},
+    "multiply lr by gamma at each milestone (PyTorch MultiStepLR)",
+    &kiln_lr_capabilities,
+    sizeof multistep_options / sizeof multistep_options[0],
+    multistep_options,
+    &multistep_vtable};

@@ -1,0 +1,157 @@
+// The host's side of LR scheduling: Pet's warm-up (checked against torch's LinearLR/ConstantLR),
+// warm-up in epochs, linear batch scaling, counting applied or attempted steps, the change log,
+// and the refusal of two warm-up lengths.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "engine/lr_driver.hpp"
+#include "kiln_test_paths.h"
+#include "plugin/host_api.hpp"
+#include "plugin/loader.hpp"
+
+namespace {
+
+using kiln::engine::LrDriver;
+using kiln::engine::ScheduleFrame;
+
+const kiln::plugin::Registry& registry() {
+  static kiln::plugin::Registry r = [] {
+    kiln::plugin::Loader loader(kiln::plugin::host_api());
+    std::vector<std::string> refused;
+    return kiln::plugin::load_all(loader, {KILN_PLUGIN_DIR}, refused);
+  }();
+  return r;
+}
+
+kiln::config::Pipeline pipeline(const std::string& lr_policy, const std::string& extra = "") {
+  const std::string text = "[model]\nname = \"mlp\"\n[data]\nbatch_size = 64\n[optimizer]\nlr = 0.4\n"
+                           "[lr_policy]\n" + lr_policy + "\n" + extra;
+  return kiln::config::load_pipeline_text(text, "test.toml", {}, registry());
+}
+
+struct Schedule {
+  ScheduleFrame frame;
+  std::unique_ptr<kiln::plugin::LrPolicyAdapter> policy;
+};
+
+Schedule schedule(const kiln::config::Pipeline& p, int64_t iters_per_epoch) {
+  Schedule s;
+  s.frame = kiln::engine::schedule_frame(p, iters_per_epoch);
+  s.policy = std::make_unique<kiln::plugin::LrPolicyAdapter>(
+      *p.lr_policy.component, p.lr_policy.options, kiln::engine::to_policy_schedule(s.frame));
+  return s;
+}
+
+// torch's scheduler values after k = 0..n steps (one Python process).
+std::vector<double> torch_values(const std::string& scheduler, int n) {
+  std::string command = std::string(KILN_TEST_PYTHON) +
+                        " -c \"import torch\n"
+                        "p = torch.nn.Parameter(torch.zeros(1))\n"
+                        "o = torch.optim.SGD([p], lr=0.4)\n"
+                        "s = torch.optim.lr_scheduler." + scheduler + "\n"
+                        "v = [o.param_groups[0]['lr']]\n"
+                        "for _ in range(" + std::to_string(n) + "):\n"
+                        "    o.step(); s.step(); v.append(o.param_groups[0]['lr'])\n"
+                        "print(' '.join(repr(x) for x in v))\"";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string out;
+  char buffer[4096];
+  while (size_t got = fread(buffer, 1, sizeof(buffer), pipe)) out.append(buffer, got);
+  EXPECT_EQ(pclose(pipe), 0);
+  std::istringstream in(out);
+  std::vector<double> values;
+  for (double v; in >> v;) values.push_back(v);
+  return values;
+}
+
+TEST(LrDriver, LinearWarmupIsPetsFormulaAndTorchsLinearLR) {
+  auto p = pipeline("name = \"constant\"\nwarmup = \"linear\"\nwarmup_iters = 20\nwarmup_factor = 0.25");
+  Schedule s = schedule(p, 100);
+  auto torch = torch_values("LinearLR(o, start_factor=0.25, total_iters=20)", 40);
+  ASSERT_EQ(torch.size(), 41u);
+  for (int it = 1; it <= 40; ++it) {
+    const double alpha = std::min(1.0, it / 20.0);
+    const double pet = it <= 20 ? 0.4 * (0.25 * (1 - alpha) + alpha) : 0.4;
+    const double kiln = kiln::engine::lr_at(s.frame, *s.policy, it);
+    EXPECT_NEAR(kiln, pet, 1e-12) << it;
+    EXPECT_NEAR(kiln, torch[it], 1e-9) << it;  // LinearLR after `it` steps
+  }
+}
+
+TEST(LrDriver, ConstantWarmupIsPetsFormulaAndTorchsConstantLR) {
+  auto p = pipeline("name = \"constant\"\nwarmup = \"constant\"\nwarmup_iters = 10\nwarmup_factor = 0.1");
+  Schedule s = schedule(p, 100);
+  auto torch = torch_values("ConstantLR(o, factor=0.1, total_iters=10)", 30);
+  for (int it = 1; it <= 30; ++it) {
+    const double kiln = kiln::engine::lr_at(s.frame, *s.policy, it);
+    EXPECT_NEAR(kiln, it <= 10 ? 0.04 : 0.4, 1e-12) << it;
+    EXPECT_NEAR(kiln, torch[it - 1], 1e-9) << it;  // Pet warms through iteration W inclusive
+  }
+}
+
+TEST(LrDriver, WarmupInEpochsConvertsWithTheLoaderLength) {
+  auto p = pipeline("name = \"constant\"\nwarmup = \"linear\"\nwarmup_epochs = 0.5");
+  EXPECT_EQ(kiln::engine::schedule_frame(p, 37).warmup_iters, 19);  // round(18.5)
+  EXPECT_EQ(kiln::engine::schedule_frame(p, 40).warmup_iters, 20);
+}
+
+TEST(LrDriver, BothWarmupLengthsAreRefused) {
+  auto p = pipeline("name = \"constant\"\nwarmup = \"linear\"\nwarmup_epochs = 1.0\nwarmup_iters = 5");
+  try {
+    kiln::engine::schedule_frame(p, 10);
+    ADD_FAILURE() << "accepted both";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(),
+                 "lr_policy.warmup_iters and lr_policy.warmup_epochs are both set; give one of them");
+  }
+}
+
+TEST(LrDriver, LinearScalingUsesTheEffectiveBatch) {
+  auto p = pipeline("name = \"constant\"", "[lr_scaling]\nbase_batch = 256\n");
+  ScheduleFrame f = kiln::engine::schedule_frame(p, 10);
+  EXPECT_EQ(f.effective_batch, 64);
+  EXPECT_DOUBLE_EQ(f.base_lr, 0.1);  // 0.4 × 64 / 256
+  ScheduleFrame f2 = kiln::engine::schedule_frame(p, 10, /*world_size=*/2, /*accumulation=*/4);
+  EXPECT_EQ(f2.effective_batch, 512);
+  EXPECT_DOUBLE_EQ(f2.base_lr, 0.8);
+  Schedule s = schedule(p, 10);
+  EXPECT_DOUBLE_EQ(kiln::engine::lr_at(s.frame, *s.policy, 3), 0.1);
+}
+
+TEST(LrDriver, CountsAppliedOrAttemptedSteps) {
+  const std::vector<bool> applied = {true, false, true, false, true, true};
+  for (const std::string count : {"applied", "attempted"}) {
+    auto p = pipeline("name = \"step\"\nsteps = [2, 4]\ngamma = 0.5\ncount = \"" + count + "\"");
+    Schedule s = schedule(p, 100);
+    LrDriver driver(s.frame, *s.policy);
+    std::vector<double> seen;
+    for (bool a : applied) {
+      seen.push_back(driver.current());
+      driver.advance(a);
+    }
+    // Iterations used: applied → 1,2,2,3,3,4 ; attempted → 1..6.
+    const std::vector<int> iters = count == "applied" ? std::vector<int>{1, 2, 2, 3, 3, 4}
+                                                      : std::vector<int>{1, 2, 3, 4, 5, 6};
+    for (size_t i = 0; i < iters.size(); ++i) {
+      EXPECT_DOUBLE_EQ(seen[i], kiln::engine::lr_at(s.frame, *s.policy, iters[i])) << count << i;
+    }
+    EXPECT_EQ(driver.counted(), count == "applied" ? 4 : 6);
+  }
+}
+
+TEST(LrDriver, ReportsChangesAboveTheRatio) {
+  auto p = pipeline("name = \"constant\"\nlog_change_ratio = 1.1");
+  Schedule s = schedule(p, 10);
+  LrDriver driver(s.frame, *s.policy);
+  EXPECT_TRUE(driver.changed_notably(0.1));    // first value
+  EXPECT_FALSE(driver.changed_notably(0.105));
+  EXPECT_FALSE(driver.changed_notably(0.109));
+  EXPECT_TRUE(driver.changed_notably(0.111));  // > 1.1 × 0.1
+  EXPECT_TRUE(driver.changed_notably(0.0));    // a drop to zero
+  EXPECT_FALSE(driver.changed_notably(0.0));
+}
+
+}  // namespace

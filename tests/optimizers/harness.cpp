@@ -1,0 +1,211 @@
+#include "harness.hpp"
+
+#include <ATen/Context.h>
+#include <ATen/ops/empty.h>
+#include <ATen/ops/full.h>
+#include <ATen/ops/randn.h>
+#include <ATen/ops/zeros.h>
+
+#include <algorithm>
+#include <sstream>
+#include <stdexcept>
+
+#include "kiln/torch.hpp"
+
+namespace kiln::test {
+namespace {
+
+OptionValue f(const std::string& name, double value) { return {name, false, value}; }
+OptionValue b(const std::string& name, bool value) { return {name, true, value ? 1.0 : 0.0}; }
+
+std::vector<Case> sgd_cases() {
+  auto c = [](std::string name, double m, double d, bool nesterov, double wd) {
+    return Case{"sgd_" + name,
+                "kiln_sgd",
+                "sgd",
+                {f("momentum", m), f("dampening", d), b("nesterov", nesterov)},
+                wd,
+                0.05};
+  };
+  return {c("plain", 0.0, 0.0, false, 0.0),         c("wd", 0.0, 0.0, false, 1e-2),
+          c("momentum", 0.9, 0.0, false, 0.0),      c("momentum_wd", 0.9, 0.0, false, 5e-4),
+          c("dampening_wd", 0.8, 0.3, false, 1e-2), c("nesterov", 0.9, 0.0, true, 0.0),
+          c("nesterov_wd", 0.7, 0.0, true, 1e-2)};
+}
+
+std::vector<Case> rmsprop_cases() {
+  auto c = [](std::string name, double alpha, double eps, double m, bool centered, double wd) {
+    return Case{"rmsprop_" + name,
+                "kiln_rmsprop",
+                "rmsprop",
+                {f("alpha", alpha), f("eps", eps), f("momentum", m), b("centered", centered)},
+                wd,
+                0.01};
+  };
+  return {c("default", 0.99, 1e-8, 0.0, false, 0.0),
+          c("wd", 0.99, 1e-8, 0.0, false, 1e-2),
+          c("momentum", 0.99, 1e-8, 0.9, false, 0.0),
+          c("centered", 0.99, 1e-8, 0.0, true, 0.0),
+          c("centered_momentum_wd", 0.95, 1e-8, 0.5, true, 1e-2),
+          c("alpha_eps", 0.9, 1e-6, 0.0, false, 0.0)};
+}
+
+std::vector<Case> adam_cases(const std::string& component) {
+  auto c = [&](std::string name, double b1, double b2, double eps, bool amsgrad, double wd) {
+    return Case{component + "_" + name,
+                "kiln_adam",
+                component,
+                {f("beta1", b1), f("beta2", b2), f("eps", eps), b("amsgrad", amsgrad)},
+                wd,
+                0.01};
+  };
+  return {c("default", 0.9, 0.999, 1e-8, false, 0.0), c("wd", 0.9, 0.999, 1e-8, false, 1e-2),
+          c("amsgrad", 0.9, 0.999, 1e-8, true, 0.0), c("amsgrad_wd", 0.9, 0.999, 1e-8, true, 1e-2),
+          c("betas_eps", 0.8, 0.99, 1e-6, false, 5e-2)};
+}
+
+std::vector<Case> lamb_cases() {
+  auto c = [](std::string name, double b1, double b2, double eps, double clip, bool bc, double wd) {
+    return Case{"lamb_" + name,
+                "kiln_lamb",
+                "lamb",
+                {f("beta1", b1), f("beta2", b2), f("eps", eps), f("max_grad_norm", clip),
+                 b("bias_correction", bc)},
+                wd,
+                0.01};
+  };
+  // The gradients' global norm is about 14: max_grad_norm 1 clips, 100 does not.
+  return {c("default", 0.9, 0.999, 1e-6, 0.0, true, 0.0),
+          c("wd", 0.9, 0.999, 1e-6, 0.0, true, 1e-2),
+          c("clip_wd", 0.9, 0.999, 1e-6, 1.0, true, 1e-2),
+          c("clip_inactive", 0.9, 0.999, 1e-6, 100.0, true, 0.0),
+          c("no_bias_correction", 0.8, 0.99, 1e-6, 0.0, false, 1e-2)};
+}
+
+}  // namespace
+
+std::vector<Case> cases_for(const std::string& family) {
+  if (family == "sgd") return sgd_cases();
+  if (family == "rmsprop") return rmsprop_cases();
+  if (family == "adam" || family == "adamw") return adam_cases(family);
+  if (family == "lamb") return lamb_cases();
+  throw std::runtime_error("no optimizer family " + family);
+}
+
+Options options_of(const Case& c) {
+  Options o;
+  for (const OptionValue& v : c.options) {
+    if (v.is_bool) {
+      o.set_bool(v.name, v.value != 0.0);
+    } else {
+      o.set_float(v.name, v.value);
+    }
+  }
+  return o;
+}
+
+double lr_at(const Case& c, int64_t s) {
+  return c.base_lr * (1.0 - 0.004 * static_cast<double>(s));
+}
+
+std::string case_json(const Case& c, int64_t steps) {
+  std::ostringstream out;
+  out.precision(17);
+  out << "{\"name\": \"" << c.name << "\", \"optimizer\": \"" << c.component
+      << "\", \"weight_decay\": " << c.weight_decay << ", \"options\": {";
+  for (size_t i = 0; i < c.options.size(); ++i) {
+    const OptionValue& v = c.options[i];
+    out << (i ? ", " : "") << "\"" << v.name << "\": ";
+    if (v.is_bool) {
+      out << (v.value != 0.0 ? "true" : "false");
+    } else {
+      out << v.value;
+    }
+  }
+  out << "}, \"lrs\": [";
+  for (int64_t s = 0; s < steps; ++s) out << (s ? ", " : "") << lr_at(c, s);
+  out << "]}";
+  return out.str();
+}
+
+Trajectory make_trajectory(int64_t steps, uint64_t seed) {
+  at::manual_seed(seed);
+  Trajectory t;
+  t.steps = steps;
+  t.shapes = {{5, 7}, {4, 3, 3, 3}, {13}, {1}, {6, 5}};
+  for (const auto& shape : t.shapes) {
+    t.initial.push_back(at::randn(shape));
+    std::vector<int64_t> grad_shape = {steps};
+    grad_shape.insert(grad_shape.end(), shape.begin(), shape.end());
+    t.grads.push_back(at::randn(grad_shape));
+  }
+  return t;
+}
+
+ParamSet make_params(const Trajectory& t, at::Device device, at::ScalarType dtype) {
+  const auto options = at::TensorOptions().device(device).dtype(dtype);
+  ParamSet set;
+  for (size_t i = 0; i < t.shapes.size(); ++i) {
+    at::Tensor p;
+    if (i == 0) {
+      p = at::empty({t.shapes[0][1], t.shapes[0][0]}, options).t();
+    } else if (i == 4) {
+      set.base = at::full({t.shapes[4][0], 2 * t.shapes[4][1]}, ParamSet::kFiller, options);
+      p = set.base.slice(1, 0, 2 * t.shapes[4][1], 2);
+    } else {
+      p = at::empty(t.shapes[i], options);
+    }
+    p.copy_(t.initial[i]);
+    set.params.push_back(p);
+  }
+  return set;
+}
+
+std::string run_steps(const kiln_optimizer_vtable& vt, void* instance, kiln_call_context& ctx,
+                      const Case& c, const std::vector<at::Tensor>& params,
+                      const std::vector<at::Tensor>& grads, int64_t first, int64_t count) {
+  std::vector<std::string> names;
+  for (size_t i = 0; i < params.size(); ++i) names.push_back("p" + std::to_string(i));
+  std::vector<const char*> name_ptrs;
+  for (const auto& n : names) name_ptrs.push_back(n.c_str());
+  ctx.params = params;
+  for (int64_t step = first; step < first + count; ++step) {
+    std::vector<at::Tensor> grad_views;
+    std::vector<DLTensor> p_dl, g_dl;
+    for (size_t i = 0; i < params.size(); ++i) {
+      grad_views.push_back(grads[i][step].to(params[i].scalar_type()));
+      p_dl.push_back(kiln::as_dltensor(params[i]));
+      g_dl.push_back(kiln::as_dltensor(grad_views.back()));
+    }
+    ctx.grads = grad_views;
+    kiln_param_group group{};
+    group.struct_size = sizeof(group);
+    group.count = params.size();
+    group.params = p_dl.data();
+    group.grads = g_dl.data();
+    group.names = name_ptrs.data();
+    group.step = step + 1;
+    group.lr = lr_at(c, step);
+    group.weight_decay = c.weight_decay;
+    Status status = take(vt.step(instance, &ctx, &group));
+    if (status != nullptr) return "step " + std::to_string(step) + ": " + describe(status.get());
+  }
+  return "";
+}
+
+double relative_error(const at::Tensor& actual, const at::Tensor& expected) {
+  at::Tensor a = actual.detach().cpu().to(at::kDouble);
+  at::Tensor e = expected.detach().cpu().to(at::kDouble);
+  if (a.sizes() != e.sizes()) throw std::runtime_error("relative_error: shapes differ");
+  const double scale = std::max(1.0, e.abs().max().item<double>());
+  return (a - e).abs().max().item<double>() / scale;
+}
+
+Instance::Instance(const kiln_optimizer_vtable& vt, Options& options) : vt_(vt) {
+  Status status = take(vt.create(optim_host(), options.get(), &instance_));
+  error_ = describe(status.get());
+}
+
+Instance::~Instance() { vt_.destroy(instance_); }
+
+}  // namespace kiln::test
