@@ -7,6 +7,7 @@
 #include <memory>
 
 #include "config/pipeline.hpp"
+#include "config/reference.hpp"
 #include "engine/checks.hpp"
 #include "engine/lr_schedule.hpp"
 #include "engine/plan.hpp"
@@ -172,6 +173,16 @@ int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::st
     fmt::print(stderr, "error: {}\n", e.what());
     return kRunFailed;
   }
+}
+
+int config_docs() {
+  // Built-in plugins only, so the reference does not depend on KILN_PLUGIN_PATH.
+  plugin::Loader loader(plugin::host_api());
+  std::vector<std::string> refused;
+  plugin::Registry registry = plugin::load_all(loader, {plugin::builtin_plugin_dir()}, refused);
+  print_refused(refused);
+  fmt::print("{}", config::reference_markdown(registry));
+  return refused.empty() ? 0 : kPluginRefused;
 }
 
 int plugins_list(const std::vector<std::string>& extra_dirs) {

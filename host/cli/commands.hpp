@@ -18,6 +18,8 @@ int validate(const PipelineArgs& args);
 int plan(const PipelineArgs& args);
 // Prints every group's lr at every iteration (table or CSV) and optionally writes a PNG plot.
 int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::string& png);
+// Prints docs/config.md: every core key and every built-in plugin option (from the schemas).
+int config_docs();
 int plugins_list(const std::vector<std::string>& extra_dirs);
 int plugins_describe(const std::string& name, const std::vector<std::string>& extra_dirs);
 

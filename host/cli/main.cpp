@@ -39,6 +39,9 @@ int main(int argc, char** argv) {
   lr->add_flag("--csv", lr_csv, "comma-separated values instead of a table");
   lr->add_option("--png", lr_png, "also write the schedule as a PNG plot");
 
+  CLI::App* config_docs =
+      app.add_subcommand("config-docs", "print the configuration reference (docs/config.md)");
+
   CLI::App* plugins = app.add_subcommand("plugins", "inspect plugins");
   plugins->require_subcommand(1);
   std::vector<std::string> plugin_dirs;
@@ -56,6 +59,7 @@ int main(int argc, char** argv) {
   if (*validate) return kiln::cli::validate(args);
   if (*plan) return kiln::cli::plan(args);
   if (*lr) return kiln::cli::lr_schedule(args, lr_iters, lr_csv, lr_png);
+  if (*config_docs) return kiln::cli::config_docs();
   if (*list) return kiln::cli::plugins_list(plugin_dirs);
   if (*describe) return kiln::cli::plugins_describe(describe_name, plugin_dirs);
   if (*version) {

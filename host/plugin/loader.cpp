@@ -243,19 +243,21 @@ void Loader::load_directory(const std::string& dir, Registry& registry,
   }
 }
 
+std::string builtin_plugin_dir() {
+  boost::system::error_code ec;
+  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (ec) return {};
+  fs::path bin = exe.parent_path();
+  for (fs::path candidate : {bin / ".." / "plugins", bin / ".." / "lib" / "kiln" / "plugins"}) {
+    if (fs::is_directory(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
+  }
+  return {};
+}
+
 std::vector<std::string> plugin_search_path(const std::vector<std::string>& extra) {
   std::vector<std::string> dirs;
   boost::system::error_code ec;
-  fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (!ec) {
-    fs::path bin = exe.parent_path();
-    for (fs::path candidate : {bin / ".." / "plugins", bin / ".." / "lib" / "kiln" / "plugins"}) {
-      if (fs::is_directory(candidate, ec)) {
-        dirs.push_back(fs::weakly_canonical(candidate, ec).string());
-        break;
-      }
-    }
-  }
+  if (std::string builtin = builtin_plugin_dir(); !builtin.empty()) dirs.push_back(builtin);
   if (const char* env = std::getenv("KILN_PLUGIN_PATH")) {
     std::stringstream ss(env);
     std::string item;

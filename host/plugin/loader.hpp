@@ -40,6 +40,10 @@ class Loader {
   const kiln_host_api* host_;
 };
 
+// The built-in plugin folder next to the executable (<exe>/../plugins, or
+// <exe>/../lib/kiln/plugins when installed); empty when there is none.
+std::string builtin_plugin_dir();
+
 // Where plugins are looked for: the built-in folder next to the executable
 // (<exe>/../plugins, or <exe>/../lib/kiln/plugins when installed), then each folder of
 // KILN_PLUGIN_PATH (colon-separated), then `extra` (e.g. the pipeline's [plugins] paths).

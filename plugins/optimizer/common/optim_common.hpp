@@ -82,8 +82,8 @@ inline std::vector<Param> read_group(const std::string& component, const kiln_pa
   std::vector<Param> out;
   out.reserve(group->count);
   for (size_t i = 0; i < group->count; ++i) {
-    at::Tensor p = as_tensor(group->params[i]);
-    at::Tensor g = as_tensor(group->grads[i]);
+    at::Tensor p = thread_view_cache().get(group->params[i]);
+    at::Tensor g = thread_view_cache().get(group->grads[i]);
     if (p.sizes() != g.sizes() || p.device() != g.device()) {
       invalid(component, "gradient " + std::to_string(i) + " differs from its parameter in shape " +
                              "or device");
@@ -108,7 +108,7 @@ class StateStore {
     int32_t fresh = 0;
     check_host(host_, host_->state_tensor(ctx_, p.index, name, init, &view, &fresh));
     if (created != nullptr) *created = fresh != 0;
-    at::Tensor t = as_tensor(view);
+    at::Tensor t = thread_view_cache().get(view);
     bool ok = true;
     switch (init) {
       case KILN_STATE_ZEROS_LIKE_PARAM:
@@ -203,7 +203,9 @@ class FlatViews {
   at::Tensor flat(const at::Tensor& t, const std::vector<int64_t>& strides, at::ScalarType dtype,
                   bool writable) {
     if (t.scalar_type() == dtype && dense_with_strides(t, strides)) {
-      return t.as_strided({t.numel()}, {1});
+      // A contiguous tensor already is what the kernels walk; a new 1-D view of each of hundreds
+      // of tensors per step would cost more than the small ones' updates.
+      return t.is_contiguous() ? t : t.as_strided({t.numel()}, {1});
     }
     at::Tensor work = at::empty_strided(t.sizes(), strides, t.options().dtype(dtype));
     work.copy_(t);

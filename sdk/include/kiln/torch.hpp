@@ -13,6 +13,7 @@
 
 #include <memory>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "kiln/sdk.hpp"
@@ -124,6 +125,43 @@ inline at::Tensor as_tensor(const DLTensor& t) {
   void* data = static_cast<char*>(t.data) + t.byte_offset;
   return at::from_blob(data, at::IntArrayRef(t.shape, t.ndim), at::IntArrayRef(t.strides, t.ndim),
                        options);
+}
+
+// Reuses the at::Tensor wrapper of a view seen before (same data, shape, strides, dtype and
+// device). Wrapping allocates a TensorImpl and a storage each time, which an optimizer stepping
+// hundreds of tensors per call pays for measurably. The wrappers do not own memory; one is only
+// handed out again when the caller presents the same live view. Not thread-safe: keep one per
+// thread (see thread_view_cache()).
+class ViewCache {
+ public:
+  at::Tensor get(const DLTensor& t) {
+    const void* data = static_cast<const char*>(t.data) + t.byte_offset;
+    auto it = entries_.find(data);
+    if (it != entries_.end() && matches(it->second, t)) return it->second;
+    if (entries_.size() >= kMaxEntries) entries_.clear();  // bound memory, keep it simple
+    at::Tensor view = as_tensor(t);
+    entries_[data] = view;
+    return view;
+  }
+
+ private:
+  static constexpr size_t kMaxEntries = 1 << 14;
+  static bool matches(const at::Tensor& v, const DLTensor& t) {
+    if (v.dim() != t.ndim || v.scalar_type() != scalar_type_of(t.dtype)) return false;
+    const bool cuda = t.device.device_type == kDLCUDA;
+    if (v.is_cuda() != cuda || (cuda && v.get_device() != t.device.device_id)) return false;
+    for (int32_t i = 0; i < t.ndim; ++i) {
+      if (v.sizes()[i] != t.shape[i] || v.strides()[i] != t.strides[i]) return false;
+    }
+    return true;
+  }
+  std::unordered_map<const void*, at::Tensor> entries_;
+};
+
+// The calling thread's ViewCache in this library.
+inline ViewCache& thread_view_cache() {
+  static thread_local ViewCache cache;
+  return cache;
 }
 
 // The DLPack dtype of an ATen scalar type.

@@ -1,0 +1,135 @@
+// bench_optimizer_step: the C++ side of bench/optimizer_step.py. Holds ResNet-50's parameters and
+// times optimizer steps on request, so the driver can alternate these arms with torch.optim in
+// Python under the same thread settings. A line protocol on stdin/stdout:
+//   startup    -> {"params": [[name, [dims...]], ...], "plugin_dir": ..., "refused": [...]}
+//   setup ARM  -> "ok DESCRIPTION" | "skip REASON"     ARM: kiln-sgd, kiln-adamw, kiln-lion,
+//   run ARM N  -> "ms MEAN_MS_PER_STEP"                     torch-cpp-sgd, torch-cpp-adamw
+//   free ARM   -> "ok"
+//   quit
+// Any failure answers "error MESSAGE".
+#include <ATen/Parallel.h>
+#include <limits.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "arms.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/loader.hpp"
+
+namespace {
+
+using kiln::bench::Arm;
+
+std::string json_string(const std::string& s) {
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"' || c == '\\') out += '\\';
+    out += c;
+  }
+  return out + "\"";
+}
+
+// <dir of this executable>/../plugins: the built-in plugin folder of the build tree.
+std::string default_plugin_dir() {
+  char buf[PATH_MAX];
+  ssize_t n = readlink("/proc/self/exe", buf, sizeof buf - 1);
+  if (n <= 0) return "plugins";
+  std::string exe(buf, static_cast<size_t>(n));
+  return exe.substr(0, exe.rfind('/')) + "/../plugins";
+}
+
+std::unique_ptr<Arm> make_arm(const std::string& arm, const kiln::plugin::Registry& registry,
+                              const kiln::bench::Workload& work, std::string& skip) {
+  if (arm.rfind("kiln-", 0) == 0) return make_kiln_arm(registry, arm.substr(5), work, skip);
+  if (arm.rfind("torch-cpp-", 0) == 0) return kiln::bench::make_torch_arm(arm.substr(10), work);
+  throw std::runtime_error("unknown arm '" + arm + "'");
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2;
+  std::string plugin_dir = default_plugin_dir();
+  for (int i = 1; i + 1 < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (flag == "--threads") {
+      threads = std::stoi(argv[i + 1]);
+    } else if (flag == "--plugin-dir") {
+      plugin_dir = argv[i + 1];
+    } else {
+      std::cerr << "usage: bench_optimizer_step [--threads N] [--plugin-dir DIR]\n";
+      return 2;
+    }
+  }
+  at::set_num_threads(threads);
+
+  kiln::plugin::Loader loader(kiln::plugin::host_api());
+  kiln::plugin::Registry registry;
+  std::vector<std::string> refused;
+  loader.load_directory(plugin_dir, registry, refused);
+  const kiln::bench::Workload work = kiln::bench::make_workload();
+
+  std::ostringstream hello;
+  hello << "{\"params\": [";
+  for (size_t i = 0; i < work.names.size(); ++i) {
+    hello << (i ? ", [" : "[") << json_string(work.names[i]) << ", [";
+    for (int64_t d = 0; d < work.init[i].dim(); ++d)
+      hello << (d ? ", " : "") << work.init[i].size(d);
+    hello << "]]";
+  }
+  hello << "], \"plugin_dir\": " << json_string(plugin_dir)
+        << ", \"threads\": " << at::get_num_threads() << ", \"refused\": [";
+  for (size_t i = 0; i < refused.size(); ++i) hello << (i ? ", " : "") << json_string(refused[i]);
+  hello << "]}";
+  std::cout << hello.str() << std::endl;
+
+  std::map<std::string, std::unique_ptr<Arm>> arms;
+  std::string line;
+  while (std::getline(std::cin, line)) {
+    std::istringstream in(line);
+    std::string command, name;
+    in >> command >> name;
+    if (command == "quit") break;
+    try {
+      if (command == "setup") {
+        std::string skip;
+        auto arm = make_arm(name, registry, work, skip);
+        if (!arm) {
+          std::cout << "skip " << skip << std::endl;
+          continue;
+        }
+        std::cout << "ok " << arm->description() << std::endl;
+        arms[name] = std::move(arm);
+      } else if (command == "run") {
+        int steps = 0;
+        in >> steps;
+        Arm& arm = *arms.at(name);
+        const auto start = std::chrono::steady_clock::now();
+        for (int s = 0; s < steps; ++s) arm.step();
+        const std::chrono::duration<double, std::milli> elapsed =
+            std::chrono::steady_clock::now() - start;
+        std::printf("ms %.6f\n", elapsed.count() / std::max(steps, 1));
+        std::fflush(stdout);
+      } else if (command == "free") {
+        arms.erase(name);
+        std::cout << "ok" << std::endl;
+      } else {
+        throw std::runtime_error("unknown command '" + command + "'");
+      }
+    } catch (const std::exception& e) {
+      std::string message = e.what();
+      for (char& c : message) c = c == '\n' ? ' ' : c;
+      std::cout << "error " << message << std::endl;
+    }
+  }
+  return 0;
+}
