@@ -3,7 +3,9 @@
 // and the refusal of two warm-up lengths.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <functional>
 #include <cstdio>
 #include <sstream>
 
@@ -152,6 +154,66 @@ TEST(LrDriver, ReportsChangesAboveTheRatio) {
   EXPECT_TRUE(driver.changed_notably(0.111));  // > 1.1 × 0.1
   EXPECT_TRUE(driver.changed_notably(0.0));    // a drop to zero
   EXPECT_FALSE(driver.changed_notably(0.0));
+}
+
+}  // namespace
+
+namespace {
+
+// Every policy with every warm-up, through the host's driver, at every iteration of a
+// 100-iteration run, against the closed forms (Pet's for warm-up, cosine and poly).
+TEST(LrDriver, EveryPolicyWithEveryWarmupMatchesTheClosedForm) {
+  const double base = 0.4, factor = 0.2, min_lr = 0.01;
+  const int64_t n = 100, w = 10;
+  auto bisect_right = [](const std::vector<int64_t>& xs, int64_t it) {
+    return static_cast<double>(std::upper_bound(xs.begin(), xs.end(), it) - xs.begin());
+  };
+  const std::vector<std::pair<std::string, std::function<double(int64_t, int64_t)>>> policies = {
+      {"name = \"constant\"", [&](int64_t, int64_t) { return base; }},
+      {"name = \"step\"\nsteps = [30, 60]\ngamma = 0.1",
+       [&](int64_t it, int64_t) { return base * std::pow(0.1, bisect_right({30, 60}, it)); }},
+      {"name = \"step\"\nstep_size = 25\ngamma = 0.5",
+       [&](int64_t it, int64_t) { return base * std::pow(0.5, static_cast<double>(it / 25)); }},
+      {"name = \"multistep\"\nmilestones = [40, 80]\ngamma = 0.3",
+       [&](int64_t it, int64_t) { return base * std::pow(0.3, bisect_right({40, 80}, it)); }},
+      {"name = \"cosine\"\nmin_lr = 0.01",
+       [&](int64_t it, int64_t warm) {
+         return min_lr + (base - min_lr) * 0.5 *
+                             (1 + std::cos(M_PI * static_cast<double>(it - warm - 1) /
+                                           static_cast<double>(n - warm)));
+       }},
+      {"name = \"poly\"\npower = 0.9",
+       [&](int64_t it, int64_t warm) {
+         return base * std::pow(std::max(0.0, 1.0 - static_cast<double>(it - warm - 1) /
+                                                        static_cast<double>(n - warm)),
+                                0.9);
+       }},
+      {"name = \"exp\"\ngamma = 0.98",
+       [&](int64_t it, int64_t) { return base * std::pow(0.98, static_cast<double>(it)); }},
+  };
+  for (const auto& [policy, closed] : policies) {
+    for (const std::string warmup : {"none", "constant", "linear"}) {
+      const std::string text = policy + "\nwarmup = \"" + warmup + "\"\nwarmup_iters = " +
+                               (warmup == "none" ? "0" : std::to_string(w)) +
+                               "\nwarmup_factor = 0.2";
+      auto p = pipeline(text, "[run]\nepochs = 1\n");
+      Schedule s = schedule(p, n);
+      const int64_t warm = warmup == "none" ? 0 : w;
+      for (int64_t it = 1; it <= n; ++it) {
+        double expect = 0.0;
+        if (it <= warm && warmup == "constant") {
+          expect = base * factor;
+        } else if (it <= warm) {
+          const double alpha = static_cast<double>(it) / static_cast<double>(w);
+          expect = base * (factor * (1 - alpha) + alpha);
+        } else {
+          expect = closed(it, warm);
+        }
+        ASSERT_NEAR(kiln::engine::lr_at(s.frame, *s.policy, it), expect, 1e-12)
+            << policy << " / " << warmup << " at " << it;
+      }
+    }
+  }
 }
 
 }  // namespace

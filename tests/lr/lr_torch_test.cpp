@@ -20,7 +20,7 @@
 #include <vector>
 
 #include "lr_harness.hpp"
-#include "lr_oracle.hpp"
+#include "scratch.hpp"
 
 namespace kiln::lr_test {
 namespace {
@@ -129,13 +129,14 @@ TEST(TorchSchedulers, EveryIterationMatches) {
          << c.torch_steps << "}";
   }
   json << "]}";
-  Oracle oracle;
-  oracle.run("lr_schedulers.py", json.str());
+  kiln::test::Scratch oracle;
+  oracle.write_text("config.json", json.str());
+  oracle.run("lr_schedulers.py");
 
   for (const TorchCase& c : cases) {
     SCOPED_TRACE(c.name);
     const std::vector<double> torch_lr =
-        oracle.read(c.name + ".bin", static_cast<size_t>(c.torch_steps + 1));
+        oracle.read_doubles(c.name + ".bin", static_cast<size_t>(c.torch_steps + 1));
     Options options;
     c.options(options);
     Policy policy(c.component);

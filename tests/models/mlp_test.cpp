@@ -48,7 +48,7 @@ TEST(MlpTest, DefaultsGiveTwoHiddenLayersWithDocumentedNames) {
 }
 
 TEST(MlpTest, ComputesReluLayersThenHead) {
-  auto model = build(OptionSet().int_list("hidden", {8}), 1, 4, 4, 3);
+  auto model = build(OptionSet().set_int_list("hidden", {8}), 1, 4, 4, 3);
   at::Tensor x = at::randn({5, 1, 4, 4});
   at::Tensor h =
       at::relu(at::matmul(x.reshape({5, 16}), parameter(*model, "layers.0.linear.weight").t()) +
@@ -74,9 +74,10 @@ TEST(MlpTest, InitialisesLikeTorchLinear) {
 
 TEST(MlpTest, NormOptionAsksForReluNormLayers) {
   norm_requests().clear();
-  auto plain = build(OptionSet().int_list("hidden", {32, 16}), 1, 28, 28);
+  auto plain = build(OptionSet().set_int_list("hidden", {32, 16}), 1, 28, 28);
   EXPECT_TRUE(norm_requests().empty());
-  auto normed = build(OptionSet().int_list("hidden", {32, 16}).boolean("norm", true), 1, 28, 28);
+  auto normed =
+      build(OptionSet().set_int_list("hidden", {32, 16}).set_bool("norm", true), 1, 28, 28);
   ASSERT_EQ(norm_requests().size(), 2u);
   EXPECT_EQ(norm_requests()[0].num_features, 32);
   EXPECT_EQ(norm_requests()[1].num_features, 16);
@@ -86,12 +87,12 @@ TEST(MlpTest, NormOptionAsksForReluNormLayers) {
 }
 
 TEST(MlpTest, BackwardReachesEveryParameter) {
-  auto model = build(OptionSet().boolean("norm", true).floating("dropout", 0.2), 3, 32, 32);
+  auto model = build(OptionSet().set_bool("norm", true).set_float("dropout", 0.2), 3, 32, 32);
   expect_trains(*model, 4, 3, 32, 32, 10);
 }
 
 TEST(MlpTest, DropoutOnlyWhileTraining) {
-  auto model = build(OptionSet().floating("dropout", 0.5), 1, 28, 28);
+  auto model = build(OptionSet().set_float("dropout", 0.5), 1, 28, 28);
   at::Tensor x = at::randn({8, 1, 28, 28});
   EXPECT_FALSE(at::equal(model->forward(x), model->forward(x)));
   model->eval();
@@ -99,23 +100,23 @@ TEST(MlpTest, DropoutOnlyWhileTraining) {
 }
 
 TEST(MlpTest, EmptyHiddenIsALinearClassifier) {
-  auto model = build(OptionSet().int_list("hidden", {}), 1, 28, 28);
+  auto model = build(OptionSet().set_int_list("hidden", {}), 1, 28, 28);
   EXPECT_TRUE(model->block_names().empty());
   EXPECT_EQ(parameter_count(*model), 784 * 10 + 10);
   EXPECT_EQ(model->forward(at::randn({2, 1, 28, 28})).sizes(), at::IntArrayRef({2, 10}));
 }
 
 TEST(MlpTest, RejectsInvalidOptions) {
-  EXPECT_EQ(create_error(OptionSet().floating("dropout", 1.0)), KILN_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(create_error(OptionSet().floating("dropout", -0.1)), KILN_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(create_error(OptionSet().int_list("hidden", {64, 0})), KILN_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(create_error(OptionSet().integer("hidden", 64)), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_float("dropout", 1.0)), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_float("dropout", -0.1)), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_int_list("hidden", {64, 0})), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_int("hidden", 64)), KILN_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(create_error(OptionSet(), /*classes=*/0), KILN_ERR_INVALID_ARGUMENT);
 }
 
 TEST(MlpTest, ReportsNormLayerFailure) {
   fail_norm_layers() = true;
-  const int32_t code = create_error(OptionSet().boolean("norm", true));
+  const int32_t code = create_error(OptionSet().set_bool("norm", true));
   fail_norm_layers() = false;
   // The host's own code (the fake host fails with INTERNAL) reaches the caller unchanged.
   EXPECT_EQ(code, KILN_ERR_INTERNAL);

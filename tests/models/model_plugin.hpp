@@ -2,34 +2,17 @@
 #pragma once
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <string>
-#include <vector>
 
-#include "fake_host.hpp"
 #include "kiln/torch.hpp"
+#include "options.hpp"
+#include "test_norm.hpp"
 
 namespace kiln_test {
 
-// Option values as a host would pass them; the storage stays put while the set lives.
-class OptionSet {
- public:
-  OptionSet& integer(const std::string& name, int64_t value);
-  OptionSet& floating(const std::string& name, double value);
-  OptionSet& boolean(const std::string& name, bool value);
-  OptionSet& string(const std::string& name, const std::string& value);
-  OptionSet& int_list(const std::string& name, std::vector<int64_t> values);
-  // The kiln_options view (valid until the set changes or dies).
-  const kiln_options* get();
-
- private:
-  kiln_option_value& add(const std::string& name, int32_t type);
-  std::deque<std::string> strings_;
-  std::deque<std::vector<int64_t>> lists_;
-  std::vector<kiln_option_value> values_;
-  kiln_options options_{};
-};
+// Option values as a host would pass them.
+using OptionSet = kiln::test::Options;
 
 struct Created {
   StatusPtr status;                    // null on success
@@ -42,8 +25,8 @@ class ModelPlugin {
   // `file` is the library's file name ("libkiln_mlp.so"). Throws when it cannot be loaded.
   static const ModelPlugin& get(const std::string& file);
 
-  uint32_t probe() const { return probe_(); }
-  const kiln_plugin_descriptor* descriptor() const { return descriptor_; }
+  uint32_t probe() const { return plugin_.probe; }
+  const kiln_plugin_descriptor* descriptor() const { return plugin_.descriptor; }
   const kiln_model_vtable* vtable() const;
 
   // Runs create with the fake host (and destroy on the handle, the model living on).
@@ -51,9 +34,8 @@ class ModelPlugin {
                  int64_t num_classes) const;
 
  private:
-  explicit ModelPlugin(const std::string& file);
-  kiln_plugin_abi_fn probe_ = nullptr;
-  const kiln_plugin_descriptor* descriptor_ = nullptr;
+  explicit ModelPlugin(const kiln::test::Plugin& plugin) : plugin_(plugin) {}
+  kiln::test::Plugin plugin_;
 };
 
 }  // namespace kiln_test

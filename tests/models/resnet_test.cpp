@@ -40,7 +40,7 @@ TEST(ResNetTest, SmallOutputShapeForBothInputs) {
 }
 
 TEST(ResNetTest, SmallFollowsWidthAndBlocks) {
-  auto model = build(OptionSet().integer("width", 8).int_list("blocks", {2, 1}), 1, 28, 28);
+  auto model = build(OptionSet().set_int("width", 8).set_int_list("blocks", {2, 1}), 1, 28, 28);
   EXPECT_EQ(model->block_names(), (std::vector<std::string>{"stem", "layer1", "layer2"}));
   EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({8, 1, 3, 3}));
   EXPECT_EQ(parameter(*model, "layer1.1.conv2.weight").sizes(), at::IntArrayRef({8, 8, 3, 3}));
@@ -68,7 +68,7 @@ TEST(ResNetTest, SmallAsksForNormLayersWithTheirActivations) {
 }
 
 TEST(ResNetTest, SmallBackwardReachesEveryParameter) {
-  auto model = build(OptionSet().int_list("blocks", {2, 1, 1}), 1, 28, 28);
+  auto model = build(OptionSet().set_int_list("blocks", {2, 1, 1}), 1, 28, 28);
   expect_trains(*model, 4, 1, 28, 28, 10);
 }
 
@@ -86,7 +86,7 @@ TEST(ResNetTest, InitialisesLikeTorchDefaults) {
 }
 
 TEST(ResNetTest, Resnet18MatchesTorchvisionAt224) {
-  auto model = build(OptionSet().string("depth", "18"), 3, 224, 224);
+  auto model = build(OptionSet().set_string("depth", "18"), 3, 224, 224);
   EXPECT_EQ(parameter_count(*model), 11181642);
   EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({64, 3, 7, 7}));
   EXPECT_EQ(parameter(*model, "layer4.1.conv2.weight").sizes(), at::IntArrayRef({512, 512, 3, 3}));
@@ -94,7 +94,7 @@ TEST(ResNetTest, Resnet18MatchesTorchvisionAt224) {
 }
 
 TEST(ResNetTest, Resnet50MatchesTorchvisionAt224) {
-  auto model = build(OptionSet().string("depth", "50"), 3, 224, 224);
+  auto model = build(OptionSet().set_string("depth", "50"), 3, 224, 224);
   EXPECT_EQ(parameter_count(*model), 23528522);
   EXPECT_EQ(parameter(*model, "layer1.0.downsample.0.weight").sizes(),
             at::IntArrayRef({256, 64, 1, 1}));
@@ -104,31 +104,31 @@ TEST(ResNetTest, Resnet50MatchesTorchvisionAt224) {
 }
 
 TEST(ResNetTest, Resnet18TrainsOnSmallImages) {
-  auto model = build(OptionSet().string("depth", "18"), 3, 32, 32);
+  auto model = build(OptionSet().set_string("depth", "18"), 3, 32, 32);
   // Small images get a 3×3 stride-1 stem and no maxpool.
   EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({64, 3, 3, 3}));
   expect_trains(*model, 2, 3, 32, 32, 10);
 }
 
 TEST(ResNetTest, Resnet18ImageNetStemRunsAt64) {
-  auto model = build(OptionSet().string("depth", "18"), 1, 64, 64, 5);
+  auto model = build(OptionSet().set_string("depth", "18"), 1, 64, 64, 5);
   EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({64, 1, 7, 7}));
   EXPECT_EQ(model->forward(at::randn({2, 1, 64, 64})).sizes(), at::IntArrayRef({2, 5}));
 }
 
 TEST(ResNetTest, Resnet50TrainsOnSmallImages) {
-  auto model = build(OptionSet().string("depth", "50"), 3, 32, 32);
+  auto model = build(OptionSet().set_string("depth", "50"), 3, 32, 32);
   expect_trains(*model, 2, 3, 32, 32, 10);
 }
 
 TEST(ResNetTest, RejectsInvalidOptions) {
-  EXPECT_EQ(create_error(OptionSet().int_list("blocks", {})), KILN_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(create_error(OptionSet().int_list("blocks", {1, 0})), KILN_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(create_error(OptionSet().integer("width", 0)), KILN_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(create_error(OptionSet().integer("width", int64_t{1} << 40)),
+  EXPECT_EQ(create_error(OptionSet().set_int_list("blocks", {})), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_int_list("blocks", {1, 0})), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_int("width", 0)), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_int("width", int64_t{1} << 40)),
             KILN_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(create_error(OptionSet().string("depth", "34")), KILN_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(create_error(OptionSet().integer("depth", 18)), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_string("depth", "34")), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_int("depth", 18)), KILN_ERR_INVALID_ARGUMENT);
 }
 
 TEST(ResNetTest, ReportsNormLayerFailure) {

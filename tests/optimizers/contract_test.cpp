@@ -112,7 +112,7 @@ TEST(OptimizerOptions, InvalidValuesAreRefusedNamingTheOption) {
     Case c{"refusal", r.library, r.component, r.options, 0.0, 0.1};
     Options options = options_of(c);
     void* instance = nullptr;
-    Status status = take(vt.create(optim_host(), options.get(), &instance));
+    Status status = take(vt.create(fake_host(), options.get(), &instance));
     ASSERT_NE(status, nullptr);
     EXPECT_EQ(status->code, KILN_ERR_INVALID_ARGUMENT);
     EXPECT_NE(status->message.find(r.named), std::string::npos) << status->message;

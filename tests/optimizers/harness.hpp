@@ -8,9 +8,13 @@
 #include <string>
 #include <vector>
 
-#include "optim_host.hpp"
+#include "fake_host.hpp"
 
 namespace kiln::test {
+
+// The optimizer vtable of `component` in built-in `library`; throws when absent.
+const kiln_optimizer_vtable& optimizer_vtable(const std::string& library,
+                                              const std::string& component);
 
 // One option as given to the plugin and to the Python oracle.
 struct OptionValue {

@@ -13,7 +13,7 @@
 
 #include "harness.hpp"
 #include "kiln/torch.hpp"
-#include "scratch.hpp"
+#include "tensor_scratch.hpp"
 
 namespace kiln::test {
 namespace {
@@ -37,7 +37,7 @@ void compare_with_torch(at::Device device) {
   }
   const Trajectory traj = make_trajectory(kSteps, 2024);
 
-  Scratch oracle;
+  TensorScratch oracle;
   std::ostringstream config;
   config << "{\"steps\": " << kSteps << ", \"shapes\": [";
   for (size_t i = 0; i < traj.shapes.size(); ++i) {

@@ -13,7 +13,7 @@
 #include "fake_host.hpp"
 #include "kiln/torch.hpp"
 #include "kiln_test_paths.h"
-#include "oracle.hpp"
+#include "tensor_scratch.hpp"
 
 namespace kiln::test {
 namespace {
@@ -30,18 +30,9 @@ namespace {
     ASSERT_EQ(status_, nullptr) << describe(status_.get()); \
   } while (0)
 
-const Plugin& builtin(const std::string& library) {
-  static std::map<std::string, Plugin> opened;
-  auto it = opened.find(library);
-  if (it == opened.end()) it = opened.emplace(library, open_plugin(KILN_PLUGIN_DIR, library)).first;
-  return it->second;
-}
-
 template <typename Vtable>
 const Vtable& vtable_of(const std::string& library, const std::string& component) {
-  const kiln_component_descriptor* c = builtin(library).component(component);
-  if (c == nullptr) throw std::runtime_error(library + " has no component " + component);
-  return *static_cast<const Vtable*>(c->vtable);
+  return *static_cast<const Vtable*>(component_vtable(library, component));
 }
 
 void expect_close(const at::Tensor& actual, const at::Tensor& expected, double rtol, double atol,
@@ -56,9 +47,7 @@ at::Device test_device(bool cuda) { return cuda ? at::Device(at::kCUDA, 0) : at:
 
 TEST(PluginDescriptors, BuiltInsAreWellFormed) {
   const std::map<std::string, std::vector<std::string>> expected = {
-      {"kiln_sgd", {"sgd"}},
-      {"kiln_fp32", {"fp32"}},
-      {"kiln_batchnorm", {"batchnorm"}}};
+      {"kiln_sgd", {"sgd"}}, {"kiln_fp32", {"fp32"}}, {"kiln_batchnorm", {"batchnorm"}}};
   for (const auto& [library, components] : expected) {
     SCOPED_TRACE(library);
     const Plugin& p = builtin(library);
@@ -179,7 +168,7 @@ TEST_P(SgdVsTorch, TwentySteps) {
   std::vector<double> lrs;
   for (int64_t s = 0; s < steps; ++s) lrs.push_back(0.1 * (1.0 - 0.03 * s));
 
-  OracleDir oracle;
+  TensorScratch oracle;
   std::vector<at::Tensor> params, grads;
   for (size_t i = 0; i < shapes.size(); ++i) {
     at::Tensor p = at::randn(shapes[i]);
@@ -321,7 +310,7 @@ TEST_P(BatchNormVsTorch, ForwardBackwardAndRunningStats) {
   const double tol = c.cuda ? 1e-4 : 1e-5;
   at::manual_seed(11);
 
-  OracleDir oracle;
+  TensorScratch oracle;
   at::Tensor weight, bias;
   if (c.affine) {
     weight = at::randn({channels}) * 0.5 + 1.0;

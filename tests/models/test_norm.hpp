@@ -1,29 +1,19 @@
-// A fake kiln_host_api for model tests: statuses, logging, and a norm layer built from
-// at::batch_norm (training mode) followed by the requested activation.
+// The model tests' norm layer: the common fake host, with create_norm_layer building batch norm
+// from at::batch_norm (training mode) followed by the requested activation.
 #pragma once
 
 #include <cstdint>
-#include <memory>
-#include <string>
 #include <vector>
 
+#include "fake_host.hpp"
 #include "kiln/torch.hpp"
-
-// The test is the host here, so it defines the opaque status.
-struct kiln_status {
-  int32_t code;
-  std::string message;
-};
 
 namespace kiln_test {
 
-struct StatusDeleter {
-  void operator()(kiln_status* status) const { delete status; }
-};
-using StatusPtr = std::unique_ptr<kiln_status, StatusDeleter>;
+using StatusPtr = kiln::test::Status;
 
-// The host table; its norm layers record their requests in norm_requests().
-const kiln_host_api* fake_host();
+// The fake host with the norm layers below installed.
+const kiln_host_api* model_host();
 
 // Every kiln_norm_request the fake host received, in order.
 std::vector<kiln_norm_request>& norm_requests();
