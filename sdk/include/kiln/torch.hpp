@@ -89,28 +89,22 @@ inline kiln_torch_module* release_norm_layer(std::shared_ptr<NormLayer> layer) {
   return reinterpret_cast<kiln_torch_module*>(new ModuleBox<NormLayer>{std::move(layer)});
 }
 
-// The ATen scalar type of a DLPack dtype (float/int/uint/bool of common widths).
+// The dtypes that cross the ABI: one table read both ways.
+struct DtypePair {
+  at::ScalarType aten;
+  uint8_t code;  // DLDataTypeCode
+  uint8_t bits;
+};
+inline constexpr DtypePair kDtypes[] = {{at::kFloat, kDLFloat, 32},  {at::kHalf, kDLFloat, 16},
+                                        {at::kDouble, kDLFloat, 64}, {at::kBFloat16, kDLBfloat, 16},
+                                        {at::kLong, kDLInt, 64},     {at::kInt, kDLInt, 32},
+                                        {at::kChar, kDLInt, 8},      {at::kByte, kDLUInt, 8}};
+
+// The ATen scalar type of a DLPack dtype.
 inline at::ScalarType scalar_type_of(const DLDataType& t) {
   if (t.lanes != 1) throw Error(KILN_ERR_UNSUPPORTED, "vector DLPack dtypes are not supported");
-  switch (t.code) {
-    case kDLFloat:
-      if (t.bits == 32) return at::kFloat;
-      if (t.bits == 16) return at::kHalf;
-      if (t.bits == 64) return at::kDouble;
-      break;
-    case kDLBfloat:
-      if (t.bits == 16) return at::kBFloat16;
-      break;
-    case kDLInt:
-      if (t.bits == 64) return at::kLong;
-      if (t.bits == 32) return at::kInt;
-      if (t.bits == 8) return at::kChar;
-      break;
-    case kDLUInt:
-      if (t.bits == 8) return at::kByte;
-      break;
-    default:
-      break;
+  for (const DtypePair& d : kDtypes) {
+    if (d.code == t.code && d.bits == t.bits) return d.aten;
   }
   throw Error(KILN_ERR_UNSUPPORTED, "unsupported DLPack dtype code " + std::to_string(t.code) +
                                         " bits " + std::to_string(t.bits));
@@ -166,45 +160,10 @@ inline ViewCache& thread_view_cache() {
 
 // The DLPack dtype of an ATen scalar type.
 inline DLDataType dl_dtype_of(at::ScalarType type) {
-  DLDataType d{};
-  d.lanes = 1;
-  switch (type) {
-    case at::kFloat:
-      d.code = kDLFloat;
-      d.bits = 32;
-      break;
-    case at::kHalf:
-      d.code = kDLFloat;
-      d.bits = 16;
-      break;
-    case at::kDouble:
-      d.code = kDLFloat;
-      d.bits = 64;
-      break;
-    case at::kBFloat16:
-      d.code = kDLBfloat;
-      d.bits = 16;
-      break;
-    case at::kLong:
-      d.code = kDLInt;
-      d.bits = 64;
-      break;
-    case at::kInt:
-      d.code = kDLInt;
-      d.bits = 32;
-      break;
-    case at::kChar:
-      d.code = kDLInt;
-      d.bits = 8;
-      break;
-    case at::kByte:
-      d.code = kDLUInt;
-      d.bits = 8;
-      break;
-    default:
-      throw Error(KILN_ERR_UNSUPPORTED, "dtype has no DLPack mapping");
+  for (const DtypePair& d : kDtypes) {
+    if (d.aten == type) return DLDataType{d.code, d.bits, 1};
   }
-  return d;
+  throw Error(KILN_ERR_UNSUPPORTED, "dtype has no DLPack mapping");
 }
 
 // A borrowed DLTensor view of `t` (shape and strides point into `t`'s metadata: keep `t` alive
