@@ -52,7 +52,14 @@ int main(int argc, char** argv) {
   describe->add_option("name", describe_name, "component name")->required();
   CLI::App* version = app.add_subcommand("version", "versions of Kiln, its ABI and LibTorch");
 
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    // Help is a success; any other command-line mistake is a usage error (exit code 2, as
+    // configuration errors), not CLI11's own numbering.
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
   kiln::io::setup_logging(verbose);
 
   if (*run) return kiln::cli::run(args, metrics);

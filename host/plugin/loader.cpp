@@ -141,7 +141,17 @@ void Loader::load_library(const std::string& path, Registry& registry) {
     // symbols local so two plugins cannot interpose on each other.
     lib.load(path, dll::load_mode::rtld_now | dll::load_mode::rtld_local);
   } catch (const std::exception& e) {
-    throw LoadError(path, std::string("cannot load: ") + e.what());
+    // Boost wraps the dynamic loader's text and appends an unrelated errno string; keep the
+    // loader's own words when they are there.
+    std::string what = e.what();
+    const std::string marker = "(dlerror system message: ";
+    if (const auto at = what.find(marker); at != std::string::npos) {
+      const auto end = what.rfind(')');
+      if (end != std::string::npos && end > at) {
+        what = what.substr(at + marker.size(), end - at - marker.size());
+      }
+    }
+    throw LoadError(path, "cannot load: " + what);
   }
   const bool has_probe = lib.has(KILN_PLUGIN_PROBE_SYMBOL);
   const bool has_entry = lib.has(KILN_PLUGIN_ENTRY_SYMBOL);

@@ -208,6 +208,13 @@ TEST(Cli, ConfigErrorsNameFileLineColumnAndKey) {
   fs::remove_all(dir);
 }
 
+TEST(Cli, AMissingPipelineFileIsAUsageError) {
+  Result r = kiln("run /nonexistent/pipeline.toml");
+  EXPECT_EQ(r.code, 2) << r.output;  // the README's code for configuration errors
+  EXPECT_NE(r.output.find("File does not exist: /nonexistent/pipeline.toml"), std::string::npos)
+      << r.output;
+}
+
 TEST(Cli, RefusesABrokenPluginBeforeTraining) {
   fs::path dir = temp_dir();
   fs::copy_file(std::string(KILN_TEST_PLUGIN_DIR) + "/libbad_init.so", dir / "libbad_init.so");
