@@ -8,6 +8,7 @@
 
 #include "config/pipeline.hpp"
 #include "config/reference.hpp"
+#include "config/value_check.hpp"
 #include "engine/checks.hpp"
 #include "engine/lr_schedule.hpp"
 #include "engine/plan.hpp"
@@ -19,7 +20,7 @@
 namespace kiln::cli {
 namespace {
 
-constexpr int kRunFailed = 1, kConfigError = 2, kPluginRefused = 3;
+constexpr int kRunFailed = 1, kConfigError = 2, kPluginRefused = 3, kStoppedByGuard = 4;
 
 // Plugins loaded for this process; the loader keeps libraries loaded until exit.
 struct Plugins {
@@ -117,6 +118,11 @@ int run(const PipelineArgs& args, const std::string& metrics_path) {
     engine::RunOptions options;
     options.metrics_path = metrics_path;
     engine::RunResult r = engine::train(pipeline, options);
+    if (!r.stopped.empty()) {
+      fmt::print(stderr, "error: training stopped at {}\nweights of the last step: {}\n", r.stopped,
+                 r.saved_weights);
+      return kStoppedByGuard;
+    }
     if (std::isnan(r.test_accuracy)) {
       spdlog::info("done: {} steps in {:.1f} s (no evaluation)", r.steps, r.train_seconds);
     } else {
@@ -224,13 +230,8 @@ int plugins_describe(const std::string& name, const std::vector<std::string>& ex
   fmt::print("  options:{}\n", d->option_count == 0 ? " none" : "");
   for (size_t i = 0; i < d->option_count; ++i) {
     const kiln_option_spec& o = d->options[i];
-    std::string range;
-    if (o.has_min && o.has_max)
-      range = fmt::format(" in [{}, {}]", o.min, o.max);
-    else if (o.has_min)
-      range = fmt::format(" >= {}", o.min);
-    else if (o.has_max)
-      range = fmt::format(" <= {}", o.max);
+    std::string range = config::bounds_text(o);
+    if (!range.empty()) range = " " + range;
     if (o.choices != nullptr) range += fmt::format(" one of: {}", o.choices);
     fmt::print("    {:<18} {:<11} default {:<10}{}  {}\n", o.name, type_text(o.type),
                o.default_value != nullptr ? o.default_value : "(required)", range,

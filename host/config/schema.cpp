@@ -51,6 +51,20 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
            spec("log_interval", KILN_OPT_INT, "50", "optimizer steps between progress lines", 1),
            spec("eval", KILN_OPT_BOOL, "true", "evaluate on the test set after each epoch"),
            spec("threads", KILN_OPT_INT, "0", "CPU threads for torch; 0 = torch's default", 0),
+           choice("tf32", "default,on,off", "\"default\"",
+                  "TensorFloat-32 on CUDA for fp32 work: default = PyTorch's (cuDNN convolutions "
+                  "on, cuBLAS matmuls off), on = both, off = neither"),
+           spec("accumulation_steps", KILN_OPT_INT, "1",
+                "micro-batches per optimizer step (gradient accumulation); the last window of an "
+                "epoch may be shorter and is averaged over its own length",
+                1),
+           spec("max_nonfinite_steps", KILN_OPT_INT, "5",
+                "without dynamic loss scaling: stop after this many consecutive steps with "
+                "non-finite gradients (each is skipped); the run diverged",
+                1),
+           spec("output_dir", KILN_OPT_STRING, "\"\"",
+                "folder for what a run saves (weights when a guard stops it); empty = "
+                "runs/<pipeline file name>"),
        }},
       {"data",
        {
@@ -98,6 +112,18 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                 "weight_decay x norm_decay_mult"),
            spec("freeze", KILN_OPT_STRING_LIST, "[]",
                 "regular expressions; matching parameters are frozen and left out"),
+           spec("clip_grad_norm", KILN_OPT_FLOAT, "0.0",
+                "clip gradients to this global norm after unscaling (torch clip_grad_norm_); "
+                "0 = off",
+                0),
+           spec("clip_norm_type", KILN_OPT_FLOAT, "2.0",
+                "p of the global gradient norm (inf for the max norm); also the norm logged as "
+                "grad_norm",
+                1),
+           spec("clip_grad_value", KILN_OPT_FLOAT, "0.0",
+                "clamp every gradient element to [-v, v] after unscaling (torch "
+                "clip_grad_value_); 0 = off",
+                0),
        }},
       {"lr_policy",
        {
@@ -139,9 +165,9 @@ const std::vector<kiln_option_spec>& core_schema(const std::string& section) {
 }
 
 const std::vector<std::string>& core_sections() {
-  static const std::vector<std::string> sections = {
-      "run",       "data",       "model",     "norm",   "optimizer",
-      "lr_policy", "lr_scaling", "precision", "plugins"};
+  static const std::vector<std::string> sections = {"run",        "data",      "model",
+                                                    "norm",       "optimizer", "lr_policy",
+                                                    "lr_scaling", "precision", "plugins"};
   return sections;
 }
 

@@ -6,9 +6,8 @@
 
 namespace kiln::config {
 
-namespace {
-
 std::string bounds_text(const kiln_option_spec& spec) {
+  if (!spec.has_min && !spec.has_max) return "";
   // The schema writes "> 0" as ">= the smallest positive double"; say what it means.
   const bool positive = spec.has_min && spec.min == std::numeric_limits<double>::denorm_min();
   const std::string lower = positive ? "> 0" : ">= " + format_number(spec.min);
@@ -19,6 +18,8 @@ std::string bounds_text(const kiln_option_spec& spec) {
   if (spec.has_min) return lower;
   return "<= " + format_number(spec.max);
 }
+
+namespace {
 
 bool in_bounds(const kiln_option_spec& spec, double v) {
   // Written as negations so NaN fails both bounds.

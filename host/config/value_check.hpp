@@ -10,6 +10,9 @@
 
 namespace kiln::config {
 
+// A spec's bounds in words ("> 0", ">= 1", "in [0, 1]", "> 0 and <= 3.4e+38"); "" without bounds.
+std::string bounds_text(const kiln_option_spec& spec);
+
 // The TOML type of a node as messages name it: boolean, integer, float, string, array, table,
 // date, time, date-time.
 const char* toml_type_name(const toml::node& node);

@@ -2,8 +2,14 @@
 
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <spdlog/spdlog.h>
+
+#include <utility>
+#include <vector>
 
 #include "engine/lr_driver.hpp"
+#include "engine/precision.hpp"
+#include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
 
 namespace kiln::engine {
@@ -19,22 +25,44 @@ c10::Device resolve_device(const std::string& wanted) {
 
 void check_pipeline(const config::Pipeline& p, c10::Device device) {
   try {
-    (void)schedule_frame(p, /*iters_per_epoch=*/1);
+    (void)schedule_frame(p, /*iters_per_epoch=*/1, /*world_size=*/1,
+                         p.run.get_int("accumulation_steps"));
   } catch (const std::invalid_argument& e) {
     throw PipelineError(e.what());
   }
-  for (const config::ComponentChoice* choice : {&p.model, &p.norm, &p.optimizer, &p.precision}) {
-    // LR policies compute scalars on the host, so their device bits say nothing about tensors.
-    std::string problem = plugin::capability_problem(*choice->component, device.type(), at::kFloat);
-    if (!problem.empty()) throw PipelineError(problem);
-  }
   plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
-  const kiln_precision_policy& policy = precision.policy();
-  if (policy.model_dtype != KILN_DTYPE_F32 || policy.autocast ||
-      policy.loss_scaling != KILN_SCALE_NONE) {
-    throw PipelineError("precision '" + precision.name() +
-                        "' asks for half-precision weights, autocast or loss scaling, which this "
-                        "host version does not provide; use precision.name = \"fp32\"");
+  const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());
+  // The dtypes each component meets under this precision plan.
+  const at::ScalarType compute = plan.autocast ? plan.autocast_dtype : plan.model_dtype;
+  const std::vector<std::pair<const config::ComponentChoice*, std::vector<at::ScalarType>>> uses = {
+      {&p.model, {plan.model_dtype, compute}},
+      {&p.norm, {compute, plan.norm_fp32 ? at::kFloat : plan.model_dtype}},
+      {&p.optimizer, {plan.step_dtype()}},
+      {&p.precision, {at::kFloat}},
+  };
+  for (const auto& [choice, dtypes] : uses) {
+    // LR policies compute scalars on the host, so their device bits say nothing about tensors.
+    for (at::ScalarType dtype : dtypes) {
+      std::string problem = plugin::capability_problem(*choice->component, device.type(), dtype);
+      if (!problem.empty()) {
+        throw PipelineError(problem + (plan.half_model() || plan.autocast
+                                           ? " (needed by precision '" + plan.name + "')"
+                                           : std::string()));
+      }
+    }
+  }
+}
+
+void check_model_precision(torch::nn::Module& model, const PrecisionPlan& plan) {
+  if (!plan.half_model() || plan.norm_fp32) return;
+  for (const auto& item : model.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
+    if (dynamic_cast<kiln::NormLayer*>(item.value().get()) == nullptr) continue;
+    if (item.value()->named_buffers(/*recurse=*/false).find("running_var") == nullptr) continue;
+    throw PipelineError(
+        "precision '" + plan.name + "' would keep the running statistics of norm layer '" +
+        item.key() + "' in " + dtype_name(plan.model_dtype) +
+        ", where the running variance loses its precision and batch norm diverges; set "
+        "[precision] keep_norm_fp32 = true (apex keep_batchnorm_fp32), or use precision o2");
   }
 }
 

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <c10/core/Device.h>
+#include <torch/nn/module.h>
 
 #include <stdexcept>
 #include <string>
@@ -10,6 +11,8 @@
 #include "config/pipeline.hpp"
 
 namespace kiln::engine {
+
+struct PrecisionPlan;
 
 // A pipeline whose components cannot work together or on the chosen device. what() is the reason.
 class PipelineError : public std::runtime_error {
@@ -21,8 +24,13 @@ class PipelineError : public std::runtime_error {
 // without a CUDA device.
 c10::Device resolve_device(const std::string& wanted);
 
-// Refuses a component that cannot run on `device` in fp32, and a precision policy this host does
-// not implement, with the reason. Throws PipelineError.
+// Refuses, with the reason, a component that cannot run on `device` with the dtypes the
+// precision policy gives it (model, norm layers, optimizer), and a policy this host cannot carry
+// out. Throws PipelineError.
 void check_pipeline(const config::Pipeline& pipeline, c10::Device device);
+
+// Checks that need the built model: half-precision batch-norm running statistics (O3 without
+// keep_norm_fp32) are refused in float16, where the running variance loses its precision.
+void check_model_precision(torch::nn::Module& model, const PrecisionPlan& plan);
 
 }  // namespace kiln::engine

@@ -13,8 +13,8 @@ Warmup parse_warmup(const std::string& name) {
   throw std::invalid_argument("unknown warmup '" + name + "'");
 }
 
-ScheduleFrame schedule_frame(const config::Pipeline& p, int64_t iters_per_epoch,
-                             int64_t world_size, int64_t accumulation) {
+ScheduleFrame schedule_frame(const config::Pipeline& p, int64_t iters_per_epoch, int64_t world_size,
+                             int64_t accumulation) {
   const config::OptionSet& lr = p.lr_policy.core;
   ScheduleFrame f;
   f.unscaled_lr = p.optimizer.core.get_float("lr");
@@ -26,7 +26,8 @@ ScheduleFrame schedule_frame(const config::Pipeline& p, int64_t iters_per_epoch,
                              : f.unscaled_lr;
   f.iters_per_epoch = iters_per_epoch;
   f.max_iters = p.run.get_int("epochs") * iters_per_epoch;
-  if (p.run.get_int("max_steps") > 0) f.max_iters = std::min(f.max_iters, p.run.get_int("max_steps"));
+  if (p.run.get_int("max_steps") > 0)
+    f.max_iters = std::min(f.max_iters, p.run.get_int("max_steps"));
   f.warmup = parse_warmup(lr.get_string("warmup"));
   const int64_t iters = lr.get_int("warmup_iters");
   const double epochs = lr.get_float("warmup_epochs");
@@ -34,7 +35,8 @@ ScheduleFrame schedule_frame(const config::Pipeline& p, int64_t iters_per_epoch,
     throw std::invalid_argument(
         "lr_policy.warmup_iters and lr_policy.warmup_epochs are both set; give one of them");
   }
-  f.warmup_iters = epochs > 0 ? static_cast<int64_t>(std::llround(epochs * iters_per_epoch)) : iters;
+  f.warmup_iters =
+      epochs > 0 ? static_cast<int64_t>(std::llround(epochs * iters_per_epoch)) : iters;
   if (f.warmup == Warmup::kNone) f.warmup_iters = 0;
   if (f.warmup != Warmup::kNone && f.warmup_iters == 0) f.warmup = Warmup::kNone;
   f.warmup_factor = lr.get_float("warmup_factor");

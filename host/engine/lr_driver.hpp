@@ -16,16 +16,16 @@ Warmup parse_warmup(const std::string& name);  // "none", "constant", "linear"
 
 // The schedule's frame in iterations, from the pipeline and the loader's length.
 struct ScheduleFrame {
-  double base_lr = 0.0;          // after linear batch scaling
-  double unscaled_lr = 0.0;      // optimizer.lr as configured
-  int64_t effective_batch = 0;   // world size × micro-batch × accumulation steps
-  int64_t iters_per_epoch = 0;   // optimizer steps per epoch
-  int64_t max_iters = 0;         // optimizer steps of the run
+  double base_lr = 0.0;         // after linear batch scaling
+  double unscaled_lr = 0.0;     // optimizer.lr as configured
+  int64_t effective_batch = 0;  // world size × micro-batch × accumulation steps
+  int64_t iters_per_epoch = 0;  // optimizer steps per epoch
+  int64_t max_iters = 0;        // optimizer steps of the run
   Warmup warmup = Warmup::kNone;
-  int64_t warmup_iters = 0;      // 0 when there is no warm-up
+  int64_t warmup_iters = 0;  // 0 when there is no warm-up
   double warmup_factor = 0.0;
-  bool count_applied = true;     // the schedule advances on applied (not skipped) steps only
-  double log_change_ratio = 0.0; // log when lr changes by more than this ratio; 0 = never
+  bool count_applied = true;      // the schedule advances on applied (not skipped) steps only
+  double log_change_ratio = 0.0;  // log when lr changes by more than this ratio; 0 = never
 };
 
 // Throws std::invalid_argument naming the keys when warmup_iters and warmup_epochs are both set.

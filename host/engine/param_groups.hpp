@@ -17,9 +17,9 @@ namespace kiln::engine {
 
 struct GroupRules {
   double weight_decay = 0.0;
-  double bias_lr_mult = 1.0;        // already includes Pet's bias_double_lr (x2)
-  double bias_decay_mult = 1.0;     // 0 when Pet's bias_weight_decay is false
-  double norm_weight_decay = 0.0;   // absolute weight decay of norm-layer parameters
+  double bias_lr_mult = 1.0;       // already includes Pet's bias_double_lr (x2)
+  double bias_decay_mult = 1.0;    // 0 when Pet's bias_weight_decay is false
+  double norm_weight_decay = 0.0;  // absolute weight decay of norm-layer parameters
   std::vector<config::ParamRule> custom;
   std::vector<std::string> freeze;  // regular expressions
 };

@@ -2,8 +2,11 @@
 
 #include <fmt/format.h>
 
+#include "engine/checks.hpp"
 #include "engine/lr_driver.hpp"
+#include "engine/memory_plan.hpp"
 #include "engine/param_groups.hpp"
+#include "engine/precision.hpp"
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
 #include "plugin/host_api.hpp"
@@ -33,6 +36,50 @@ std::shared_ptr<kiln::Model> build_model_for_inspection(const config::Pipeline& 
   }
 }
 
+namespace {
+
+std::string mib(int64_t bytes) {
+  return fmt::format("{:.3f}", static_cast<double>(bytes) / 1048576.0);
+}
+
+// Static memory of the pipeline's precision and, for comparison, of the standard modes.
+std::string memory_table(const config::Pipeline& p, torch::nn::Module& model,
+                         const std::vector<ParamGroup>& groups) {
+  const c10::Device device = resolve_device(p.run.get_string("device"));
+  plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
+  const PrecisionPlan chosen = plan_precision(precision.policy(), precision.name());
+  const at::ScalarType half = device.is_cuda() ? at::kHalf : at::kBFloat16;
+  std::vector<PrecisionPlan> plans = {chosen};
+  auto standard = [&](const char* name, bool half_model, bool masters, bool norm_fp32) {
+    if (chosen.name == name) return;
+    PrecisionPlan plan;
+    plan.name = name;
+    plan.model_dtype = half_model ? half : at::kFloat;
+    plan.master_weights = masters;
+    plan.norm_fp32 = norm_fp32;
+    plans.push_back(plan);
+  };
+  standard("fp32", false, false, true);
+  standard("amp", false, false, true);
+  standard("o2", true, true, true);
+  standard("o3", true, false, true);
+  const OptimizerStateCost state = measure_optimizer_state(p);
+  std::string out = fmt::format(
+      "# static memory in MiB with optimizer {} (activations, and under amp the autocast copies "
+      "of weights, come on top)\n#   {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+      p.optimizer.component->name(), "precision", "weights", "grads", "masters", "optimizer",
+      "total");
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const MemoryEstimate e = estimate_memory(model, groups, plans[i], state);
+    out += fmt::format("# {} {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}\n", i == 0 ? '*' : ' ', e.mode,
+                       mib(e.weights), mib(e.gradients), mib(e.master_weights),
+                       mib(e.optimizer_state), mib(e.total()));
+  }
+  return out;
+}
+
+}  // namespace
+
 std::string describe_plan(const config::Pipeline& p) {
   std::string out = "# resolved pipeline: " + p.path + "\n";
   for (const config::ComponentChoice* c :
@@ -45,10 +92,12 @@ std::string describe_plan(const config::Pipeline& p) {
 
   std::shared_ptr<kiln::Model> model = build_model_for_inspection(p);
   const ScheduleFrame frame = schedule_frame(p, /*iters_per_epoch=*/1);
-  out += "# parameter groups (lr = schedule lr x scale; base lr " + fmt::format("{}", frame.base_lr) +
+  out += "# parameter groups (lr = schedule lr x scale; base lr " +
+         fmt::format("{}", frame.base_lr) +
          (frame.base_lr != frame.unscaled_lr ? ", linearly scaled" : "") + ")\n";
   int64_t total = 0;
-  for (const ParamGroup& g : build_param_groups(*model, group_rules(p))) {
+  const std::vector<ParamGroup> groups = build_param_groups(*model, group_rules(p));
+  for (const ParamGroup& g : groups) {
     int64_t elements = 0;
     for (const auto& t : g.params) elements += t.numel();
     total += elements;
@@ -57,8 +106,10 @@ std::string describe_plan(const config::Pipeline& p) {
                        g.weight_decay);
   }
   out += fmt::format("# trainable parameters: {}\n", total);
-  out += fmt::format("# batch: {} per step = world size 1 x micro-batch {} x accumulation 1\n",
-                     frame.effective_batch, p.data.get_int("batch_size"));
+  out += fmt::format("# batch: {} per step = world size 1 x micro-batch {} x accumulation {}\n",
+                     frame.effective_batch, p.data.get_int("batch_size"),
+                     p.run.get_int("accumulation_steps"));
+  out += memory_table(p, *model, groups);
   return out;
 }
 

@@ -6,8 +6,11 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/cross_entropy_loss.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <boost/filesystem.hpp>
 #include <chrono>
 #include <cmath>
 #include <stdexcept>
@@ -15,10 +18,15 @@
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 #include "engine/checks.hpp"
+#include "engine/gradients.hpp"
+#include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
+#include "engine/optimizer_step.hpp"
 #include "engine/param_groups.hpp"
+#include "engine/precision.hpp"
 #include "io/metrics.hpp"
 #include "io/progress.hpp"
+#include "io/safetensors.hpp"
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
 #include "plugin/host_api.hpp"
@@ -79,7 +87,9 @@ struct Evaluation {
   double accuracy = 0.0, loss = 0.0;
 };
 
-Evaluation evaluate(kiln::Model& model, data::Loader& loader, at::Device device) {
+// Test-set accuracy and loss, the forward run as in training (dtype, autocast).
+Evaluation evaluate(kiln::Model& model, data::Loader& loader, at::Device device,
+                    const PrecisionPlan& plan) {
   at::NoGradGuard no_grad;
   model.eval();
   loader.start_epoch(0);
@@ -88,13 +98,44 @@ Evaluation evaluate(kiln::Model& model, data::Loader& loader, at::Device device)
   while (auto batch = loader.next()) {
     at::Tensor x = batch->images.to(device, /*non_blocking=*/true);
     at::Tensor y = batch->labels.to(device, /*non_blocking=*/true);
-    at::Tensor logits = model.forward(x);
+    if (plan.half_model()) x = x.to(plan.model_dtype);
+    at::Tensor logits;
+    {
+      AutocastScope autocast(device.type(), plan.autocast_dtype, plan.autocast);
+      logits = model.forward(x).to(at::kFloat);
+    }
     loss_sum += at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
     correct += logits.argmax(1).eq(y).sum().item<int64_t>();
     seen += y.size(0);
   }
   model.train();
   return {seen ? static_cast<double>(correct) / seen : NAN, seen ? loss_sum / seen : NAN};
+}
+
+// Where a guard's stop leaves the weights: run.output_dir, or runs/<pipeline file name>.
+std::string output_dir(const config::Pipeline& p) {
+  std::string dir = p.run.get_string("output_dir");
+  if (!dir.empty()) return dir;
+  std::string stem = boost::filesystem::path(p.path).stem().string();
+  return "runs/" + (stem.empty() ? std::string("kiln") : stem);
+}
+
+// The model's parameters and buffers by name, as a safetensors file in `dir`.
+std::string save_weights(torch::nn::Module& model, const std::string& dir, int64_t step,
+                         const std::string& reason) {
+  boost::filesystem::create_directories(dir);
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  for (const auto& item : model.named_parameters()) tensors.emplace_back(item.key(), item.value());
+  for (const auto& item : model.named_buffers()) tensors.emplace_back(item.key(), item.value());
+  const std::string path = dir + "/weights-step-" + std::to_string(step) + ".safetensors";
+  io::write_safetensors(path, tensors, {{"step", std::to_string(step)}, {"stopped", reason}});
+  return path;
+}
+
+std::string join(const std::vector<std::string>& names) {
+  std::string out;
+  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
+  return out;
 }
 
 }  // namespace
@@ -107,6 +148,13 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   at::manual_seed(seed);
   const at::Device device = resolve_device(run.get_string("device"));
   check_pipeline(p, device);
+  if (run.get_string("tf32") != "default") {
+    const bool tf32 = run.get_string("tf32") == "on";
+    at::globalContext().setAllowTF32CuBLAS(tf32);
+    at::globalContext().setAllowTF32CuDNN(tf32);
+  }
+  plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
+  const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());
 
   // ---- data ------------------------------------------------------------------------------------
   auto [train_set, test_set] = load_data(p.data, seed);
@@ -127,17 +175,28 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
       plugin::create_model(*p.model.component, p.model.options, input);
   plugin::set_norm_factory(nullptr);
   model->to(device);
+  cast_model(*model, plan);
+  check_model_precision(*model, plan);
   model->train();
 
-  // ---- optimizer and schedule ------------------------------------------------------------------
+  // ---- optimizer, schedule, loss scale ---------------------------------------------------------
   std::vector<ParamGroup> groups = build_param_groups(*model, group_rules(p));
   plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options);
   const int64_t epochs = run.get_int("epochs");
-  const ScheduleFrame frame = schedule_frame(p, train_loader.batches_per_epoch());
+  const int64_t accumulation = run.get_int("accumulation_steps");
+  const int64_t batches_per_epoch = train_loader.batches_per_epoch();
+  const int64_t steps_per_epoch = (batches_per_epoch + accumulation - 1) / accumulation;
+  const ScheduleFrame frame = schedule_frame(p, steps_per_epoch, /*world_size=*/1, accumulation);
   const int64_t max_steps = frame.max_iters;
   plugin::LrPolicyAdapter lr_policy(*p.lr_policy.component, p.lr_policy.options,
                                     to_policy_schedule(frame));
   LrDriver lr_driver(frame, lr_policy);
+  LossScaler scaler(plan, precision, run.get_int("max_nonfinite_steps"));
+  ClipSettings clip;
+  clip.max_norm = p.optimizer.core.get_float("clip_grad_norm");
+  clip.norm_type = p.optimizer.core.get_float("clip_norm_type");
+  clip.max_value = p.optimizer.core.get_float("clip_grad_value");
+  OptimizerStep optimizer_step(groups, plan, optimizer, scaler, lr_driver, clip);
 
   io::MetricsWriter metrics(options.metrics_path);
   const int64_t log_interval = run.get_int("log_interval");
@@ -146,9 +205,26 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   spdlog::info("training {} ({} parameter tensors in {} group(s)) on {} for {} steps of {} samples",
                std::string(p.model.component->name()), trainable, groups.size(), device.str(),
                max_steps, frame.effective_batch);
+  if (plan.half_model() || plan.autocast || plan.loss_scaling != KILN_SCALE_NONE) {
+    spdlog::info("precision {}: model {}{}{}{}{}", plan.name, dtype_name(plan.model_dtype),
+                 plan.half_model() && plan.norm_fp32 ? " (norm layers float32)" : "",
+                 plan.autocast ? ", autocast " + dtype_name(plan.autocast_dtype) : "",
+                 plan.master_weights ? ", float32 master weights" : "",
+                 plan.loss_scaling == KILN_SCALE_DYNAMIC
+                     ? fmt::format(", dynamic loss scale from {}", plan.initial_scale)
+                 : plan.loss_scaling == KILN_SCALE_STATIC
+                     ? fmt::format(", static loss scale {}", plan.initial_scale)
+                     : "");
+  }
+  if (plan.model_dtype == at::kHalf && !plan.autocast && device.is_cpu()) {
+    spdlog::warn(
+        "precision '{}' runs a float16 model on the CPU, where float16 kernels are slow; "
+        "bfloat16 (precision option dtype = \"bf16\") is the CPU's half type",
+        plan.name);
+  }
   if (frame.base_lr != frame.unscaled_lr) {
-    spdlog::info("lr scaled linearly: {} x {} / {} = {}", frame.unscaled_lr,
-                 frame.effective_batch, p.lr_scaling.get_int("base_batch"), frame.base_lr);
+    spdlog::info("lr scaled linearly: {} x {} / {} = {}", frame.unscaled_lr, frame.effective_batch,
+                 p.lr_scaling.get_int("base_batch"), frame.base_lr);
   }
 
   // ---- the loop --------------------------------------------------------------------------------
@@ -158,47 +234,82 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   int64_t step = 0;
   double window_loss = 0.0, window_samples = 0.0;
   auto window_start = Clock::now();
-  std::vector<double> group_lrs(groups.size());
-  for (int64_t epoch = 1; epoch <= epochs && step < max_steps; ++epoch) {
+  for (int64_t epoch = 1; epoch <= epochs && step < max_steps && result.stopped.empty(); ++epoch) {
     train_loader.start_epoch(epoch - 1);
-    auto data_start = Clock::now();
-    while (step < max_steps) {
-      std::optional<data::Batch> batch = train_loader.next();
-      if (!batch) break;
-      const double data_time = seconds_since(data_start);
+    int64_t batches_left = batches_per_epoch;
+    while (step < max_steps && batches_left > 0) {
+      // One optimizer step over a window of micro-batches; the last window of an epoch may be
+      // shorter and is averaged over its own length. The loss scale is fixed inside the window.
+      const int64_t window = std::min(accumulation, batches_left);
+      const double scale = scaler.scale();
+      optimizer_step.zero_grad();
+      double data_time = 0.0;
+      at::Tensor loss_sum;
+      int64_t samples = 0, micro = 0;
       const auto step_start = Clock::now();
+      for (; micro < window; ++micro) {
+        const auto fetch_start = Clock::now();
+        std::optional<data::Batch> batch = train_loader.next();
+        data_time += seconds_since(fetch_start);
+        if (!batch) break;
+        at::Tensor x = batch->images.to(device, /*non_blocking=*/true);
+        at::Tensor y = batch->labels.to(device, /*non_blocking=*/true);
+        if (plan.half_model()) x = x.to(plan.model_dtype);
+        at::Tensor loss;
+        {
+          // Forward and loss under autocast, as torch.amp recommends; backward outside it.
+          AutocastScope autocast(device.type(), plan.autocast_dtype, plan.autocast);
+          at::Tensor logits = model->forward(x);
+          loss = at::cross_entropy_loss(
+              logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat), y);
+        }
+        const double factor = scale / static_cast<double>(window);
+        (factor == 1.0 ? loss : loss * factor).backward();
+        at::Tensor weighted = loss.detach() * static_cast<double>(y.size(0));
+        loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
+        samples += y.size(0);
+      }
+      batches_left -= window;
+      if (samples == 0) break;
       ++step;
 
-      at::Tensor x = batch->images.to(device, /*non_blocking=*/true);
-      at::Tensor y = batch->labels.to(device, /*non_blocking=*/true);
-      for (auto& group : groups) {
-        for (auto& param : group.params) param.mutable_grad() = at::Tensor();
+      // Unscale, check, clip, scale update; then the optimizer, or a skip that touches nothing.
+      const StepOutcome outcome = optimizer_step.run(step);
+      const std::vector<double>& group_lrs = outcome.group_lrs;
+      if (lr_driver.changed_notably(group_lrs[0] / groups[0].lr_scale)) {
+        spdlog::info("step {}: lr {:.6g}", step, group_lrs[0] / groups[0].lr_scale);
       }
-      at::Tensor loss = at::cross_entropy_loss(model->forward(x), y);
-      loss.backward();
-
-      const double lr = lr_driver.current();
-      if (lr_driver.changed_notably(lr)) spdlog::info("step {}: lr {:.6g}", step, lr);
-      for (size_t g = 0; g < groups.size(); ++g) {
-        group_lrs[g] = lr * groups[g].lr_scale;
-        plugin::GroupStep view;
-        view.params = &groups[g].params;
-        view.names = &groups[g].names;
-        view.group_index = g;
-        view.step = step;
-        view.lr = group_lrs[g];
-        view.weight_decay = groups[g].weight_decay;
-        optimizer.step(view);
+      if (outcome.verdict != StepVerdict::kApply) {
+        spdlog::warn("step {}: non-finite gradients (loss scale {}) in {}; step skipped{}", step,
+                     scale, join(outcome.check.non_finite),
+                     plan.loss_scaling == KILN_SCALE_DYNAMIC
+                         ? fmt::format(", loss scale now {}", scaler.scale())
+                         : "");
       }
-      lr_driver.advance(/*applied=*/true);
 
-      const double loss_value = loss.item<double>();
-      const double step_time = seconds_since(step_start);
-      const auto samples = static_cast<double>(y.size(0));
-      metrics.write(io::StepRecord{step, epoch, loss_value, group_lrs, step_time, data_time,
-                                   samples / (step_time + data_time)});
-      window_loss += loss_value * samples;
-      window_samples += samples;
+      const double loss_value = loss_sum.item<double>() / static_cast<double>(samples);
+      const double step_time = seconds_since(step_start) - data_time;
+      io::StepRecord record{step,
+                            epoch,
+                            loss_value,
+                            group_lrs,
+                            step_time,
+                            data_time,
+                            static_cast<double>(samples) / (step_time + data_time)};
+      record.loss_scale = scale;
+      record.grad_norm = outcome.check.norm;
+      record.skipped = outcome.verdict != StepVerdict::kApply;
+      record.skipped_total = scaler.skipped_total();
+      record.micro_batches = micro;
+      metrics.write(record);
+      if (outcome.verdict == StepVerdict::kStop) {
+        result.stopped = fmt::format("step {}: {}", step, scaler.stop_reason());
+        result.saved_weights = save_weights(*model, output_dir(p), step, result.stopped);
+        spdlog::error("{}; weights saved to {}", result.stopped, result.saved_weights);
+        break;
+      }
+      window_loss += loss_value * static_cast<double>(samples);
+      window_samples += static_cast<double>(samples);
       if (step % log_interval == 0 || step == max_steps) {
         io::ProgressState s;
         s.epoch = epoch;
@@ -213,10 +324,9 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
         window_loss = window_samples = 0.0;
         window_start = Clock::now();
       }
-      data_start = Clock::now();
     }
-    if (run.get_bool("eval")) {
-      Evaluation e = evaluate(*model, test_loader, device);
+    if (run.get_bool("eval") && result.stopped.empty()) {
+      Evaluation e = evaluate(*model, test_loader, device, plan);
       metrics.write(io::EvalRecord{epoch, step, e.accuracy, e.loss});
       spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  loss {:.4f}", epoch,
                    100.0 * e.accuracy, e.loss);
@@ -224,7 +334,11 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
       result.test_loss = e.loss;
     }
   }
+  if (scaler.skipped_total() > 0) {
+    spdlog::info("{} of {} steps skipped for non-finite gradients", scaler.skipped_total(), step);
+  }
   result.steps = step;
+  result.skipped_steps = scaler.skipped_total();
   result.train_seconds = seconds_since(start);
   return result;
 }

@@ -27,8 +27,11 @@ void MetricsWriter::write(const StepRecord& r) {
   for (size_t i = 0; i < r.lr.size(); ++i) lr += (i ? "," : "") + num(r.lr[i]);
   out_ << fmt::format(
       "{{\"type\":\"step\",\"step\":{},\"epoch\":{},\"loss\":{},\"lr\":[{}],\"step_time\":{},"
-      "\"data_time\":{},\"samples_per_s\":{}}}\n",
-      r.step, r.epoch, num(r.loss), lr, num(r.step_time), num(r.data_time), num(r.samples_per_s));
+      "\"data_time\":{},\"samples_per_s\":{},\"loss_scale\":{},\"grad_norm\":{},\"skipped\":{},"
+      "\"skipped_total\":{},\"micro_batches\":{}}}\n",
+      r.step, r.epoch, num(r.loss), lr, num(r.step_time), num(r.data_time), num(r.samples_per_s),
+      num(r.loss_scale), num(r.grad_norm), r.skipped ? "true" : "false", r.skipped_total,
+      r.micro_batches);
 }
 
 void MetricsWriter::write(const EvalRecord& r) {

@@ -16,6 +16,11 @@ struct StepRecord {
   double step_time = 0.0;  // seconds: forward, backward, optimizer
   double data_time = 0.0;  // seconds waiting for the batch
   double samples_per_s = 0.0;
+  double loss_scale = 1.0;    // the scale this step's loss was multiplied by
+  double grad_norm = 0.0;     // global norm of the unscaled gradients, before clipping
+  bool skipped = false;       // non-finite gradients: the optimizer did not run
+  int64_t skipped_total = 0;  // skipped steps so far in the run
+  int64_t micro_batches = 1;  // accumulated into this step
 };
 
 struct EvalRecord {

@@ -1,5 +1,7 @@
 #include "plugin/adapters.hpp"
 
+#include <cmath>
+
 #include "kiln/torch.hpp"
 #include "plugin/status.hpp"
 
@@ -136,8 +138,26 @@ PrecisionAdapter::PrecisionAdapter(const Component& component, const config::Opt
   dl.device_type = device == c10::DeviceType::CUDA ? kDLCUDA : kDLCPU;
   check(vtable_->create(host_api(), options.c_view(), dl, &instance_),
         context(component, "refused its options"));
+  // Fields a 1.0 plugin does not know keep these presets.
   policy_.struct_size = sizeof(policy_);
+  policy_.initial_scale = 1.0;
+  policy_.min_scale = 1.0;
+  policy_.at_min_scale = KILN_AT_MIN_SCALE_STOP;
   check(vtable_->policy(instance_, &policy_), context(component, "policy"));
+}
+
+bool PrecisionAdapter::has_scale_rule() const { return vtable_->update_scale != nullptr; }
+
+double PrecisionAdapter::update_scale(bool grads_finite, double scale) {
+  if (vtable_->update_scale == nullptr) return scale;
+  check(vtable_->update_scale(instance_, grads_finite ? 1 : 0, &scale),
+        "precision '" + name_ + "' update_scale");
+  if (!(scale > 0.0) || !std::isfinite(scale)) {
+    throw ComponentError(KILN_ERR_INTERNAL, "precision '" + name_ +
+                                                "' update_scale produced a loss scale of " +
+                                                std::to_string(scale) + " (must be finite, > 0)");
+  }
+  return scale;
 }
 
 PrecisionAdapter::~PrecisionAdapter() {

@@ -85,6 +85,11 @@ class PrecisionAdapter {
   PrecisionAdapter& operator=(const PrecisionAdapter&) = delete;
   const kiln_precision_policy& policy() const { return policy_; }
   const std::string& name() const { return name_; }
+  // Whether the plugin has a scale-update rule (without one the scale never changes).
+  bool has_scale_rule() const;
+  // The plugin's rule: the scale after a step whose gradients were (not) all finite. Throws
+  // ComponentError on a failed call or a scale that is not finite and positive.
+  double update_scale(bool grads_finite, double scale);
 
  private:
   std::string name_;

@@ -1,11 +1,10 @@
 // Pipeline configuration: schema, validation messages (checked whole), overrides, defaults,
 // round trips through to_toml, and the C view handed to plugins.
 #include <gtest/gtest.h>
-
-#include <cmath>
 #include <unistd.h>
 
 #include <atomic>
+#include <cmath>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -223,7 +222,8 @@ TEST_F(ConfigTest, ComponentOptionsFollowSchemaOrder) {
   EXPECT_EQ(p.optimizer.options.entries()[2].first, "tags");
   EXPECT_EQ(p.optimizer.options.get_float_list("betas"), (std::vector<double>{0.9, 0.999}));
   EXPECT_EQ(p.optimizer.options.get_string_list("tags"), (std::vector<std::string>{"b"}));
-  ASSERT_EQ(p.optimizer.core.entries().size(), 10u);  // name, lr, weight_decay, group rules
+  // name, lr, weight_decay, group rules, clipping
+  ASSERT_EQ(p.optimizer.core.entries().size(), 13u);
   EXPECT_EQ(p.optimizer.core.entries()[0].first, "name");
 }
 
@@ -277,8 +277,9 @@ TEST_F(ConfigTest, CViewPointsIntoTheOptionSet) {
 }
 
 TEST_F(ConfigTest, CoreSchemaIsDocumented) {
-  EXPECT_EQ(core_sections(), (std::vector<std::string>{"run", "data", "model", "norm", "optimizer",
-                                                       "lr_policy", "lr_scaling", "precision", "plugins"}));
+  EXPECT_EQ(core_sections(),
+            (std::vector<std::string>{"run", "data", "model", "norm", "optimizer", "lr_policy",
+                                      "lr_scaling", "precision", "plugins"}));
   for (const auto& section : core_sections()) {
     for (const auto& spec : core_schema(section)) {
       EXPECT_EQ(spec.struct_size, sizeof(kiln_option_spec));
@@ -318,13 +319,16 @@ TEST_F(ConfigTest, UnknownKey) {
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[run]\nzzzzzzzz = 1\n"),
             at(4, 1) +
                 ": run.zzzzzzzz: unknown key; valid keys: device, epochs, max_steps, seed, "
-                "log_interval, eval, threads");
+                "log_interval, eval, threads, tf32, accumulation_steps, max_nonfinite_steps, "
+                "output_dir");
   // The keys of the chosen component only: nesterov belongs to sgd, not adamw.
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[optimizer]\nname = \"adamw\"\nnesterov = true\n"),
             at(5, 1) +
                 ": optimizer.nesterov: unknown key; valid keys: name, lr, weight_decay, "
                 "bias_lr_mult, bias_double_lr, bias_decay_mult, bias_weight_decay, "
-                "norm_decay_mult, weight_decay_norm, freeze, betas, eps, tags");
+                "norm_decay_mult, weight_decay_norm, freeze, clip_grad_norm, clip_norm_type, "
+                "clip_grad_value, betas, eps, "
+                "tags");
 }
 
 TEST_F(ConfigTest, WrongType) {
@@ -698,9 +702,9 @@ TEST_F(ConfigTest, CustomKeysErrors) {
                 "and ')' in regular expression");
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[optimizer.custom_keys]\nfc = { lr_mul = 2 }\n"),
             at(4, 17) + ": optimizer.custom_keys.fc.lr_mul: unknown key; did you mean 'lr_mult'?");
-  EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[optimizer.custom_keys]\nfc = { lr_mult = -1 }\n"),
-            at(4, 18) +
-                ": optimizer.custom_keys.fc.lr_mult: value -1 is out of range; expected >= 0");
+  EXPECT_EQ(
+      error_of("[model]\nname = \"mlp\"\n[optimizer.custom_keys]\nfc = { lr_mult = -1 }\n"),
+      at(4, 18) + ": optimizer.custom_keys.fc.lr_mult: value -1 is out of range; expected >= 0");
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[optimizer]\ncustom_keys = 3\n"),
             at(4, 15) + ": optimizer.custom_keys: expected table, found integer");
 }

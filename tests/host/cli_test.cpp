@@ -151,7 +151,9 @@ TEST(Cli, TrainsAndWritesMetrics) {
   double last_accuracy = 0.0;
   const std::regex step_re(
       R"(\{"type":"step","step":(\d+),"epoch":(\d+),"loss":[-0-9.e]+,"lr":\[[-0-9.e,]+\],)"
-      R"("step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+\})");
+      R"("step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+,)"
+      R"("loss_scale":1,"grad_norm":[0-9.e+-]+,"skipped":false,"skipped_total":0,)"
+      R"("micro_batches":1\})");
   const std::regex eval_re(
       R"(\{"type":"eval","epoch":(\d+),"step":(\d+),"accuracy":([-0-9.e]+),"loss":[-0-9.e]+\})");
   std::smatch m;
@@ -239,3 +241,96 @@ TEST(Cli, RefusesAComponentThatCannotRunOnTheDevice) {
 }
 
 }  // namespace
+
+namespace {
+
+// Accuracy of the last evaluation line in `output` ("test accuracy 97.50%"), or -1.
+double last_accuracy(const std::string& output) {
+  const std::regex re(R"(final test accuracy: ([0-9.]+)%)");
+  std::smatch m;
+  return std::regex_search(output, m, re) ? std::stod(m[1]) : -1.0;
+}
+
+}  // namespace
+
+TEST(CliPrecision, EveryModeTrainsTheSyntheticPipeline) {
+  for (const std::string mode : {"amp", "bf16", "o2", "O3 --set precision.keep_norm_fp32=true",
+                                 "16-mixed", "bf16-true", "O0"}) {
+    Result r = kiln("run " + pipeline("synthetic_mlp.toml") + " --set precision.name=" + mode);
+    ASSERT_EQ(r.code, 0) << mode << "\n" << r.output;
+    EXPECT_GT(last_accuracy(r.output), 90.0) << mode << "\n" << r.output;
+  }
+}
+
+TEST(CliPrecision, DivergedRunWithoutScalingStopsWithItsWeightsAndExitCode4) {
+  fs::path dir = temp_dir();
+  Result r =
+      kiln("run " + pipeline("synthetic_mlp.toml") +
+           " --set precision.name=o3 --set optimizer.lr=1e4 --set run.output_dir=" + dir.string());
+  ASSERT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("consecutive steps with non-finite gradients under precision 'o3' (no "
+                          "loss scaling); the run diverged"),
+            std::string::npos)
+      << r.output;
+  const std::regex saved(R"(weights of the last step: (\S+weights-step-(\d+)\.safetensors))");
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(r.output, m, saved)) << r.output;
+  // A safetensors file: 8-byte little-endian header length, then the JSON header.
+  std::ifstream in(m[1].str(), std::ios::binary);
+  ASSERT_TRUE(in.good()) << m[1];
+  unsigned char le[8];
+  in.read(reinterpret_cast<char*>(le), 8);
+  uint64_t length = 0;
+  for (int i = 7; i >= 0; --i) length = (length << 8) | le[i];
+  std::string header(length, '\0');
+  in.read(header.data(), static_cast<std::streamsize>(length));
+  EXPECT_NE(header.find(R"("layers.0.linear.weight":{"dtype":"BF16","shape":[64,784])"),
+            std::string::npos)
+      << header;
+  EXPECT_NE(header.find(R"("__metadata__":{"step":")" + m[2].str()), std::string::npos) << header;
+  fs::remove_all(dir);
+}
+
+TEST(CliPrecision, HalfBatchNormStatisticsAreRefusedBeforeTraining) {
+  Result r = kiln("run " + pipeline("synthetic_mlp.toml") +
+                  " --set model.norm=true --set precision.name=16-true");
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("keep_norm_fp32 = true"), std::string::npos) << r.output;
+}
+
+TEST(CliPrecision, PlanShowsStaticMemoryPerPrecisionMode) {
+  Result r = kiln("plan " + pipeline("synthetic_mlp.toml") + " --set precision.name=o2");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("static memory in MiB with optimizer sgd"), std::string::npos)
+      << r.output;
+  // 784·64 + 64 + 64·10 + 10 = 50890 parameters: fp32 weights 0.194 MiB, bf16 half that,
+  // fp32 masters as much as fp32 weights, one momentum buffer like the stepped tensor.
+  EXPECT_TRUE(std::regex_search(r.output,
+                                std::regex(R"(# \* o2 +0\.097 +0\.097 +0\.194 +0\.194 +0\.582\n)")))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(#   fp32 +0\.194 +0\.194 +0\.000 +0\.194 +0\.582\n)")))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(r.output,
+                                std::regex(R"(#   o3 +0\.097 +0\.097 +0\.000 +0\.097 +0\.291\n)")))
+      << r.output;
+}
+
+TEST(CliPrecision, AccumulationWindowsAreRemainderAware) {
+  fs::path dir = temp_dir();
+  fs::path metrics = dir / "metrics.jsonl";
+  Result r = kiln("run " + pipeline("synthetic_mlp.toml") +
+                  " --set run.accumulation_steps=3 --metrics " + metrics.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(metrics.string());
+  std::string line, micro;
+  const std::regex re(R"("micro_batches":(\d+))");
+  std::smatch m;
+  while (std::getline(in, line)) {
+    if (std::regex_search(line, m, re)) micro += m[1].str();
+  }
+  // 16 batches per epoch: five windows of 3 and a last one of 1, twice.
+  EXPECT_EQ(micro, "333331333331");
+  EXPECT_GT(last_accuracy(r.output), 90.0) << r.output;
+  fs::remove_all(dir);
+}

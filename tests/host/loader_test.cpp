@@ -58,15 +58,18 @@ TEST(Loader, RefusesALibraryWithoutKilnSymbols) {
 
 TEST(Loader, RefusesAnotherAbiMajor) {
   const std::string path = test_plugin("bad_abi_major");
-  EXPECT_EQ(refusal(path), path +
-                               ": built for Kiln ABI 99.0, this host speaks 1.0 (the major version "
-                               "must match)");
+  EXPECT_EQ(refusal(path), path + ": built for Kiln ABI 99.0, this host speaks " +
+                               std::to_string(KILN_ABI_MAJOR) + "." +
+                               std::to_string(KILN_ABI_MINOR) + " (the major version must match)");
 }
 
 TEST(Loader, RefusesANewerAbiMinor) {
   const std::string path = test_plugin("bad_abi_minor_newer");
-  EXPECT_EQ(refusal(path),
-            path + ": built for Kiln ABI 1.1, newer than this host's 1.0; upgrade Kiln");
+  const std::string host = std::to_string(KILN_ABI_MAJOR) + "." + std::to_string(KILN_ABI_MINOR);
+  const std::string newer =
+      std::to_string(KILN_ABI_MAJOR) + "." + std::to_string(KILN_ABI_MINOR + 1);
+  EXPECT_EQ(refusal(path), path + ": built for Kiln ABI " + newer + ", newer than this host's " +
+                               host + "; upgrade Kiln");
 }
 
 TEST(Loader, RefusesADescriptorThatIsTooSmall) {

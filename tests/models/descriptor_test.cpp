@@ -53,7 +53,8 @@ TEST_P(DescriptorTest, OffersOneModelComponent) {
 
 INSTANTIATE_TEST_SUITE_P(Models, DescriptorTest,
                          testing::Values(Library{"libkiln_mlp.so", "mlp"},
-                                         Library{"libkiln_resnet.so", "resnet"}),
+                                         Library{"libkiln_resnet.so", "resnet"},
+                                         Library{"libkiln_vit.so", "vit"}),
                          [](const testing::TestParamInfo<Library>& info) {
                            return std::string(info.param.component);
                          });
@@ -67,6 +68,7 @@ TEST(DescriptorTest, SchemasNameTheDocumentedOptions) {
   };
   EXPECT_EQ(names("libkiln_mlp.so"), "hidden dropout norm ");
   EXPECT_EQ(names("libkiln_resnet.so"), "depth width blocks ");
+  EXPECT_EQ(names("libkiln_vit.so"), "patch_size dim depth heads mlp_ratio pool dropout ");
 }
 
 }  // namespace

@@ -47,7 +47,12 @@ at::Device test_device(bool cuda) { return cuda ? at::Device(at::kCUDA, 0) : at:
 
 TEST(PluginDescriptors, BuiltInsAreWellFormed) {
   const std::map<std::string, std::vector<std::string>> expected = {
-      {"kiln_sgd", {"sgd"}}, {"kiln_fp32", {"fp32"}}, {"kiln_batchnorm", {"batchnorm"}}};
+      {"kiln_sgd", {"sgd"}},
+      {"kiln_fp32", {"fp32", "O0", "32-true"}},
+      {"kiln_batchnorm", {"batchnorm"}},
+      {"kiln_amp",
+       {"amp", "bf16", "o2", "o3", "O1", "16-mixed", "bf16-mixed", "O2", "O3", "16-true",
+        "bf16-true"}}};
   for (const auto& [library, components] : expected) {
     SCOPED_TRACE(library);
     const Plugin& p = builtin(library);

@@ -56,7 +56,10 @@ PIN_SIZE(kiln_norm_forward_args, 88);
 PIN_SIZE(kiln_norm_backward_args, 112);
 PIN_SIZE(kiln_norm_vtable, 40);
 _Static_assert(KILN_NORM_VTABLE_V1_SIZE == 40, "norm vtable v1 size");
-PIN_SIZE(kiln_precision_policy, 40);
+PIN_SIZE(kiln_precision_policy, 56); /* 1.1: min_scale, at_min_scale appended */
+_Static_assert(KILN_PRECISION_POLICY_V1_0_SIZE == 40, "precision policy v1.0 size");
+PIN_OFFSET(kiln_precision_policy, min_scale, 40);
+PIN_OFFSET(kiln_precision_policy, at_min_scale, 48);
 PIN_SIZE(kiln_precision_vtable, 40);
 _Static_assert(KILN_PRECISION_VTABLE_V1_SIZE == 40, "precision vtable v1 size");
 PIN_SIZE(kiln_model_input, 40);

@@ -1,7 +1,10 @@
 /*
  * kiln_fp32 — the "fp32" precision policy, plain C99: float32 everywhere, no autocast, no loss
- * scaling. It has no per-instance state; create hands back a static sentinel.
+ * scaling; with its aliases "O0" (apex) and "32-true" (Lightning). It has no per-instance state;
+ * create hands back a static sentinel.
  */
+#include <string.h>
+
 #include "kiln/plugin.h"
 #include "kiln/precision.h"
 
@@ -19,7 +22,7 @@ static kiln_status* fp32_policy(void* instance, kiln_precision_policy* policy) {
   /* Fill only what the host's struct_size covers (its struct may be older than ours). */
   kiln_precision_policy p;
   size_t n = policy->struct_size < sizeof p ? policy->struct_size : sizeof p;
-  size_t i;
+  memset(&p, 0, sizeof p);
   p.struct_size = policy->struct_size;
   p.model_dtype = KILN_DTYPE_F32;
   p.autocast = 0;
@@ -28,7 +31,12 @@ static kiln_status* fp32_policy(void* instance, kiln_precision_policy* policy) {
   p.norm_fp32 = 1;
   p.loss_scaling = KILN_SCALE_NONE;
   p.initial_scale = 1.0;
-  for (i = sizeof p.struct_size; i < n; ++i) ((char*)policy)[i] = ((const char*)&p)[i];
+  p.min_scale = 0.0; /* no scale to run out of: the host never applies at_min_scale */
+  p.at_min_scale = KILN_AT_MIN_SCALE_STOP;
+  if (n > sizeof p.struct_size) {
+    memcpy((char*)policy + sizeof p.struct_size, (const char*)&p + sizeof p.struct_size,
+           n - sizeof p.struct_size);
+  }
   return NULL;
 }
 
@@ -51,14 +59,37 @@ static const kiln_component_descriptor fp32_component = {
     NULL,
     &fp32_vtable};
 
-static const kiln_component_descriptor* const components[] = {&fp32_component};
+static const kiln_component_descriptor o0_component = {sizeof(kiln_component_descriptor),
+                                                       KILN_COMPONENT_PRECISION,
+                                                       0,
+                                                       "O0",
+                                                       {1, 0, 0},
+                                                       "alias of fp32 (apex O0)",
+                                                       &fp32_caps,
+                                                       0,
+                                                       NULL,
+                                                       &fp32_vtable};
+
+static const kiln_component_descriptor fp32_true_component = {sizeof(kiln_component_descriptor),
+                                                              KILN_COMPONENT_PRECISION,
+                                                              0,
+                                                              "32-true",
+                                                              {1, 0, 0},
+                                                              "alias of fp32 (Lightning 32-true)",
+                                                              &fp32_caps,
+                                                              0,
+                                                              NULL,
+                                                              &fp32_vtable};
+
+static const kiln_component_descriptor* const components[] = {&fp32_component, &o0_component,
+                                                              &fp32_true_component};
 
 static const kiln_plugin_descriptor descriptor = {sizeof(kiln_plugin_descriptor),
                                                   KILN_ABI_MAJOR,
                                                   KILN_ABI_MINOR,
                                                   "kiln-fp32",
-                                                  {1, 0, 0},
-                                                  1,
+                                                  {1, 1, 0},
+                                                  sizeof components / sizeof components[0],
                                                   components,
                                                   NULL,
                                                   NULL,

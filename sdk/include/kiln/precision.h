@@ -18,6 +18,13 @@ enum { KILN_DTYPE_F32 = 1, KILN_DTYPE_F16 = 2, KILN_DTYPE_BF16 = 3 };
 /* Loss-scaling modes (int32_t). */
 enum { KILN_SCALE_NONE = 0, KILN_SCALE_STATIC = 1, KILN_SCALE_DYNAMIC = 2 };
 
+/* What the host does when gradients overflow while the scale is already at its minimum (int32_t,
+ * since ABI 1.1). Either way it is logged; the scale never silently collapses below min_scale. */
+enum {
+  KILN_AT_MIN_SCALE_SKIP = 0, /* skip the step, warn, keep training at the minimum scale */
+  KILN_AT_MIN_SCALE_STOP = 1  /* stop the run cleanly (weights saved) with a message */
+};
+
 /* The policy a precision instance declares (filled by the plugin). */
 typedef struct kiln_precision_policy {
   size_t struct_size;     /* set by the host to the size it knows; the plugin fills up to it */
@@ -28,7 +35,15 @@ typedef struct kiln_precision_policy {
   int32_t norm_fp32;      /* nonzero: keep norm layers in fp32 when model_dtype is half */
   int32_t loss_scaling;   /* KILN_SCALE_* */
   double initial_scale;   /* first loss scale (1.0 without scaling) */
+  /* Since ABI 1.1. The host presets them (min_scale 1.0, at_min_scale KILN_AT_MIN_SCALE_STOP)
+   * before calling `policy`, so a 1.0 plugin that leaves them alone gets those. */
+  double min_scale;     /* the smallest scale the update rule produces; an overflow at or below
+                           it triggers at_min_scale */
+  int32_t at_min_scale; /* KILN_AT_MIN_SCALE_* */
 } kiln_precision_policy;
+
+/* sizeof(kiln_precision_policy) as ABI 1.0 knew it. */
+#define KILN_PRECISION_POLICY_V1_0_SIZE KILN_SIZE_UP_TO(kiln_precision_policy, initial_scale)
 
 /* The precision vtable (kiln_component_descriptor.vtable for KILN_COMPONENT_PRECISION). */
 typedef struct kiln_precision_vtable {
@@ -45,7 +60,9 @@ typedef struct kiln_precision_vtable {
   kiln_status* (*policy)(void* instance, kiln_precision_policy* policy);
 
   /* Optional (NULL: the scale never changes). Given whether the step's gradients were all
-   * finite, updates `*scale` in place. Called once per optimizer step from the training thread. */
+   * finite, updates `*scale` in place: the plugin owns the rule (growth, backoff, hysteresis,
+   * bounds) and any counters it needs. Called exactly once per optimizer step (never per
+   * micro-batch), from the training thread, before the next step's forward. */
   kiln_status* (*update_scale)(void* instance, int32_t grads_finite, double* scale);
 } kiln_precision_vtable;
 

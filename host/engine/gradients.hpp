@@ -1,0 +1,33 @@
+// One optimizer step's gradient work, after backward and before the optimizer: unscale by the
+// loss scale and detect non-finite values in one multi-tensor pass, measure the global norm, and
+// clip by norm or by value — the order torch.amp documents (unscale, then clip).
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <string>
+#include <vector>
+
+namespace kiln::engine {
+
+struct ClipSettings {
+  double max_norm = 0.0;   // clip to this global norm; 0 = off
+  double norm_type = 2.0;  // p of the norm (inf: max |g|)
+  double max_value = 0.0;  // clamp to [-v, v]; 0 = off
+};
+
+struct GradCheck {
+  bool finite = true;  // every gradient element finite
+  double norm = 0.0;   // global norm of the unscaled gradients before clipping (NaN/inf if not)
+  std::vector<std::string> non_finite;  // the first parameters with non-finite gradients
+};
+
+// Unscales `tensors`' gradients in place by 1/`scale`, checks them, and when all are finite
+// clips them per `clip`. Tensors without a gradient are ignored. On non-finite gradients the
+// names of the first `name_limit` offending tensors (from `names`, parallel to `tensors`) are
+// reported. Reads back two numbers from the device, once.
+GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
+                             const std::vector<std::string>& names, double scale,
+                             const ClipSettings& clip, size_t name_limit = 3);
+
+}  // namespace kiln::engine

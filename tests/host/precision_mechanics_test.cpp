@@ -1,0 +1,421 @@
+// The host's precision mechanics with real plugins (mlp + batchnorm model, sgd/adamw, the
+// precision policies): O2 master weights, the fp16 underflow that loss scaling prevents, skipped
+// steps that touch nothing, accumulation that unscales once, clipping and bf16 autocast against
+// PyTorch, and the loss scaler's guards.
+#include <ATen/Functions.h>
+#include <ATen/core/grad_mode.h>
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "config/pipeline.hpp"
+#include "engine/checks.hpp"
+#include "engine/gradients.hpp"
+#include "engine/loss_scaler.hpp"
+#include "engine/lr_driver.hpp"
+#include "engine/master_weights.hpp"
+#include "engine/optimizer_step.hpp"
+#include "engine/param_groups.hpp"
+#include "engine/precision.hpp"
+#include "kiln/torch.hpp"
+#include "kiln_test_paths.h"
+#include "plugin/adapters.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/loader.hpp"
+#include "plugin/norm_layer.hpp"
+#include "tensor_scratch.hpp"
+
+namespace {
+
+using namespace kiln::engine;
+namespace plugin = kiln::plugin;
+
+const plugin::Registry& registry() {
+  static plugin::Registry r = [] {
+    plugin::Loader loader(plugin::host_api());
+    std::vector<std::string> refused;
+    return plugin::load_all(loader, {KILN_PLUGIN_DIR}, refused);
+  }();
+  return r;
+}
+
+// A model, its parameter groups and the whole optimizer-step machinery of one pipeline, built as
+// the trainer builds them (4x4 single-channel inputs, 5 classes).
+struct Rig {
+  kiln::config::Pipeline p;
+  std::shared_ptr<kiln::Model> model;
+  std::unique_ptr<plugin::PrecisionAdapter> precision;
+  PrecisionPlan plan;
+  std::vector<ParamGroup> groups;
+  std::unique_ptr<plugin::OptimizerAdapter> optimizer;
+  std::unique_ptr<plugin::LrPolicyAdapter> lr_policy;
+  std::unique_ptr<LrDriver> lr;
+  std::unique_ptr<LossScaler> scaler;
+  std::unique_ptr<OptimizerStep> step;
+
+  // `sections`: the pipeline's other tables; `run` and `model`: extra keys of those tables.
+  explicit Rig(const std::string& sections, const std::string& run_keys = "",
+               const std::string& model_keys = "hidden = [16]\nnorm = true\n") {
+    const std::string text = "[run]\ndevice = \"cpu\"\n" + run_keys +
+                             "[data]\ndataset = \"synthetic\"\nheight = 4\nwidth = 4\n"
+                             "[model]\nname = \"mlp\"\n" +
+                             model_keys + sections;
+    p = kiln::config::load_pipeline_text(text, "rig.toml", {}, registry());
+    at::manual_seed(0);
+    plugin::set_norm_factory([&](const kiln_norm_request& request) {
+      return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request);
+    });
+    kiln_model_input input{};
+    input.struct_size = sizeof(input);
+    input.channels = 1;
+    input.height = 4;
+    input.width = 4;
+    input.num_classes = 5;
+    model = plugin::create_model(*p.model.component, p.model.options, input);
+    plugin::set_norm_factory(nullptr);
+    precision = std::make_unique<plugin::PrecisionAdapter>(*p.precision.component,
+                                                           p.precision.options, c10::kCPU);
+    plan = plan_precision(precision->policy(), precision->name());
+    cast_model(*model, plan);
+    model->train();
+    groups = build_param_groups(*model, group_rules(p));
+    optimizer =
+        std::make_unique<plugin::OptimizerAdapter>(*p.optimizer.component, p.optimizer.options);
+    const ScheduleFrame frame = schedule_frame(p, 10);
+    lr_policy = std::make_unique<plugin::LrPolicyAdapter>(
+        *p.lr_policy.component, p.lr_policy.options, to_policy_schedule(frame));
+    lr = std::make_unique<LrDriver>(frame, *lr_policy);
+    scaler = std::make_unique<LossScaler>(plan, *precision, p.run.get_int("max_nonfinite_steps"));
+    ClipSettings clip;
+    clip.max_norm = p.optimizer.core.get_float("clip_grad_norm");
+    step = std::make_unique<OptimizerStep>(groups, plan, *optimizer, *scaler, *lr, clip);
+  }
+
+  // One micro-batch's forward and scaled backward, as the trainer runs it.
+  void backward(const at::Tensor& x, const at::Tensor& y, int64_t window = 1) {
+    at::Tensor loss;
+    {
+      AutocastScope autocast(c10::kCPU, plan.autocast_dtype, plan.autocast);
+      at::Tensor input = plan.half_model() ? x.to(plan.model_dtype) : x;
+      loss = at::cross_entropy_loss(model->forward(input).to(at::kFloat), y);
+    }
+    (loss * (scaler->scale() / static_cast<double>(window))).backward();
+  }
+};
+
+std::pair<at::Tensor, at::Tensor> batch(int64_t n, int64_t seed) {
+  at::manual_seed(seed);
+  return {at::randn({n, 1, 4, 4}), at::randint(0, 5, {n})};
+}
+
+// ---- O2 ----------------------------------------------------------------------------------------
+
+TEST(MasterWeights, O2HalfWeightsEqualTheMastersCastDownAfterEveryStep) {
+  Rig rig(
+      "[optimizer]\nname = \"adamw\"\nlr = 0.01\nweight_decay = 0.05\n"
+      "[precision]\nname = \"o2\"\n");
+  ASSERT_TRUE(rig.plan.master_weights);
+  ASSERT_EQ(rig.plan.model_dtype, at::kBFloat16);  // auto on the CPU
+  const MasterWeights& stepped = rig.step->stepped();
+  std::vector<at::Tensor> before;
+  for (const auto& t : stepped.flat()) before.push_back(t.detach().clone());
+  size_t masters = 0, in_place = 0;
+  for (int64_t s = 1; s <= 8; ++s) {
+    auto [x, y] = batch(32, s);
+    rig.step->zero_grad();
+    rig.backward(x, y);
+    ASSERT_EQ(rig.step->run(s).verdict, StepVerdict::kApply);
+    masters = in_place = 0;
+    for (size_t g = 0; g < rig.groups.size(); ++g) {
+      for (size_t i = 0; i < rig.groups[g].params.size(); ++i) {
+        const at::Tensor& model_param = rig.groups[g].params[i];
+        const at::Tensor& master = stepped.groups()[g].params[i];
+        ASSERT_EQ(master.scalar_type(), at::kFloat) << rig.groups[g].names[i];
+        if (model_param.scalar_type() == at::kFloat) {
+          // Norm layers stay fp32 and are stepped in place.
+          EXPECT_TRUE(model_param.is_same(master)) << rig.groups[g].names[i];
+          ++in_place;
+        } else {
+          EXPECT_TRUE(at::equal(model_param, master.to(model_param.scalar_type())))
+              << "step " << s << ": " << rig.groups[g].names[i];
+          ++masters;
+        }
+      }
+    }
+  }
+  EXPECT_EQ(masters, 4u);   // two linear layers: weight and bias
+  EXPECT_EQ(in_place, 2u);  // the norm layer's weight and bias
+  for (size_t i = 0; i < before.size(); ++i) {
+    EXPECT_FALSE(at::equal(before[i], stepped.flat()[i])) << stepped.flat_names()[i];
+  }
+}
+
+// ---- underflow ----------------------------------------------------------------------------------
+
+// d/dw of 1e-4 · Σ(w · x) with x = 1e-4 in float16 is 1e-8: below float16's smallest subnormal
+// (6e-8), so it flushes to zero — unless the loss is scaled first and unscaled in fp32.
+at::Tensor fp16_gradient_through_masters(double scale) {
+  at::Tensor w = at::ones({4}, at::kHalf).requires_grad_(true);
+  ParamGroup group;
+  group.name = "default";
+  group.params = {w};
+  group.names = {"w"};
+  MasterWeights masters({group}, /*enabled=*/true);
+  at::Tensor x = at::full({4}, 1e-4, at::kHalf);
+  at::Tensor loss = (w * x).to(at::kFloat).sum() * 1e-4;
+  (loss * scale).backward();
+  masters.gather_grads();
+  GradCheck check = unscale_check_clip(masters.flat(), masters.flat_names(), scale, {});
+  EXPECT_TRUE(check.finite);
+  return masters.flat()[0].grad().clone();
+}
+
+TEST(LossScaling, Fp16GradientsOfOrder1e8VanishWithoutScalingAndSurviveWithIt) {
+  at::Tensor unscaled = fp16_gradient_through_masters(1.0);
+  EXPECT_TRUE(at::equal(unscaled, at::zeros({4}))) << unscaled;
+  at::Tensor scaled = fp16_gradient_through_masters(65536.0);
+  // float16 rounding of 1e-4 and of the scaled products: relative error below 1e-3.
+  EXPECT_TRUE(at::allclose(scaled, at::full({4}, 1e-8), /*rtol=*/1e-3, /*atol=*/0.0)) << scaled;
+}
+
+// ---- skipped steps
+// --------------------------------------------------------------------------------
+
+TEST(SkippedStep, LeavesWeightsOptimizerStateAndScheduleBitIdentical) {
+  Rig rig(
+      "[optimizer]\nname = \"adamw\"\nlr = 0.01\n"
+      "[lr_policy]\nwarmup = \"linear\"\nwarmup_iters = 5\n"
+      "[precision]\nname = \"amp\"\ndtype = \"fp16\"\n");
+  ASSERT_EQ(rig.plan.loss_scaling, KILN_SCALE_DYNAMIC);
+  for (int64_t s = 1; s <= 3; ++s) {
+    auto [x, y] = batch(32, s);
+    rig.step->zero_grad();
+    rig.backward(x, y);
+    ASSERT_EQ(rig.step->run(s).verdict, StepVerdict::kApply);
+  }
+  std::vector<at::Tensor> weights;
+  for (const auto& t : rig.step->stepped().flat()) weights.push_back(t.detach().clone());
+  std::map<std::string, std::map<std::string, at::Tensor>> state;
+  for (const auto& [param, tensors] : rig.optimizer->state()) {
+    for (const auto& [name, t] : tensors) state[param][name] = t.clone();
+  }
+  ASSERT_FALSE(state.empty());
+  const int64_t counted = rig.lr->counted();
+  const double lr_before = rig.lr->current();
+  const double scale = rig.scaler->scale();
+
+  auto [x, y] = batch(32, 4);
+  rig.step->zero_grad();
+  rig.backward(x, y);
+  rig.groups[0].params[0].grad().view(-1)[3] = std::numeric_limits<float>::infinity();
+  const StepOutcome skipped = rig.step->run(4);
+  EXPECT_EQ(skipped.verdict, StepVerdict::kSkip);
+  ASSERT_EQ(skipped.check.non_finite.size(), 1u);
+  EXPECT_EQ(skipped.check.non_finite[0], rig.groups[0].names[0]);
+  EXPECT_EQ(rig.scaler->scale(), scale / 2);
+  EXPECT_EQ(rig.scaler->skipped_total(), 1);
+
+  for (size_t i = 0; i < weights.size(); ++i) {
+    EXPECT_TRUE(at::equal(weights[i], rig.step->stepped().flat()[i]))
+        << rig.step->stepped().flat_names()[i];
+  }
+  ASSERT_EQ(rig.optimizer->state().size(), state.size());
+  for (const auto& [param, tensors] : rig.optimizer->state()) {
+    for (const auto& [name, t] : tensors) {
+      EXPECT_TRUE(at::equal(t, state.at(param).at(name))) << param << " " << name;
+    }
+  }
+  EXPECT_EQ(rig.lr->counted(), counted);
+  EXPECT_EQ(rig.lr->current(), lr_before);
+
+  // The next clean step applies and the schedule moves on.
+  rig.step->zero_grad();
+  rig.backward(x, y);
+  EXPECT_EQ(rig.step->run(5).verdict, StepVerdict::kApply);
+  EXPECT_EQ(rig.lr->counted(), counted + 1);
+  EXPECT_FALSE(at::equal(weights[0], rig.step->stepped().flat()[0]));
+}
+
+// ---- accumulation
+// ---------------------------------------------------------------------------------
+
+TEST(Accumulation, ScaledMicroBatchesUnscaleOnceToTheFullBatchGradient) {
+  // fp32 with a static scale of 1024: K micro-batches of B, each backward with scale / K, then
+  // one unscale, give the gradient of one batch of K·B.
+  Rig rig("[optimizer]\nname = \"sgd\"\nlr = 0.1\n[precision]\nname = \"fp32\"\n");
+  rig.model->eval();  // batch norm with running statistics: the same function per micro-batch
+  PrecisionPlan plan = rig.plan;
+  plan.loss_scaling = KILN_SCALE_STATIC;
+  plan.initial_scale = 1024.0;
+  LossScaler scaler(plan, *rig.precision, 5);
+  MasterWeights stepped(rig.groups, false);
+  auto [x, y] = batch(64, 11);
+  std::vector<at::Tensor> reference;
+  {
+    for (auto& t : stepped.flat()) t.mutable_grad() = at::Tensor();
+    at::cross_entropy_loss(rig.model->forward(x), y).backward();
+    for (const auto& t : stepped.flat()) reference.push_back(t.grad().clone());
+  }
+  for (auto& t : stepped.flat()) t.mutable_grad() = at::Tensor();
+  const int64_t k = 4;
+  for (int64_t m = 0; m < k; ++m) {
+    at::Tensor loss = at::cross_entropy_loss(rig.model->forward(x.slice(0, 16 * m, 16 * (m + 1))),
+                                             y.slice(0, 16 * m, 16 * (m + 1)));
+    (loss * (scaler.scale() / k)).backward();
+  }
+  GradCheck check = unscale_check_clip(stepped.flat(), stepped.flat_names(), scaler.scale(), {});
+  ASSERT_TRUE(check.finite);
+  for (size_t i = 0; i < reference.size(); ++i) {
+    EXPECT_TRUE(at::allclose(stepped.flat()[i].grad(), reference[i], 1e-5, 1e-7))
+        << stepped.flat_names()[i];
+  }
+}
+
+// ---- clipping against torch
+// -----------------------------------------------------------------------
+
+struct ClipCase {
+  std::string mode;  // "norm" or "value"
+  double limit;
+  std::string norm_type;  // "2", "1", "inf"
+  double scale;           // gradients carry it and are unscaled first
+};
+
+TEST(Clipping, MatchesTorchClipGradNormAndValueAfterUnscaling) {
+  const std::vector<std::vector<int64_t>> shapes = {{7, 5}, {5}, {3, 2, 2}};
+  for (const ClipCase& c : {ClipCase{"norm", 0.5, "2", 1024.0}, ClipCase{"norm", 0.7, "1", 1.0},
+                            ClipCase{"norm", 0.3, "inf", 8.0}, ClipCase{"norm", 1e6, "2", 1.0},
+                            ClipCase{"value", 0.2, "2", 256.0}}) {
+    SCOPED_TRACE(c.mode + " " + c.norm_type);
+    kiln::test::TensorScratch scratch;
+    at::manual_seed(3);
+    std::vector<at::Tensor> tensors;
+    std::vector<std::string> names;
+    std::string shape_json;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      at::Tensor grad = at::randn(shapes[i]);
+      scratch.write("g" + std::to_string(i) + ".bin", grad);
+      at::Tensor t = at::zeros(shapes[i]).requires_grad_(true);
+      t.mutable_grad() = grad * c.scale;
+      tensors.push_back(t);
+      names.push_back("t" + std::to_string(i));
+      std::string dims;
+      for (int64_t d : shapes[i]) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+      shape_json += (i ? ",[" : "[") + dims + "]";
+    }
+    scratch.write_text("config.json", "{\"shapes\": [" + shape_json + "], \"mode\": \"" + c.mode +
+                                          "\", \"max_norm\": " + std::to_string(c.limit) +
+                                          ", \"max_value\": " + std::to_string(c.limit) +
+                                          ", \"norm_type\": " +
+                                          (c.norm_type == "inf" ? "\"inf\"" : c.norm_type) + "}");
+    scratch.run("clip_grad.py");
+    ClipSettings clip;
+    clip.norm_type = c.norm_type == "inf" ? INFINITY : std::stod(c.norm_type);
+    (c.mode == "norm" ? clip.max_norm : clip.max_value) = c.limit;
+    GradCheck check = unscale_check_clip(tensors, names, c.scale, clip);
+    ASSERT_TRUE(check.finite);
+    if (c.mode == "norm") {
+      // float32 sums in another order: relative 1e-6.
+      const float total = scratch.read("total.bin", {1}).item<float>();
+      EXPECT_NEAR(check.norm, total, 1e-6 * total);
+    }
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      at::Tensor expected = scratch.read("c" + std::to_string(i) + ".bin", shapes[i]);
+      EXPECT_LE(kiln::test::closeness(tensors[i].grad(), expected, 1e-6, 1e-7), 1.0) << names[i];
+    }
+  }
+}
+
+// ---- bf16 autocast against torch.autocast
+// ---------------------------------------------------------
+
+TEST(Autocast, Bf16MlpOutputsEqualTorchAutocastOnTheSameWeights) {
+  Rig rig("[precision]\nname = \"bf16\"\n", "", "hidden = [32, 16]\n");
+  ASSERT_TRUE(rig.plan.autocast);
+  ASSERT_EQ(rig.plan.autocast_dtype, at::kBFloat16);
+  kiln::test::TensorScratch scratch;
+  std::string shapes;
+  int i = 0;
+  for (const auto& item : rig.model->named_parameters()) {
+    scratch.write("p" + std::to_string(i++) + ".bin", item.value());
+    std::string dims;
+    for (int64_t d : item.value().sizes()) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    shapes += (shapes.empty() ? "[" : ",[") + dims + "]";
+  }
+  at::Tensor x = batch(8, 5).first;
+  scratch.write("x.bin", x);
+  scratch.write_text("config.json",
+                     "{\"shapes\": [" + shapes + "], \"input_shape\": [8, 1, 4, 4]}");
+  scratch.run("autocast_mlp.py");
+  at::Tensor y;
+  {
+    at::NoGradGuard no_grad;
+    AutocastScope autocast(c10::kCPU, rig.plan.autocast_dtype, rig.plan.autocast);
+    y = rig.model->forward(x);
+  }
+  EXPECT_EQ(y.scalar_type(), at::kBFloat16);
+  // The same ATen kernels run in the same dtypes: equal up to one bf16 ulp (2^-8 relative) for
+  // any difference in blocking between the two calls.
+  EXPECT_LE(kiln::test::closeness(y.to(at::kFloat), scratch.read("y.bin", {8, 5}), 4e-3, 1e-3),
+            1.0);
+  // Autocast is off again once the scope ends.
+  EXPECT_EQ(rig.model->forward(x).scalar_type(), at::kFloat);
+}
+
+// ---- the scaler's guards
+// --------------------------------------------------------------------------
+
+TEST(LossScalerGuards, OverflowAtTheMinimumScaleStopsOrSkipsAsConfigured) {
+  for (const std::string action : {"stop", "skip"}) {
+    Rig rig(
+        "[precision]\nname = \"amp\"\ndtype = \"fp16\"\ninit_scale = 4.0\nmin_scale = 1.0\n"
+        "at_min_scale = \"" +
+        action + "\"\n");
+    LossScaler& s = *rig.scaler;
+    EXPECT_EQ(s.after_check(false), StepVerdict::kSkip);  // 4 -> 2
+    EXPECT_EQ(s.after_check(false), StepVerdict::kSkip);  // 2 -> 1
+    EXPECT_EQ(s.scale(), 1.0);
+    if (action == "stop") {
+      EXPECT_EQ(s.after_check(false), StepVerdict::kStop);
+      EXPECT_NE(s.stop_reason().find("minimum loss scale 1"), std::string::npos) << s.stop_reason();
+    } else {
+      EXPECT_EQ(s.after_check(false), StepVerdict::kSkip);
+      EXPECT_EQ(s.scale(), 1.0);  // never below the minimum
+      EXPECT_EQ(s.after_check(true), StepVerdict::kApply);
+    }
+  }
+}
+
+TEST(LossScalerGuards, WithoutScalingConsecutiveNonFiniteStepsStopTheRun) {
+  Rig rig("[precision]\nname = \"o3\"\nkeep_norm_fp32 = true\n", "max_nonfinite_steps = 3\n");
+  LossScaler& s = *rig.scaler;
+  EXPECT_EQ(s.after_check(false), StepVerdict::kSkip);
+  EXPECT_EQ(s.after_check(false), StepVerdict::kSkip);
+  EXPECT_EQ(s.after_check(true), StepVerdict::kApply);  // the count restarts
+  EXPECT_EQ(s.after_check(false), StepVerdict::kSkip);
+  EXPECT_EQ(s.after_check(false), StepVerdict::kSkip);
+  EXPECT_EQ(s.after_check(false), StepVerdict::kStop);
+  EXPECT_NE(s.stop_reason().find("3 consecutive steps with non-finite gradients"),
+            std::string::npos)
+      << s.stop_reason();
+  EXPECT_EQ(s.skipped_total(), 5);
+}
+
+TEST(PrecisionChecks, HalfPrecisionBatchNormStatisticsAreRefusedUnlessKeptFp32) {
+  try {
+    Rig rig("[precision]\nname = \"o3\"\n");
+    check_model_precision(*rig.model, rig.plan);
+    FAIL() << "o3 with batch norm in bfloat16 was accepted";
+  } catch (const PipelineError& e) {
+    EXPECT_NE(std::string(e.what()).find("keep_norm_fp32 = true"), std::string::npos) << e.what();
+  }
+  Rig kept("[precision]\nname = \"o3\"\nkeep_norm_fp32 = true\n");
+  EXPECT_NO_THROW(check_model_precision(*kept.model, kept.plan));
+}
+
+}  // namespace
