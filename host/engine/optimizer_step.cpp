@@ -31,7 +31,7 @@ StepOutcome OptimizerStep::run(int64_t step) {
   out.check = unscale_check_clip(stepped_.flat(), stepped_.flat_names(), out.scale, clip_);
   out.verdict = scaler_.after_check(out.check.finite);
 
-  const double lr = lr_.current();
+  const double lr = out.lr = lr_.current();
   out.group_lrs.resize(groups_.size());
   for (size_t g = 0; g < groups_.size(); ++g) out.group_lrs[g] = lr * groups_[g].lr_scale;
   if (out.verdict == StepVerdict::kApply) {

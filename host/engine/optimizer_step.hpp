@@ -22,6 +22,7 @@ struct StepOutcome {
   StepVerdict verdict = StepVerdict::kApply;
   GradCheck check;
   double scale = 1.0;             // the loss scale the step's gradients carried
+  double lr = 0.0;                // the schedule's lr at this step (before group scales)
   std::vector<double> group_lrs;  // lr of each group at this step
 };
 

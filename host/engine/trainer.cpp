@@ -24,6 +24,7 @@
 #include "engine/optimizer_step.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/precision.hpp"
+#include "io/memory.hpp"
 #include "io/metrics.hpp"
 #include "io/progress.hpp"
 #include "io/safetensors.hpp"
@@ -276,9 +277,8 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
       // Unscale, check, clip, scale update; then the optimizer, or a skip that touches nothing.
       const StepOutcome outcome = optimizer_step.run(step);
       const std::vector<double>& group_lrs = outcome.group_lrs;
-      if (lr_driver.changed_notably(group_lrs[0] / groups[0].lr_scale)) {
-        spdlog::info("step {}: lr {:.6g}", step, group_lrs[0] / groups[0].lr_scale);
-      }
+      if (lr_driver.changed_notably(outcome.lr))
+        spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
       if (outcome.verdict != StepVerdict::kApply) {
         spdlog::warn("step {}: non-finite gradients (loss scale {}) in {}; step skipped{}", step,
                      scale, join(outcome.check.non_finite),
@@ -301,6 +301,7 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
       record.skipped = outcome.verdict != StepVerdict::kApply;
       record.skipped_total = scaler.skipped_total();
       record.micro_batches = micro;
+      record.memory_mb = io::peak_memory_mib(device);
       metrics.write(record);
       if (outcome.verdict == StepVerdict::kStop) {
         result.stopped = fmt::format("step {}: {}", step, scaler.stop_reason());

@@ -21,6 +21,7 @@ struct StepRecord {
   bool skipped = false;       // non-finite gradients: the optimizer did not run
   int64_t skipped_total = 0;  // skipped steps so far in the run
   int64_t micro_batches = 1;  // accumulated into this step
+  double memory_mb = 0.0;     // peak memory so far, MiB (io/memory.hpp says of what)
 };
 
 struct EvalRecord {
