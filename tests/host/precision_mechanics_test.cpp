@@ -39,7 +39,9 @@ const plugin::Registry& registry() {
   static plugin::Registry r = [] {
     plugin::Loader loader(plugin::host_api());
     std::vector<std::string> refused;
-    return plugin::load_all(loader, {KILN_PLUGIN_DIR}, refused);
+    // The built-ins and the plain-C test plugins that work (c_aimd's own scale rule).
+    return plugin::load_all(loader, {KILN_PLUGIN_DIR, std::string(KILN_TEST_PLUGIN_DIR) + "/good"},
+                            refused);
   }();
   return r;
 }
@@ -404,6 +406,21 @@ TEST(LossScalerGuards, WithoutScalingConsecutiveNonFiniteStepsStopTheRun) {
             std::string::npos)
       << s.stop_reason();
   EXPECT_EQ(s.skipped_total(), 5);
+}
+
+TEST(LossScalerGuards, AThirdPartyScaleRuleIsWhatTheHostFollows) {
+  // tests/plugins/good_c_scaler.c: +1 per clean step, /4 on overflow, floor 1, skip at the floor.
+  Rig rig("[precision]\nname = \"c_aimd\"\n");
+  ASSERT_EQ(rig.plan.loss_scaling, KILN_SCALE_DYNAMIC);
+  LossScaler& s = *rig.scaler;
+  EXPECT_EQ(s.scale(), 1024.0);
+  std::vector<double> seen;
+  for (bool finite : {true, true, false, true, false, false, false, false, false, true}) {
+    s.after_check(finite);
+    seen.push_back(s.scale());
+  }
+  EXPECT_EQ(seen, (std::vector<double>{1025, 1026, 256.5, 257.5, 64.375, 16.09375, 4.0234375,
+                                       1.005859375, 1, 2}));
 }
 
 TEST(PrecisionChecks, HalfPrecisionBatchNormStatisticsAreRefusedUnlessKeptFp32) {

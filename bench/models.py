@@ -1,0 +1,214 @@
+"""Python twins of Kiln's model plugins, for bench/precision_reference.py.
+
+- ResNet: plugins/model/resnet with depth "small" (CIFAR-style: conv3x3/1 stem, BasicBlocks, the
+  first block of stages 2+ strided by 2 with a conv1x1 + norm shortcut, global average pool, fc).
+  Convolutions have no bias; inits are torch.nn's defaults, as the plugin's.
+- ViT: plugins/model/vit (the same network as tests/oracle/vit.py): conv patch embedding, class
+  token, learned position embedding, pre-norm blocks (LayerNorm eps 1e-6, fused-qkv attention
+  through scaled_dot_product_attention, GELU MLP), final LayerNorm, linear head; timm's
+  trunc_normal_(std=.02) init for linears and embeddings.
+
+Parameter names match the plugins' ("stem.conv1.weight", "layer2.0.downsample.1.bias",
+"blocks.3.attn.qkv.weight", "pos_embed", ...), so Kiln's parameter-group rules (custom_keys,
+norm and bias decay) apply to the same tensors here. Norm layers derive from NormLayer so the
+precision modes can keep them in float32 the way the host does (host/engine/precision.cpp).
+"""
+import torch
+import torch.nn as nn
+import torch.nn.functional as F
+
+
+class NormLayer:
+    """Marker: a norm layer (kept fp32 under O2 / O3 with keep_norm_fp32, own decay group)."""
+
+
+class BatchNormAct(nn.BatchNorm2d, NormLayer):
+    """BatchNorm2d (momentum 0.1, eps 1e-5) with the optional ReLU the plugin's norm fuses."""
+
+    def __init__(self, channels, relu):
+        super().__init__(channels)
+        self.relu = relu
+
+    def forward(self, x):
+        # Half input with fp32 weights and statistics is what native_batch_norm does for Kiln too.
+        y = super().forward(x)
+        return F.relu(y) if self.relu else y
+
+
+class LayerNorm(nn.Module, NormLayer):
+    """Normalise in the weights' dtype, return in the input's (the vit plugin's LayerNorm)."""
+
+    def __init__(self, features, eps=1e-6):
+        super().__init__()
+        self.eps = eps
+        self.weight = nn.Parameter(torch.ones(features))
+        self.bias = nn.Parameter(torch.zeros(features))
+
+    def forward(self, x):
+        w = self.weight
+        if x.dtype == w.dtype:
+            return F.layer_norm(x, w.shape, w, self.bias, self.eps)
+        return F.layer_norm(x.to(w.dtype), w.shape, w, self.bias, self.eps).to(x.dtype)
+
+
+# ---- ResNet (depth "small") ----------------------------------------------------------------------
+
+
+def conv(cin, cout, kernel, stride):
+    return nn.Conv2d(cin, cout, kernel, stride, padding=kernel // 2, bias=False)
+
+
+class Stem(nn.Module):
+    def __init__(self, cin, width):
+        super().__init__()
+        self.conv1 = conv(cin, width, 3, 1)
+        self.bn1 = BatchNormAct(width, relu=True)
+
+    def forward(self, x):
+        return self.bn1(self.conv1(x))
+
+
+class Downsample(nn.Sequential):
+    def __init__(self, cin, cout, stride):
+        super().__init__(conv(cin, cout, 1, stride), BatchNormAct(cout, relu=False))
+
+
+class BasicBlock(nn.Module):
+    def __init__(self, cin, planes, stride):
+        super().__init__()
+        self.conv1 = conv(cin, planes, 3, stride)
+        self.bn1 = BatchNormAct(planes, relu=True)
+        self.conv2 = conv(planes, planes, 3, 1)
+        self.bn2 = BatchNormAct(planes, relu=False)
+        self.downsample = Downsample(cin, planes, stride) if stride != 1 or cin != planes else None
+
+    def forward(self, x):
+        y = self.bn2(self.conv2(self.bn1(self.conv1(x))))
+        return F.relu_(y + (self.downsample(x) if self.downsample is not None else x))
+
+
+class ResNetSmall(nn.Module):
+    def __init__(self, in_channels=1, num_classes=10, width=16, blocks=(1, 1, 1)):
+        super().__init__()
+        self.stem = Stem(in_channels, width)
+        channels, planes = width, width
+        for i, count in enumerate(blocks):
+            if i > 0:
+                planes *= 2
+            stage = nn.Sequential()
+            for b in range(count):
+                stage.add_module(str(b), BasicBlock(channels, planes, 2 if i > 0 and b == 0 else 1))
+                channels = planes
+            self.add_module(f"layer{i + 1}", stage)
+        self.num_stages = len(blocks)
+        self.fc = nn.Linear(channels, num_classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for i in range(self.num_stages):
+            x = getattr(self, f"layer{i + 1}")(x)
+        return self.fc(x.mean((2, 3)))
+
+
+# ---- ViT -----------------------------------------------------------------------------------------
+
+
+def vit_linear(fin, fout):
+    layer = nn.Linear(fin, fout)
+    with torch.no_grad():
+        nn.init.trunc_normal_(layer.weight, std=0.02, a=-2.0, b=2.0)
+        layer.bias.zero_()
+    return layer
+
+
+class PatchConv(nn.Conv2d):
+    def __init__(self, cin, dim, patch):
+        super().__init__(cin, dim, patch, stride=patch)  # torch.nn defaults, as the plugin
+
+
+class PatchEmbed(nn.Module):
+    def __init__(self, cin, dim, patch):
+        super().__init__()
+        self.proj = PatchConv(cin, dim, patch)
+
+    def forward(self, x):
+        return self.proj(x).flatten(2).transpose(1, 2)
+
+
+class Attention(nn.Module):
+    def __init__(self, dim, heads):
+        super().__init__()
+        self.heads = heads
+        self.qkv = vit_linear(dim, 3 * dim)
+        self.proj = vit_linear(dim, dim)
+
+    def forward(self, x):
+        n, t, d = x.shape
+        qkv = self.qkv(x).reshape(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
+        x = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])
+        return self.proj(x.transpose(1, 2).reshape(n, t, d))
+
+
+class Mlp(nn.Module):
+    def __init__(self, dim, hidden):
+        super().__init__()
+        self.fc1 = vit_linear(dim, hidden)
+        self.fc2 = vit_linear(hidden, dim)
+
+    def forward(self, x):
+        return self.fc2(F.gelu(self.fc1(x)))
+
+
+class Block(nn.Module):
+    def __init__(self, dim, heads, hidden):
+        super().__init__()
+        self.norm1 = LayerNorm(dim)
+        self.attn = Attention(dim, heads)
+        self.norm2 = LayerNorm(dim)
+        self.mlp = Mlp(dim, hidden)
+
+    def forward(self, x):
+        x = x + self.attn(self.norm1(x))
+        return x + self.mlp(self.norm2(x))
+
+
+class Vit(nn.Module):
+    def __init__(self, in_channels=1, image=28, num_classes=10, patch_size=4, dim=128, depth=6,
+                 heads=4, mlp_ratio=2.0, pool="cls"):
+        super().__init__()
+        self.cls = pool == "cls"
+        self.patch_embed = PatchEmbed(in_channels, dim, patch_size)
+        tokens = (image // patch_size) ** 2 + (1 if self.cls else 0)
+        if self.cls:
+            self.cls_token = nn.Parameter(nn.init.trunc_normal_(torch.empty(1, 1, dim), std=0.02,
+                                                                a=-2.0, b=2.0))
+        self.pos_embed = nn.Parameter(nn.init.trunc_normal_(torch.empty(1, tokens, dim), std=0.02,
+                                                            a=-2.0, b=2.0))
+        self.blocks = nn.Sequential(*[Block(dim, heads, int(dim * mlp_ratio))
+                                      for _ in range(depth)])
+        self.norm = LayerNorm(dim)
+        self.head = vit_linear(dim, num_classes)
+
+    def forward(self, x):
+        x = self.patch_embed(x)
+        if self.cls:
+            x = torch.cat([self.cls_token.expand(x.shape[0], -1, -1), x], 1)
+        x = self.norm(self.blocks(x + self.pos_embed))
+        return self.head(x[:, 0] if self.cls else x.mean(1))
+
+
+def build(model_options):
+    """The model a Kiln [model] section describes (only the options the bench uses)."""
+    o = dict(model_options)
+    name = o.pop("name")
+    if name == "resnet":
+        if o.get("depth", "small") != "small":
+            raise ValueError("bench models: only resnet depth 'small' is mirrored")
+        return ResNetSmall(width=o.get("width", 16), blocks=tuple(o.get("blocks", (1, 1, 1))))
+    if name == "vit":
+        if o.get("dropout", 0.0) != 0.0:
+            raise ValueError("bench models: vit dropout is not mirrored")
+        return Vit(patch_size=o.get("patch_size", 4), dim=o.get("dim", 128),
+                   depth=o.get("depth", 6), heads=o.get("heads", 4),
+                   mlp_ratio=o.get("mlp_ratio", 2.0), pool=o.get("pool", "cls"))
+    raise ValueError(f"bench models: no Python twin for model '{name}'")
