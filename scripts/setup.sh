@@ -30,4 +30,9 @@ if ! "$VENV/bin/python" -c "import torch, numpy; assert torch.__version__.starts
   "$VENV/bin/pip" install -q --upgrade pip
   "$VENV/bin/pip" install -q "torch==2.11.0" numpy
 fi
+# Test oracles: safetensors reads Kiln's weight files as Python users do; tensorboard's own
+# event reader checks Kiln's event files.
+if ! "$VENV/bin/python" -c "import safetensors, tensorboard" 2>/dev/null; then
+  "$VENV/bin/pip" install -q safetensors tensorboard
+fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
