@@ -109,7 +109,7 @@ const char* type_text(int32_t type) {
 
 }  // namespace
 
-int run(const PipelineArgs& args, const std::string& metrics_path) {
+int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume) {
   Plugins plugins;
   config::Pipeline pipeline;
   int code = 0;
@@ -117,7 +117,13 @@ int run(const PipelineArgs& args, const std::string& metrics_path) {
   try {
     engine::RunOptions options;
     options.metrics_path = metrics_path;
+    options.resume = resume;
     engine::RunResult r = engine::train(pipeline, options);
+    if (r.signal != 0) {
+      fmt::print(stderr, "stopped by signal {} after step {}; checkpoint: {}\n", r.signal, r.steps,
+                 r.last_checkpoint.empty() ? "(checkpoints off)" : r.last_checkpoint);
+      return 128 + r.signal;
+    }
     if (!r.stopped.empty()) {
       fmt::print(stderr, "error: training stopped at {}\nweights of the last step: {}\n", r.stopped,
                  r.saved_weights);

@@ -13,7 +13,8 @@ struct PipelineArgs {
   std::vector<std::string> overrides;  // --set KEY=VALUE
 };
 
-int run(const PipelineArgs& args, const std::string& metrics_path);
+// Exit code 4 when a guard stopped training, 128 + signal after SIGINT/SIGTERM.
+int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume);
 int validate(const PipelineArgs& args);
 int plan(const PipelineArgs& args);
 // Prints every group's lr at every iteration (table or CSV) and optionally writes a PNG plot.

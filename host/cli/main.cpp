@@ -24,6 +24,10 @@ int main(int argc, char** argv) {
   CLI::App* run = app.add_subcommand("run", "train a pipeline");
   add_pipeline(run);
   run->add_option("--metrics", metrics, "write metrics as JSON lines to this file");
+  std::string resume;
+  run->add_option("--resume", resume,
+                  "continue from a checkpoint: auto (the newest usable one under "
+                  "<output_dir>/checkpoints) or a checkpoint folder");
   CLI::App* validate = app.add_subcommand("validate", "check a pipeline without running it");
   add_pipeline(validate);
   CLI::App* plan = app.add_subcommand("plan", "print the resolved pipeline and parameter groups");
@@ -62,7 +66,7 @@ int main(int argc, char** argv) {
   }
   kiln::io::setup_logging(verbose);
 
-  if (*run) return kiln::cli::run(args, metrics);
+  if (*run) return kiln::cli::run(args, metrics, resume);
   if (*validate) return kiln::cli::validate(args);
   if (*plan) return kiln::cli::plan(args);
   if (*lr) return kiln::cli::lr_schedule(args, lr_iters, lr_csv, lr_png);

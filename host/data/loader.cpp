@@ -152,7 +152,7 @@ int64_t Loader::batches_per_epoch() const { return impl_->batches; }
 
 int64_t Loader::samples_per_epoch() const { return impl_->samples; }
 
-void Loader::start_epoch(int64_t epoch) {
+void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
   auto plan = std::make_shared<EpochPlan>();
   plan->epoch = epoch;
   plan->order = shard_order(impl_->dataset_size, epoch,
@@ -163,8 +163,8 @@ void Loader::start_epoch(int64_t epoch) {
     std::lock_guard<std::mutex> lock(impl_->mutex);
     ++impl_->generation;
     impl_->plan = std::move(plan);
-    impl_->claimed = 0;
-    impl_->consumed = 0;
+    impl_->claimed = std::clamp<int64_t>(first_batch, 0, impl_->batches);
+    impl_->consumed = impl_->claimed;
     for (Slot& s : impl_->slots) s = Slot{};
   }
   impl_->work_cv.notify_all();

@@ -45,7 +45,9 @@ class Loader {
   int64_t samples_per_epoch() const;  // this rank's samples per epoch (after padding)
   // Starts epoch `epoch` (0-based): fixes the order and starts the workers. Any unconsumed
   // batches of the previous epoch are discarded.
-  void start_epoch(int64_t epoch);
+  // `first_batch` > 0 continues an epoch part-way (a resumed run): the batches before it are
+  // skipped without being built, and the ones after are the same as in an uninterrupted epoch.
+  void start_epoch(int64_t epoch, int64_t first_batch = 0);
   // The next batch of the current epoch in order, or nullopt at its end. Blocks until ready.
   std::optional<Batch> next();
 

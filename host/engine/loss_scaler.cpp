@@ -60,4 +60,15 @@ StepVerdict LossScaler::after_check(bool grads_finite) {
   return StepVerdict::kSkip;
 }
 
+LossScaler::State LossScaler::state() const {
+  return State{scale_, skipped_total_, skipped_in_a_row_, precision_.scale_rule_state()};
+}
+
+void LossScaler::restore(const State& state) {
+  scale_ = last_step_scale_ = state.scale;
+  skipped_total_ = state.skipped_total;
+  skipped_in_a_row_ = state.skipped_in_a_row;
+  precision_.restore_scale_rule_state(state.rule);
+}
+
 }  // namespace kiln::engine

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "engine/precision.hpp"
 #include "plugin/adapters.hpp"
@@ -37,6 +38,15 @@ class LossScaler {
   const std::string& stop_reason() const { return stop_reason_; }
   // Set by after_check: the scale before the last update (the one the step was scaled by).
   double last_step_scale() const { return last_step_scale_; }
+
+  // Everything a checkpoint needs to continue exactly: scale, counters, the rule's own state.
+  struct State {
+    double scale = 1.0;
+    int64_t skipped_total = 0, skipped_in_a_row = 0;
+    std::vector<double> rule;  // the plugin's counters
+  };
+  State state() const;
+  void restore(const State& state);
 
  private:
   PrecisionPlan plan_;

@@ -24,10 +24,13 @@
 #include "engine/optimizer_step.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/precision.hpp"
+#include "engine/resume.hpp"
+#include "engine/stop_signal.hpp"
 #include "io/memory.hpp"
 #include "io/metrics.hpp"
 #include "io/progress.hpp"
 #include "io/safetensors.hpp"
+#include "io/tensorboard.hpp"
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
 #include "plugin/host_api.hpp"
@@ -199,7 +202,36 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   clip.max_value = p.optimizer.core.get_float("clip_grad_value");
   OptimizerStep optimizer_step(groups, plan, optimizer, scaler, lr_driver, clip);
 
-  io::MetricsWriter metrics(options.metrics_path);
+  // ---- resume, checkpoints, signals, TensorBoard ----------------------------------------------
+  RunResult result;
+  const std::string out_dir = output_dir(p);
+  const std::string checkpoint_root = out_dir + "/checkpoints";
+  RunPosition position;
+  if (!options.resume.empty()) {
+    std::string chosen;
+    if (auto data = choose_checkpoint(options.resume, checkpoint_root, config_hash(p),
+                                      run.get_string("resume_fallback") == "previous", &chosen)) {
+      position = restore(*data, *model, optimizer_step, optimizer, lr_driver, scaler, device);
+      spdlog::info("resumed from {}: step {}, epoch {}, batch {}", chosen, position.step,
+                   position.epoch, position.batches_in_epoch);
+    }
+  }
+  int64_t checkpointed_step = position.step > 0 ? position.step : -1;
+  auto checkpoint = [&](const RunPosition& at) {
+    if (!run.get_bool("checkpoints") || at.step == checkpointed_step) return;
+    result.last_checkpoint = io::write_checkpoint(
+        checkpoint_root, capture(at, *model, optimizer_step, optimizer, lr_driver, scaler, p),
+        run.get_int("checkpoint_keep"));
+    checkpointed_step = at.step;
+    spdlog::info("checkpoint {}", result.last_checkpoint);
+  };
+  const int64_t checkpoint_every = run.get_int("checkpoint_every");
+  StopSignals signals;
+  std::unique_ptr<io::TensorBoardWriter> tensorboard;
+  if (run.get_bool("tensorboard")) {
+    tensorboard = std::make_unique<io::TensorBoardWriter>(out_dir + "/tensorboard");
+  }
+  io::MetricsWriter metrics(options.metrics_path, /*append=*/position.step > 0);
   const int64_t log_interval = run.get_int("log_interval");
   size_t trainable = 0;
   for (const auto& g : groups) trainable += g.params.size();
@@ -229,19 +261,20 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   }
 
   // ---- the loop --------------------------------------------------------------------------------
-  RunResult result;
   result.test_accuracy = NAN;
   const auto start = Clock::now();
-  int64_t step = 0;
+  int64_t step = position.step;
+  RunPosition last = position;  // where the run is after its latest step
   double window_loss = 0.0, window_samples = 0.0;
   auto window_start = Clock::now();
-  for (int64_t epoch = 1; epoch <= epochs && step < max_steps && result.stopped.empty(); ++epoch) {
-    train_loader.start_epoch(epoch - 1);
-    int64_t batches_left = batches_per_epoch;
-    while (step < max_steps && batches_left > 0) {
+  for (int64_t epoch = position.epoch; epoch <= epochs && step < max_steps; ++epoch) {
+    // A resumed run continues its epoch at the batch after the checkpoint.
+    int64_t batches_done = epoch == position.epoch ? position.batches_in_epoch : 0;
+    train_loader.start_epoch(epoch - 1, batches_done);
+    while (step < max_steps && batches_done < batches_per_epoch) {
       // One optimizer step over a window of micro-batches; the last window of an epoch may be
       // shorter and is averaged over its own length. The loss scale is fixed inside the window.
-      const int64_t window = std::min(accumulation, batches_left);
+      const int64_t window = std::min(accumulation, batches_per_epoch - batches_done);
       const double scale = scaler.scale();
       optimizer_step.zero_grad();
       double data_time = 0.0;
@@ -270,7 +303,7 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
         loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
         samples += y.size(0);
       }
-      batches_left -= window;
+      batches_done += window;
       if (samples == 0) break;
       ++step;
 
@@ -303,10 +336,33 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
       record.micro_batches = micro;
       record.memory_mb = io::peak_memory_mib(device);
       metrics.write(record);
+      if (tensorboard) {
+        tensorboard->scalar("train/loss", loss_value, step);
+        for (size_t g = 0; g < groups.size(); ++g) {
+          tensorboard->scalar("lr/" + groups[g].name, group_lrs[g], step);
+        }
+        tensorboard->scalar("train/loss_scale", scale, step);
+        tensorboard->scalar("train/grad_norm", outcome.check.norm, step);
+        tensorboard->scalar("train/skipped_steps", static_cast<double>(scaler.skipped_total()),
+                            step);
+        tensorboard->scalar("perf/samples_per_s", record.samples_per_s, step);
+        tensorboard->scalar("perf/data_time", data_time, step);
+        tensorboard->scalar("perf/memory_mb", record.memory_mb, step);
+      }
+      const RunPosition here{step, epoch, batches_done};
+      last = here;
       if (outcome.verdict == StepVerdict::kStop) {
         result.stopped = fmt::format("step {}: {}", step, scaler.stop_reason());
-        result.saved_weights = save_weights(*model, output_dir(p), step, result.stopped);
+        result.saved_weights = save_weights(*model, out_dir, step, result.stopped);
         spdlog::error("{}; weights saved to {}", result.stopped, result.saved_weights);
+        checkpoint(here);
+        break;
+      }
+      if (checkpoint_every > 0 && step % checkpoint_every == 0) checkpoint(here);
+      if (const int sig = StopSignals::received()) {
+        spdlog::warn("signal {}: stopping after step {}", sig, step);
+        checkpoint(here);
+        result.signal = sig;
         break;
       }
       window_loss += loss_value * static_cast<double>(samples);
@@ -326,14 +382,27 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
         window_start = Clock::now();
       }
     }
-    if (run.get_bool("eval") && result.stopped.empty()) {
+    if (!result.stopped.empty() || result.signal != 0) break;
+    if (run.get_bool("eval")) {
       Evaluation e = evaluate(*model, test_loader, device, plan);
       metrics.write(io::EvalRecord{epoch, step, e.accuracy, e.loss});
       spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  loss {:.4f}", epoch,
                    100.0 * e.accuracy, e.loss);
       result.test_accuracy = e.accuracy;
       result.test_loss = e.loss;
+      if (tensorboard) {
+        tensorboard->scalar("eval/accuracy", e.accuracy, step);
+        tensorboard->scalar("eval/loss", e.loss, step);
+      }
     }
+    if (batches_done == batches_per_epoch) {
+      last = {step, epoch + 1, 0};
+      if (checkpoint_every == 0) checkpoint(last);
+    }
+  }
+  // The run's end is always checkpointed (a no-op when the last step already was).
+  if (result.stopped.empty() && result.signal == 0) {
+    checkpoint(last);
   }
   if (scaler.skipped_total() > 0) {
     spdlog::info("{} of {} steps skipped for non-finite gradients", scaler.skipped_total(), step);

@@ -10,6 +10,7 @@ namespace kiln::engine {
 
 struct RunOptions {
   std::string metrics_path;  // JSON-lines metrics; empty: none
+  std::string resume;        // "auto" (newest usable checkpoint), a checkpoint folder, or 
 };
 
 struct RunResult {
@@ -19,6 +20,8 @@ struct RunResult {
   int64_t skipped_steps = 0;   // steps skipped for non-finite gradients
   std::string stopped;         // why a guard stopped the run early; empty when it ran to the end
   std::string saved_weights;   // the weights file written when a guard stopped the run
+  int signal = 0;              // SIGINT/SIGTERM that ended the run early (checkpoint written)
+  std::string last_checkpoint; // the newest checkpoint this run wrote
   double train_seconds = 0.0;  // wall time of the training loop (evaluation included)
 };
 

@@ -15,9 +15,9 @@ std::string num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "nu
 
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& path) {
+MetricsWriter::MetricsWriter(const std::string& path, bool append) {
   if (path.empty()) return;
-  out_.open(path, std::ios::out | std::ios::trunc);
+  out_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   if (!out_) throw std::runtime_error(path + ": cannot open metrics file: " + std::strerror(errno));
 }
 

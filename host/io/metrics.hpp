@@ -34,7 +34,8 @@ struct EvalRecord {
 class MetricsWriter {
  public:
   // An empty path writes nothing. Throws std::runtime_error if the file cannot be opened.
-  explicit MetricsWriter(const std::string& path);
+  // `append`: continue an existing file (a resumed run) instead of starting it afresh.
+  explicit MetricsWriter(const std::string& path, bool append = false);
   void write(const StepRecord& r);
   void write(const EvalRecord& r);
   bool enabled() const { return out_.is_open(); }

@@ -18,4 +18,15 @@ void write_safetensors(const std::string& path,
                        const std::vector<std::pair<std::string, at::Tensor>>& tensors,
                        const std::map<std::string, std::string>& metadata = {});
 
+// A safetensors file's tensors (CPU, in the order of their data) and its metadata.
+struct SafetensorsFile {
+  std::vector<std::pair<std::string, at::Tensor>> tensors;
+  std::map<std::string, std::string> metadata;
+  const at::Tensor* find(const std::string& name) const;  // nullptr when absent
+};
+
+// Reads `path`. Throws std::runtime_error naming the path and what is wrong: missing, truncated,
+// a header that is not JSON, an unknown dtype, byte ranges that do not fit the shapes or file.
+SafetensorsFile read_safetensors(const std::string& path);
+
 }  // namespace kiln::io

@@ -1,5 +1,6 @@
 #include "plugin/adapters.hpp"
 
+#include <algorithm>
 #include <cmath>
 
 #include "kiln/torch.hpp"
@@ -144,6 +145,32 @@ PrecisionAdapter::PrecisionAdapter(const Component& component, const config::Opt
   policy_.min_scale = 1.0;
   policy_.at_min_scale = KILN_AT_MIN_SCALE_STOP;
   check(vtable_->policy(instance_, &policy_), context(component, "policy"));
+}
+
+std::vector<double> PrecisionAdapter::scale_rule_state() const {
+  if (!KILN_HAS_FIELD(vtable_, kiln_precision_vtable, get_state) || vtable_->get_state == nullptr) {
+    return {};
+  }
+  size_t count = 0;
+  check(vtable_->get_state(instance_, nullptr, 0, &count), "precision '" + name_ + "' get_state");
+  std::vector<double> values(count);
+  check(vtable_->get_state(instance_, values.data(), values.size(), &count),
+        "precision '" + name_ + "' get_state");
+  values.resize(std::min(count, values.size()));
+  return values;
+}
+
+void PrecisionAdapter::restore_scale_rule_state(const std::vector<double>& values) {
+  const bool has =
+      KILN_HAS_FIELD(vtable_, kiln_precision_vtable, set_state) && vtable_->set_state != nullptr;
+  if (!has) {
+    if (values.empty()) return;
+    throw ComponentError(KILN_ERR_UNSUPPORTED, "precision '" + name_ +
+                                                   "' cannot restore its scale-rule state (no "
+                                                   "set_state), but the checkpoint holds some");
+  }
+  check(vtable_->set_state(instance_, values.data(), values.size()),
+        "precision '" + name_ + "' set_state");
 }
 
 bool PrecisionAdapter::has_scale_rule() const { return vtable_->update_scale != nullptr; }

@@ -90,6 +90,9 @@ class PrecisionAdapter {
   // The plugin's rule: the scale after a step whose gradients were (not) all finite. Throws
   // ComponentError on a failed call or a scale that is not finite and positive.
   double update_scale(bool grads_finite, double scale);
+  // The scale rule's own counters (empty when the plugin keeps none), and their restoration.
+  std::vector<double> scale_rule_state() const;
+  void restore_scale_rule_state(const std::vector<double>& values);
 
  private:
   std::string name_;

@@ -320,7 +320,8 @@ TEST_F(ConfigTest, UnknownKey) {
             at(4, 1) +
                 ": run.zzzzzzzz: unknown key; valid keys: device, epochs, max_steps, seed, "
                 "log_interval, eval, threads, tf32, accumulation_steps, max_nonfinite_steps, "
-                "output_dir");
+                "output_dir, checkpoints, checkpoint_every, checkpoint_keep, resume_fallback, "
+                "tensorboard");
   // The keys of the chosen component only: nesterov belongs to sgd, not adamw.
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[optimizer]\nname = \"adamw\"\nnesterov = true\n"),
             at(5, 1) +

@@ -60,7 +60,8 @@ PIN_SIZE(kiln_precision_policy, 56); /* 1.1: min_scale, at_min_scale appended */
 _Static_assert(KILN_PRECISION_POLICY_V1_0_SIZE == 40, "precision policy v1.0 size");
 PIN_OFFSET(kiln_precision_policy, min_scale, 40);
 PIN_OFFSET(kiln_precision_policy, at_min_scale, 48);
-PIN_SIZE(kiln_precision_vtable, 40);
+PIN_SIZE(kiln_precision_vtable, 56); /* 1.1: get_state, set_state appended */
+PIN_OFFSET(kiln_precision_vtable, get_state, 40);
 _Static_assert(KILN_PRECISION_VTABLE_V1_SIZE == 40, "precision vtable v1 size");
 PIN_SIZE(kiln_model_input, 40);
 PIN_SIZE(kiln_model_vtable, 24);

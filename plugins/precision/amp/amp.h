@@ -55,6 +55,9 @@ kiln_status* kiln_amp_create(const kiln_amp_flavour* flavour, const kiln_host_ap
 void kiln_amp_destroy(void* instance);
 kiln_status* kiln_amp_policy(void* instance, kiln_precision_policy* policy);
 kiln_status* kiln_amp_update_scale(void* instance, int32_t grads_finite, double* scale);
+/* The scale rule's counters (growth tracker, hysteresis left) for checkpoints. */
+kiln_status* kiln_amp_get_state(void* instance, double* values, size_t capacity, size_t* count);
+kiln_status* kiln_amp_set_state(void* instance, const double* values, size_t count);
 
 /* The components (components.c): the policies, then their apex and Lightning aliases. */
 extern const kiln_component_descriptor kiln_amp_amp_component;        /* amp */

@@ -68,30 +68,32 @@ static const kiln_capabilities amp_caps = {sizeof(kiln_capabilities),
                                                KILN_CAP_DTYPE_BF16,
                                            0, NULL};
 
-/* A flavour, the create that binds it, and the vtable around that create. `scale_rule` is
- * kiln_amp_update_scale, or NULL for components without scaling options (scale 1 for good). */
-#define AMP_FLAVOUR(id, name, mode, fixed_dtype, has_norm_option, has_scaling, scale_rule) \
-  static const kiln_amp_flavour id##_flavour = {name, mode, fixed_dtype, has_norm_option,  \
-                                                has_scaling};                              \
-  static kiln_status* id##_create(const kiln_host_api* host, const kiln_options* options,  \
-                                  DLDevice device, void** out) {                           \
-    return kiln_amp_create(&id##_flavour, host, options, device, out);                     \
-  }                                                                                        \
-  static const kiln_precision_vtable id##_vtable = {                                       \
-      sizeof(kiln_precision_vtable), id##_create, kiln_amp_destroy, kiln_amp_policy, scale_rule};
+/* A flavour, the create that binds it, and the vtable around that create. The trailing slots are
+ * AMP_SCALED, or AMP_UNSCALED for components without scaling options (scale 1 for good). */
+#define AMP_FLAVOUR(id, name, mode, fixed_dtype, has_norm_option, has_scaling, ...)       \
+  static const kiln_amp_flavour id##_flavour = {name, mode, fixed_dtype, has_norm_option, \
+                                                has_scaling};                             \
+  static kiln_status* id##_create(const kiln_host_api* host, const kiln_options* options, \
+                                  DLDevice device, void** out) {                          \
+    return kiln_amp_create(&id##_flavour, host, options, device, out);                    \
+  }                                                                                       \
+  static const kiln_precision_vtable id##_vtable = {                                      \
+      sizeof(kiln_precision_vtable), id##_create, kiln_amp_destroy, kiln_amp_policy, __VA_ARGS__};
 
-#define AMP_SCALED kiln_amp_update_scale
+/* The scale-rule slots: update_scale, get_state, set_state. */
+#define AMP_SCALED kiln_amp_update_scale, kiln_amp_get_state, kiln_amp_set_state
+#define AMP_UNSCALED NULL, NULL, NULL
 AMP_FLAVOUR(amp, "amp", KILN_AMP_AUTOCAST, 0, 0, 1, AMP_SCALED)
 AMP_FLAVOUR(o1, "O1", KILN_AMP_AUTOCAST, 0, 0, 1, AMP_SCALED)
 AMP_FLAVOUR(fp16_mixed, "16-mixed", KILN_AMP_AUTOCAST, KILN_DTYPE_F16, 0, 1, AMP_SCALED)
-AMP_FLAVOUR(bf16, "bf16", KILN_AMP_AUTOCAST, KILN_DTYPE_BF16, 0, 0, NULL)
-AMP_FLAVOUR(bf16_mixed, "bf16-mixed", KILN_AMP_AUTOCAST, KILN_DTYPE_BF16, 0, 0, NULL)
+AMP_FLAVOUR(bf16, "bf16", KILN_AMP_AUTOCAST, KILN_DTYPE_BF16, 0, 0, AMP_UNSCALED)
+AMP_FLAVOUR(bf16_mixed, "bf16-mixed", KILN_AMP_AUTOCAST, KILN_DTYPE_BF16, 0, 0, AMP_UNSCALED)
 AMP_FLAVOUR(o2, "o2", KILN_AMP_MASTER, 0, 1, 1, AMP_SCALED)
 AMP_FLAVOUR(o2_upper, "O2", KILN_AMP_MASTER, 0, 1, 1, AMP_SCALED)
 AMP_FLAVOUR(o3, "o3", KILN_AMP_PURE, 0, 1, 1, AMP_SCALED)
 AMP_FLAVOUR(o3_upper, "O3", KILN_AMP_PURE, 0, 1, 1, AMP_SCALED)
 AMP_FLAVOUR(fp16_true, "16-true", KILN_AMP_PURE, KILN_DTYPE_F16, 1, 1, AMP_SCALED)
-AMP_FLAVOUR(bf16_true, "bf16-true", KILN_AMP_PURE, KILN_DTYPE_BF16, 1, 0, NULL)
+AMP_FLAVOUR(bf16_true, "bf16-true", KILN_AMP_PURE, KILN_DTYPE_BF16, 1, 0, AMP_UNSCALED)
 
 #define AMP_COMPONENT(id, name, summary, options, option_count)                                   \
   const kiln_component_descriptor kiln_amp_##id##_component = {sizeof(kiln_component_descriptor), \

@@ -79,3 +79,27 @@ kiln_status* kiln_amp_update_scale(void* instance, int32_t grads_finite, double*
   }
   return NULL;
 }
+
+kiln_status* kiln_amp_get_state(void* instance, double* values, size_t capacity, size_t* count) {
+  const amp_instance* a = (const amp_instance*)instance;
+  /* The counters as doubles: exact for any count below 2^53. */
+  *count = 2;
+  if (capacity >= 2) {
+    values[0] = (double)a->scaler.growth_tracker;
+    values[1] = (double)a->scaler.hysteresis_left;
+  }
+  return NULL;
+}
+
+kiln_status* kiln_amp_set_state(void* instance, const double* values, size_t count) {
+  amp_instance* a = (amp_instance*)instance;
+  if (count != 2 || !(values[0] >= 0.0) || !(values[1] >= 1.0)) {
+    char message[128];
+    snprintf(message, sizeof message,
+             "%s: set_state expects 2 counters (tracker >= 0, hysteresis >= 1)", a->flavour->name);
+    return a->host->make_status(KILN_ERR_INVALID_ARGUMENT, message);
+  }
+  a->scaler.growth_tracker = (int64_t)values[0];
+  a->scaler.hysteresis_left = (int64_t)values[1];
+  return NULL;
+}

@@ -64,6 +64,13 @@ typedef struct kiln_precision_vtable {
    * bounds) and any counters it needs. Called exactly once per optimizer step (never per
    * micro-batch), from the training thread, before the next step's forward. */
   kiln_status* (*update_scale)(void* instance, int32_t grads_finite, double* scale);
+
+  /* Since ABI 1.1. Optional (NULL: the rule keeps no state beyond the scale, which the host
+   * saves itself). The rule's counters as numbers, for checkpoints: get_state writes up to
+   * `capacity` values to `values` (host-owned) and sets `*count` to how many there are (call
+   * with capacity 0 to ask); set_state restores what get_state wrote (borrowed `values`). */
+  kiln_status* (*get_state)(void* instance, double* values, size_t capacity, size_t* count);
+  kiln_status* (*set_state)(void* instance, const double* values, size_t count);
 } kiln_precision_vtable;
 
 #define KILN_PRECISION_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_precision_vtable, update_scale)

@@ -1,0 +1,170 @@
+#include "engine/resume.hpp"
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
+#include <ATen/core/grad_mode.h>
+#include <fmt/format.h>
+#include <spdlog/spdlog.h>
+
+#include <boost/crc.hpp>
+#include <set>
+#include <sstream>
+
+namespace kiln::engine {
+namespace {
+
+// Keys that do not change what training computes: changing them keeps checkpoints usable.
+const std::set<std::string> kFreeRunKeys = {
+    "epochs",          "max_steps",   "log_interval",       "eval",
+    "threads",         "output_dir",  "checkpoint_every",   "checkpoint_keep",
+    "resume_fallback", "tensorboard", "max_nonfinite_steps"};
+const std::set<std::string> kFreeDataKeys = {"workers", "prefetch", "eval_batch_size", "root"};
+
+}  // namespace
+
+std::string config_hash(const config::Pipeline& p) {
+  std::istringstream text(config::to_toml(p));
+  std::string line, section, kept;
+  while (std::getline(text, line)) {
+    if (!line.empty() && line[0] == '[') {
+      section = line;
+    } else {
+      const std::string key = line.substr(0, line.find_first_of(" ="));
+      if (section == "[run]" && kFreeRunKeys.count(key)) continue;
+      if (section == "[data]" && kFreeDataKeys.count(key)) continue;
+      if (section == "[plugins]") continue;
+    }
+    kept += line + "\n";
+  }
+  boost::crc_32_type crc;
+  crc.process_bytes(kept.data(), kept.size());
+  return fmt::format("crc32:{:08x}", crc.checksum());
+}
+
+std::map<std::string, std::string> plugin_versions(const config::Pipeline& p) {
+  std::map<std::string, std::string> out;
+  for (const config::ComponentChoice* c :
+       {&p.model, &p.norm, &p.optimizer, &p.lr_policy, &p.precision}) {
+    const auto& v = c->component->descriptor->version;
+    out[c->section] = fmt::format("{} {}.{}.{} ({})", c->component->name(), v.major, v.minor,
+                                  v.patch, c->component->library_path);
+  }
+  return out;
+}
+
+io::CheckpointData capture(const RunPosition& position, torch::nn::Module& model,
+                           const OptimizerStep& step, plugin::OptimizerAdapter& optimizer,
+                           const LrDriver& lr, const LossScaler& scaler,
+                           const config::Pipeline& pipeline) {
+  io::CheckpointData data;
+  io::CheckpointInfo& i = data.info;
+  i.step = position.step;
+  i.epoch = position.epoch;
+  i.batches_in_epoch = position.batches_in_epoch;
+  i.lr_counted = lr.counted();
+  const LossScaler::State s = scaler.state();
+  i.loss_scale = s.scale;
+  i.skipped_total = s.skipped_total;
+  i.skipped_in_a_row = s.skipped_in_a_row;
+  i.scale_rule = s.rule;
+  i.config_hash = config_hash(pipeline);
+  i.plugins = plugin_versions(pipeline);
+  for (const auto& item : model.named_parameters())
+    data.model.emplace_back(item.key(), item.value());
+  for (const auto& item : model.named_buffers()) data.model.emplace_back(item.key(), item.value());
+  for (const auto& [param, states] : optimizer.state()) {
+    for (const auto& [name, t] : states)
+      data.trainer.emplace_back("optim/" + param + "/" + name, t);
+  }
+  const MasterWeights& stepped = step.stepped();
+  if (stepped.enabled()) {
+    for (size_t k = 0; k < stepped.flat().size(); ++k) {
+      data.trainer.emplace_back("master/" + stepped.flat_names()[k], stepped.flat()[k]);
+    }
+  }
+  data.trainer.emplace_back("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
+  if (at::hasCUDA()) {
+    data.trainer.emplace_back(
+        "rng/cuda", at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, 0)).get_state());
+  }
+  return data;
+}
+
+RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model, OptimizerStep& step,
+                    plugin::OptimizerAdapter& optimizer, LrDriver& lr, LossScaler& scaler,
+                    c10::Device device) {
+  at::NoGradGuard no_grad;
+  std::map<std::string, at::Tensor> saved(data.model.begin(), data.model.end());
+  auto load_into = [&](const std::string& name, const at::Tensor& target) {
+    const auto it = saved.find(name);
+    if (it == saved.end()) throw io::CheckpointError("checkpoint has no tensor '" + name + "'");
+    if (it->second.sizes() != target.sizes()) {
+      throw io::CheckpointError("checkpoint tensor '" + name + "' has another shape");
+    }
+    target.copy_(it->second);
+  };
+  for (const auto& item : model.named_parameters()) load_into(item.key(), item.value());
+  for (const auto& item : model.named_buffers()) load_into(item.key(), item.value());
+
+  std::map<std::string, at::Tensor> trainer(data.trainer.begin(), data.trainer.end());
+  const MasterWeights& stepped = step.stepped();
+  if (stepped.enabled()) {
+    for (size_t k = 0; k < stepped.flat().size(); ++k) {
+      const auto it = trainer.find("master/" + stepped.flat_names()[k]);
+      if (it == trainer.end()) {
+        throw io::CheckpointError("checkpoint has no master weights for '" +
+                                  stepped.flat_names()[k] + "'");
+      }
+      stepped.flat()[k].copy_(it->second);
+    }
+  }
+  optimizer.state().clear();
+  for (const auto& [key, t] : trainer) {
+    if (key.rfind("optim/", 0) != 0) continue;
+    const size_t slash = key.rfind('/');
+    optimizer.state()[key.substr(6, slash - 6)][key.substr(slash + 1)] = t.to(device);
+  }
+  // Generators are handles: a copy sets the shared default generator's state.
+  if (const auto it = trainer.find("rng/cpu"); it != trainer.end()) {
+    at::Generator cpu = at::detail::getDefaultCPUGenerator();
+    cpu.set_state(it->second);
+  }
+  if (const auto it = trainer.find("rng/cuda"); it != trainer.end() && at::hasCUDA()) {
+    at::Generator cuda = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, 0));
+    cuda.set_state(it->second);
+  }
+  lr.set_counted(data.info.lr_counted);
+  scaler.restore(LossScaler::State{data.info.loss_scale, data.info.skipped_total,
+                                   data.info.skipped_in_a_row, data.info.scale_rule});
+  return RunPosition{data.info.step, data.info.epoch, data.info.batches_in_epoch};
+}
+
+std::optional<io::CheckpointData> choose_checkpoint(const std::string& resume,
+                                                    const std::string& root,
+                                                    const std::string& hash, bool fall_back,
+                                                    std::string* chosen) {
+  const std::vector<std::string> candidates =
+      resume == "auto" ? io::list_checkpoints(root) : std::vector<std::string>{resume};
+  if (candidates.empty()) {
+    spdlog::info("resume: no checkpoint under {}; starting from the beginning", root);
+    return std::nullopt;
+  }
+  for (const std::string& dir : candidates) {
+    try {
+      io::CheckpointData data = io::read_checkpoint(dir);
+      if (data.info.config_hash != hash) {
+        throw io::CheckpointError(dir + ": written by another configuration (" +
+                                  data.info.config_hash + ", this run is " + hash + ")");
+      }
+      *chosen = dir;
+      return data;
+    } catch (const io::CheckpointError& e) {
+      if (!fall_back || resume != "auto") throw;
+      spdlog::error("resume: refused {}", e.what());
+    }
+  }
+  throw io::CheckpointError("resume: no usable checkpoint under " + root +
+                            " (each was refused above)");
+}
+
+}  // namespace kiln::engine

@@ -1,0 +1,54 @@
+// A run's state for checkpoints: what the trainer captures after a step (weights, optimizer
+// state, fp32 masters, RNG, LR schedule, loss scale, position) and restores to continue exactly;
+// and which checkpoint a resume starts from.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+
+#include "config/pipeline.hpp"
+#include "engine/loss_scaler.hpp"
+#include "engine/lr_driver.hpp"
+#include "engine/optimizer_step.hpp"
+#include "io/checkpoint.hpp"
+
+namespace kiln::engine {
+
+// Where a run is: after `step` steps, about to take batch `batches_in_epoch` of `epoch`.
+struct RunPosition {
+  int64_t step = 0;
+  int64_t epoch = 1;
+  int64_t batches_in_epoch = 0;
+};
+
+// A hash of the settings that change what training computes (everything but run length,
+// logging, output and loader threading), so a checkpoint from another setup is refused.
+std::string config_hash(const config::Pipeline& pipeline);
+// "name version (library)" of each component slot.
+std::map<std::string, std::string> plugin_versions(const config::Pipeline& pipeline);
+
+io::CheckpointData capture(const RunPosition& position, torch::nn::Module& model,
+                           const OptimizerStep& step, plugin::OptimizerAdapter& optimizer,
+                           const LrDriver& lr, const LossScaler& scaler,
+                           const config::Pipeline& pipeline);
+
+// Puts `data` back into the run's objects and returns the position to continue from. Throws
+// io::CheckpointError when the checkpoint does not fit the model (names, shapes).
+RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model, OptimizerStep& step,
+                    plugin::OptimizerAdapter& optimizer, LrDriver& lr, LossScaler& scaler,
+                    c10::Device device);
+
+// The checkpoint to resume from. `resume` is "auto" (the newest usable one under `root`) or a
+// checkpoint folder. Unusable ones (corrupt, truncated, another config) are refused with the
+// reason in the log; with `fall_back` an older one is tried, else the refusal is thrown.
+// Nothing is ever deleted here. nullopt: "auto" and no checkpoint exists yet.
+std::optional<io::CheckpointData> choose_checkpoint(const std::string& resume,
+                                                    const std::string& root,
+                                                    const std::string& hash, bool fall_back,
+                                                    std::string* chosen);
+
+}  // namespace kiln::engine

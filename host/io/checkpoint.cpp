@@ -1,0 +1,209 @@
+#include "io/checkpoint.hpp"
+
+#include <fcntl.h>
+#include <fmt/format.h>
+#include <toml++/toml.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <boost/crc.hpp>
+#include <boost/filesystem.hpp>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+
+#include "io/safetensors.hpp"
+
+namespace kiln::io {
+namespace fs = boost::filesystem;  // libtorch exports a broken std::filesystem
+namespace {
+
+constexpr int64_t kFormat = 1;
+const char* const kFiles[] = {"model.safetensors", "trainer.safetensors"};
+
+std::string step_name(int64_t step) { return fmt::format("step-{:09d}", step); }
+
+// Size and CRC-32 of a file's bytes.
+std::pair<int64_t, uint32_t> size_and_crc(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) throw CheckpointError(path + ": missing");
+  boost::crc_32_type crc;
+  int64_t size = 0;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {
+    crc.process_bytes(buffer, static_cast<size_t>(in.gcount()));
+    size += in.gcount();
+  }
+  return {size, crc.checksum()};
+}
+
+void fsync_path(const std::string& path, bool directory) {
+  const int fd = ::open(path.c_str(), (directory ? O_RDONLY | O_DIRECTORY : O_RDONLY) | O_CLOEXEC);
+  if (fd < 0) return;
+  ::fsync(fd);
+  ::close(fd);
+}
+
+// Writes `text` to `path` and fsyncs it; throws naming the path.
+void write_text_durably(const std::string& path, const std::string& text) {
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << text;
+    out.flush();
+    if (!out) throw CheckpointError(path + ": cannot write (disk full or not writable?)");
+  }
+  fsync_path(path, false);
+}
+
+int64_t step_of(const fs::path& dir) {
+  const std::string name = dir.filename().string();
+  if (name.rfind("step-", 0) != 0 || name.size() <= 5) return -1;
+  const std::string digits = name.substr(5);
+  if (!std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
+  return std::stoll(digits);
+}
+
+}  // namespace
+
+std::vector<std::string> list_checkpoints(const std::string& root) {
+  std::vector<std::pair<int64_t, std::string>> found;
+  boost::system::error_code ec;
+  if (!fs::is_directory(root, ec)) return {};
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    const int64_t step = step_of(entry.path());
+    if (step >= 0 && fs::is_directory(entry.path(), ec))
+      found.emplace_back(step, entry.path().string());
+  }
+  std::sort(found.begin(), found.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  std::vector<std::string> dirs;
+  for (auto& f : found) dirs.push_back(std::move(f.second));
+  return dirs;
+}
+
+std::string write_checkpoint(const std::string& root, const CheckpointData& data, int64_t keep) {
+  const std::string final_dir = root + "/" + step_name(data.info.step);
+  const std::string tmp_dir =
+      root + "/.tmp-" + step_name(data.info.step) + "-" + std::to_string(::getpid());
+  try {
+    fs::create_directories(root);
+    fs::remove_all(tmp_dir);
+    fs::create_directories(tmp_dir);
+    write_safetensors(tmp_dir + "/model.safetensors", data.model,
+                      {{"format", "pt"}, {"step", std::to_string(data.info.step)}});
+    write_safetensors(tmp_dir + "/trainer.safetensors", data.trainer);
+
+    const CheckpointInfo& i = data.info;
+    toml::table state{{"format", kFormat},
+                      {"step", i.step},
+                      {"epoch", i.epoch},
+                      {"batches_in_epoch", i.batches_in_epoch},
+                      {"lr_counted", i.lr_counted},
+                      {"loss_scale", i.loss_scale},
+                      {"skipped_total", i.skipped_total},
+                      {"skipped_in_a_row", i.skipped_in_a_row},
+                      {"config_hash", i.config_hash}};
+    toml::array rule;
+    for (double v : i.scale_rule) rule.push_back(v);
+    state.insert("scale_rule", rule);
+    toml::table plugins;
+    for (const auto& [slot, what] : i.plugins) plugins.insert(slot, what);
+    state.insert("plugins", plugins);
+    toml::table files;
+    for (const char* file : kFiles) {
+      const auto [size, crc] = size_and_crc(tmp_dir + "/" + file);
+      files.insert(file, toml::table{{"size", size}, {"crc32", static_cast<int64_t>(crc)}});
+    }
+    state.insert("files", files);
+    std::ostringstream text;
+    text << state << "\n";
+    write_text_durably(tmp_dir + "/state.toml", text.str());
+    fsync_path(tmp_dir, true);
+
+    // A checkpoint of the same step (a rerun) is replaced only once the new one is complete.
+    if (fs::exists(final_dir)) fs::remove_all(final_dir);
+    fs::rename(tmp_dir, final_dir);
+    fsync_path(root, true);
+  } catch (const fs::filesystem_error& e) {
+    boost::system::error_code ignored;
+    fs::remove_all(tmp_dir, ignored);
+    throw CheckpointError(final_dir + ": cannot write checkpoint: " + e.what());
+  } catch (const std::runtime_error& e) {
+    boost::system::error_code ignored;
+    fs::remove_all(tmp_dir, ignored);
+    throw CheckpointError(final_dir + ": cannot write checkpoint: " + e.what());
+  }
+
+  // Keep the newest `keep` at or below this step; newer ones (another timeline) stay.
+  int64_t kept = 0;
+  for (const std::string& dir : list_checkpoints(root)) {
+    if (step_of(dir) > data.info.step) continue;
+    if (++kept > keep) {
+      boost::system::error_code ignored;
+      fs::remove_all(dir, ignored);
+    }
+  }
+  return final_dir;
+}
+
+CheckpointData read_checkpoint(const std::string& dir) {
+  auto fail = [&](const std::string& why) { return CheckpointError(dir + ": " + why); };
+  toml::table state;
+  try {
+    state = toml::parse_file(dir + "/state.toml");
+  } catch (const toml::parse_error& e) {
+    throw fail("state.toml is missing or unreadable (" + std::string(e.description()) + ")");
+  }
+  if (state["format"].value_or<int64_t>(0) != kFormat) {
+    throw fail("unknown checkpoint format " + std::to_string(state["format"].value_or<int64_t>(0)));
+  }
+  for (const char* file : kFiles) {
+    const auto want_size = state["files"][file]["size"].value<int64_t>();
+    const auto want_crc = state["files"][file]["crc32"].value<int64_t>();
+    if (!want_size || !want_crc) throw fail(std::string("state.toml does not describe ") + file);
+    std::pair<int64_t, uint32_t> got;
+    try {
+      got = size_and_crc(dir + "/" + file);
+    } catch (const CheckpointError&) {
+      throw fail(std::string(file) + " is missing");
+    }
+    if (got.first != *want_size) {
+      throw fail(
+          fmt::format("{} is {} bytes, {} were written (truncated?)", file, got.first, *want_size));
+    }
+    if (static_cast<int64_t>(got.second) != *want_crc) {
+      throw fail(fmt::format("{} fails its CRC-32 check (corrupted)", file));
+    }
+  }
+  CheckpointData data;
+  CheckpointInfo& i = data.info;
+  i.step = state["step"].value_or<int64_t>(-1);
+  i.epoch = state["epoch"].value_or<int64_t>(-1);
+  i.batches_in_epoch = state["batches_in_epoch"].value_or<int64_t>(-1);
+  i.lr_counted = state["lr_counted"].value_or<int64_t>(-1);
+  i.loss_scale = state["loss_scale"].value_or(0.0);
+  i.skipped_total = state["skipped_total"].value_or<int64_t>(0);
+  i.skipped_in_a_row = state["skipped_in_a_row"].value_or<int64_t>(0);
+  i.config_hash = state["config_hash"].value_or(std::string());
+  if (i.step < 0 || i.epoch < 1 || i.batches_in_epoch < 0 || i.lr_counted < 0 ||
+      !(i.loss_scale > 0.0)) {
+    throw fail("state.toml has an invalid position or loss scale");
+  }
+  if (const toml::array* rule = state["scale_rule"].as_array()) {
+    for (const auto& v : *rule) i.scale_rule.push_back(v.value_or(0.0));
+  }
+  if (const toml::table* plugins = state["plugins"].as_table()) {
+    for (const auto& [slot, what] : *plugins) {
+      i.plugins[std::string(slot.str())] = what.value_or(std::string());
+    }
+  }
+  try {
+    data.model = read_safetensors(dir + "/model.safetensors").tensors;
+    data.trainer = read_safetensors(dir + "/trainer.safetensors").tensors;
+  } catch (const std::runtime_error& e) {
+    throw fail(e.what());
+  }
+  return data;
+}
+
+}  // namespace kiln::io

@@ -1,0 +1,58 @@
+// Checkpoints on disk. A checkpoint is a folder <root>/step-<N>/ holding model.safetensors (the
+// model's parameters and buffers, loadable by Python's safetensors and torch), trainer.safetensors
+// (optimizer state, fp32 master weights, RNG states) and state.toml (position in the run, loss
+// scale, a hash of the resolved config, plugin versions, and the size and CRC-32 of each file).
+// It is written into a temporary folder, every file fsynced, then renamed into place, so a crash
+// or kill at any moment leaves either the whole checkpoint or none.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <cstdint>
+#include <map>
+#include <stdexcept>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace kiln::io {
+
+// A checkpoint that cannot be used; what() names the folder and the reason.
+class CheckpointError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct CheckpointInfo {
+  int64_t step = 0;              // optimizer steps done (attempted)
+  int64_t epoch = 1;             // 1-based epoch the next step belongs to
+  int64_t batches_in_epoch = 0;  // batches of that epoch already consumed
+  int64_t lr_counted = 0;        // steps the LR schedule has counted
+  double loss_scale = 1.0;
+  int64_t skipped_total = 0, skipped_in_a_row = 0;
+  std::vector<double> scale_rule;              // the precision plugin's scale-rule counters
+  std::string config_hash;                     // of the settings that change the result
+  std::map<std::string, std::string> plugins;  // slot -> "name version (library)"
+};
+
+using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
+
+struct CheckpointData {
+  CheckpointInfo info;
+  NamedTensors model;    // parameters and buffers by name
+  NamedTensors trainer;  // "optim/<param>/<state>", "master/<param>", "rng/cpu", "rng/cuda"
+};
+
+// Writes `data` as <root>/step-<N>, then removes the oldest checkpoints beyond `keep` (never one
+// newer than this). Returns the folder. Throws CheckpointError naming the path (the previous
+// checkpoints are then untouched).
+std::string write_checkpoint(const std::string& root, const CheckpointData& data, int64_t keep);
+
+// Reads `dir` and verifies every file against state.toml (size and CRC-32). Throws
+// CheckpointError naming `dir` and what is wrong.
+CheckpointData read_checkpoint(const std::string& dir);
+
+// The checkpoint folders under `root`, newest (highest step) first; none when root is absent.
+std::vector<std::string> list_checkpoints(const std::string& root);
+
+}  // namespace kiln::io

@@ -1,0 +1,202 @@
+#include "io/tensorboard.hpp"
+
+#include <fcntl.h>
+#include <limits.h>
+#include <spdlog/spdlog.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/filesystem/operations.hpp>
+#include <cerrno>
+#include <cstring>
+#include <stdexcept>
+
+namespace kiln::io {
+namespace {
+
+// CRC32C (Castagnoli, reflected polynomial 0x82F63B78), as TFRecord framing requires. Debian
+// ships no C/C++ CRC32C library (no libcrc32c-dev), and a byte-wise table is fast enough for
+// a few records per step.
+constexpr std::array<uint32_t, 256> make_crc32c_table() {
+  std::array<uint32_t, 256> table{};
+  for (uint32_t i = 0; i < 256; ++i) {
+    uint32_t crc = i;
+    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? 0x82F63B78u : 0u);
+    table[i] = crc;
+  }
+  return table;
+}
+constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
+
+uint32_t crc32c(const char* data, size_t size) {
+  uint32_t crc = 0xFFFFFFFFu;
+  for (size_t i = 0; i < size; ++i) {
+    crc = kCrc32cTable[(crc ^ static_cast<uint8_t>(data[i])) & 0xFFu] ^ (crc >> 8);
+  }
+  return crc ^ 0xFFFFFFFFu;
+}
+
+// TFRecord stores CRCs masked, so that a CRC of data that itself holds CRCs stays well mixed.
+uint32_t masked_crc32c(const std::string& bytes) {
+  const uint32_t crc = crc32c(bytes.data(), bytes.size());
+  return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
+}
+
+// Little-endian fixed-width integers, whatever the host's byte order.
+void put_fixed(std::string& out, uint64_t value, int bytes) {
+  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xFFu));
+}
+
+// The few protobuf fields an Event with scalars needs, encoded by hand: five fields do not
+// justify a protobuf dependency and a generated event.proto.
+enum WireType : uint32_t { kVarint = 0, kFixed64 = 1, kLengthDelimited = 2, kFixed32 = 5 };
+
+void put_varint(std::string& out, uint64_t value) {
+  while (value >= 0x80u) {
+    out.push_back(static_cast<char>((value & 0x7Fu) | 0x80u));
+    value >>= 7;
+  }
+  out.push_back(static_cast<char>(value));
+}
+
+void put_key(std::string& out, uint32_t field, WireType type) {
+  put_varint(out, (static_cast<uint64_t>(field) << 3) | type);
+}
+
+void put_bytes(std::string& out, uint32_t field, const std::string& bytes) {
+  put_key(out, field, kLengthDelimited);
+  put_varint(out, bytes.size());
+  out += bytes;
+}
+
+void put_double(std::string& out, uint32_t field, double value) {
+  uint64_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  put_key(out, field, kFixed64);
+  put_fixed(out, bits, 8);
+}
+
+void put_float(std::string& out, uint32_t field, float value) {
+  uint32_t bits;
+  std::memcpy(&bits, &value, sizeof bits);
+  put_key(out, field, kFixed32);
+  put_fixed(out, bits, 4);
+}
+
+// Event fields (tensorflow/core/util/event.proto) and those of Summary and Summary.Value.
+constexpr uint32_t kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5;
+constexpr uint32_t kSummaryValue = 1;
+constexpr uint32_t kValueTag = 1, kValueSimpleValue = 2;
+
+std::string event_header(double wall_time) {
+  std::string event;
+  put_double(event, kEventWallTime, wall_time);
+  return event;
+}
+
+double unix_now() {
+  return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+std::string host_name() {
+  char name[HOST_NAME_MAX + 1] = {};
+  if (gethostname(name, sizeof name - 1) != 0 || name[0] == '\0') return "localhost";
+  return name;
+}
+
+// Flush by size or age so a long run neither holds much in memory nor looks stalled to a
+// TensorBoard watching the directory.
+constexpr size_t kFlushBytes = 64 * 1024;
+constexpr auto kFlushAge = std::chrono::seconds(5);
+
+}  // namespace
+
+TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
+  if (dir.empty()) throw std::runtime_error("TensorBoard log directory is empty");
+  boost::system::error_code ec;
+  boost::filesystem::create_directories(dir, ec);
+  if (ec) {
+    throw std::runtime_error(dir + ": cannot create TensorBoard log directory: " + ec.message());
+  }
+  const std::string base = dir + (dir.back() == '/' ? "" : "/") + "events.out.tfevents." +
+                           std::to_string(static_cast<int64_t>(unix_now())) + "." + host_name() +
+                           "." + std::to_string(getpid()) + ".kiln";
+  // O_EXCL: never append to or truncate another writer's file.
+  for (int n = 0; fd_ < 0; ++n) {
+    path_ = n == 0 ? base : base + "." + std::to_string(n);
+    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    const int error = errno;
+    if (fd_ < 0 && (error != EEXIST || n == 1000)) {
+      throw std::runtime_error(path_ +
+                               ": cannot create TensorBoard event file: " + std::strerror(error));
+    }
+  }
+  last_flush_ = std::chrono::steady_clock::now();
+  std::string event = event_header(unix_now());
+  put_bytes(event, kEventFileVersion, "brain.Event:2");
+  append_record(event);
+  try {
+    flush();  // an empty run still shows up as a valid event file
+  } catch (...) {
+    ::close(fd_);  // the destructor does not run for a throwing constructor
+    throw;
+  }
+}
+
+TensorBoardWriter::~TensorBoardWriter() {
+  try {
+    flush();
+  } catch (const std::exception& e) {
+    spdlog::warn("{}", e.what());
+  }
+  ::close(fd_);
+}
+
+void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t step) {
+  std::string tagged;
+  put_bytes(tagged, kValueTag, tag);
+  put_float(tagged, kValueSimpleValue, static_cast<float>(value));
+  std::string summary;
+  put_bytes(summary, kSummaryValue, tagged);
+
+  std::string event = event_header(unix_now());
+  if (step != 0) {  // proto3 leaves defaults out; readers take a missing step as 0
+    put_key(event, kEventStep, kVarint);
+    put_varint(event, static_cast<uint64_t>(step));  // int64: negatives as two's complement
+  }
+  put_bytes(event, kEventSummary, summary);
+  append_record(event);
+  if (buffer_.size() >= kFlushBytes ||
+      std::chrono::steady_clock::now() - last_flush_ >= kFlushAge) {
+    flush();
+  }
+}
+
+void TensorBoardWriter::flush() {
+  size_t written = 0;
+  while (written < buffer_.size()) {
+    const ssize_t n = ::write(fd_, buffer_.data() + written, buffer_.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      buffer_.erase(0, written);
+      throw std::runtime_error(path_ +
+                               ": cannot write TensorBoard events: " + std::strerror(error));
+    }
+    written += static_cast<size_t>(n);
+  }
+  buffer_.clear();
+  last_flush_ = std::chrono::steady_clock::now();
+}
+
+// TFRecord framing: length, masked CRC of the length, data, masked CRC of the data.
+void TensorBoardWriter::append_record(const std::string& event) {
+  std::string length;
+  put_fixed(length, event.size(), 8);
+  buffer_ += length;
+  put_fixed(buffer_, masked_crc32c(length), 4);
+  buffer_ += event;
+  put_fixed(buffer_, masked_crc32c(event), 4);
+}
+
+}  // namespace kiln::io

@@ -1,0 +1,38 @@
+// Training scalars as TensorBoard event files, so `tensorboard --logdir <dir>` plots a run.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+namespace kiln::io {
+
+// Scalars as TensorBoard event files (TFRecord-framed Event protos), readable by TensorBoard.
+class TensorBoardWriter {
+ public:
+  // Creates `dir` (and parents) and a new events.out.tfevents.<unix seconds>.<hostname>.<pid>.kiln
+  // file in it, starting with the file_version event. Throws std::runtime_error naming the path.
+  // A second writer of the same process in the same directory and second gets ".kiln.<n>"
+  // (n = 1, 2, ...) instead of overwriting the first one's file.
+  explicit TensorBoardWriter(const std::string& dir);
+  ~TensorBoardWriter();  // flushes and closes
+  TensorBoardWriter(const TensorBoardWriter&) = delete;
+  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
+
+  // One Event with a simple_value (float). Buffered: written to the OS by flush(), by the
+  // destructor, and on its own once the buffer is large or a few seconds old, so a live
+  // TensorBoard follows the run. Throws std::runtime_error naming the path when a write fails.
+  void scalar(const std::string& tag, double value, int64_t step);
+  void flush();  // writes buffered records to the OS
+  const std::string& path() const { return path_; }
+
+ private:
+  void append_record(const std::string& event);
+
+  std::string path_;
+  int fd_ = -1;
+  std::string buffer_;  // framed records not yet written
+  std::chrono::steady_clock::time_point last_flush_;
+};
+
+}  // namespace kiln::io

@@ -1,0 +1,220 @@
+// Checkpoints and resume through the `kiln` command: kill -9 at a random step and resume gives
+// bit-identical weights and optimizer state; a corrupt or truncated newest checkpoint is refused
+// by name and the previous one used (or the run stops, as configured); a checkpoint of another
+// configuration is refused; SIGTERM writes a checkpoint, exits 143, and the run resumes.
+#include <ATen/Functions.h>
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <boost/filesystem.hpp>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "io/safetensors.hpp"
+#include "kiln_test_paths.h"
+
+namespace fs = boost::filesystem;  // libtorch exports clashing std::filesystem symbols
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;
+};
+
+// A synthetic run long enough to be interrupted: 64 steps per epoch, 2 epochs, dropout so the
+// RNG state matters, one thread so every run computes the same bits.
+std::string base_args(const fs::path& out) {
+  return std::string(KILN_SOURCE_DIR) + "/tests/pipelines/synthetic_mlp.toml" +
+         " --set data.synthetic_train=4096 --set model.dropout=0.1 --set run.threads=1" +
+         " --set data.workers=1 --set run.tensorboard=false --set run.output_dir=" + out.string();
+}
+
+Result kiln(const std::string& args) {
+  const std::string command = std::string(KILN_CLI) + " run " + args + " 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// Starts kiln in the background with stdout/stderr to `log`; returns its pid.
+pid_t spawn(const std::string& args, const fs::path& log) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const std::string command =
+        "exec " + std::string(KILN_CLI) + " run " + args + " > " + log.string() + " 2>&1";
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return pid;
+}
+
+// Steps recorded so far in a metrics file.
+int steps_in(const fs::path& metrics) {
+  std::ifstream in(metrics.string());
+  std::string line;
+  int steps = 0;
+  while (std::getline(in, line)) steps += line.find("\"type\":\"step\"") != std::string::npos;
+  return steps;
+}
+
+void wait_for_steps(const fs::path& metrics, int steps, pid_t pid) {
+  for (int i = 0; i < 6000 && steps_in(metrics) < steps; ++i) {
+    int status = 0;
+    ASSERT_EQ(waitpid(pid, &status, WNOHANG), 0) << "kiln ended before step " << steps;
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+}
+
+fs::path temp_dir() {
+  fs::path dir =
+      fs::temp_directory_path() / ("kiln_ckpt_" + std::to_string(::getpid()) + "_" +
+                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return dir;
+}
+
+void expect_same_tensors(const std::string& a, const std::string& b) {
+  const auto x = kiln::io::read_safetensors(a), y = kiln::io::read_safetensors(b);
+  ASSERT_EQ(x.tensors.size(), y.tensors.size()) << a << " vs " << b;
+  for (const auto& [name, t] : x.tensors) {
+    const at::Tensor* u = y.find(name);
+    ASSERT_NE(u, nullptr) << name;
+    EXPECT_TRUE(at::equal(t, *u)) << name << " differs between " << a << " and " << b;
+  }
+}
+
+std::string final_checkpoint(const fs::path& out, int step) {
+  char name[32];
+  std::snprintf(name, sizeof name, "step-%09d", step);
+  return (out / "checkpoints" / name).string();
+}
+
+TEST(Checkpoint, KillNineAtARandomStepThenResumeIsBitIdentical) {
+  const fs::path dir = temp_dir();
+  const std::string every = " --set run.checkpoint_every=1 --set run.checkpoint_keep=2";
+  Result reference = kiln(base_args(dir / "a") + every);
+  ASSERT_EQ(reference.code, 0) << reference.output;
+
+  std::mt19937 pick(std::random_device{}());
+  const int kill_at = std::uniform_int_distribution<int>(5, 110)(pick);
+  SCOPED_TRACE("killed at step " + std::to_string(kill_at));
+  const pid_t pid = spawn(base_args(dir / "b") + every + " --metrics " + (dir / "b.jsonl").string(),
+                          dir / "b.log");
+  wait_for_steps(dir / "b.jsonl", kill_at, pid);
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+
+  Result resumed = kiln(base_args(dir / "b") + every + " --resume auto");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("resumed from "), std::string::npos) << resumed.output;
+  for (const char* file : {"/model.safetensors", "/trainer.safetensors"}) {
+    expect_same_tensors(final_checkpoint(dir / "a", 128) + file,
+                        final_checkpoint(dir / "b", 128) + file);
+  }
+  fs::remove_all(dir);
+}
+
+// Flips one byte in the middle of `path`.
+void corrupt(const std::string& path) {
+  std::fstream f(path, std::ios::in | std::ios::out | std::ios::binary);
+  f.seekg(0, std::ios::end);
+  const auto middle = f.tellg() / 2;
+  f.seekg(middle);
+  char c = 0;
+  f.read(&c, 1);
+  c = static_cast<char>(c ^ 0x5a);
+  f.seekp(middle);
+  f.write(&c, 1);
+}
+
+TEST(Checkpoint, CorruptOrTruncatedNewestIsRefusedByNameAndThePreviousUsed) {
+  const fs::path dir = temp_dir();
+  const std::string args = base_args(dir) + " --set run.checkpoint_every=10";
+  ASSERT_EQ(kiln(args + " --set run.max_steps=30").code, 0);
+  corrupt(final_checkpoint(dir, 30) + "/model.safetensors");
+
+  Result stop = kiln(args + " --set run.resume_fallback=stop --resume auto");
+  EXPECT_EQ(stop.code, 1) << stop.output;
+  EXPECT_NE(stop.output.find(final_checkpoint(dir, 30) +
+                             ": model.safetensors fails its CRC-32 check (corrupted)"),
+            std::string::npos)
+      << stop.output;
+  EXPECT_TRUE(fs::exists(final_checkpoint(dir, 20))) << "an older good checkpoint was deleted";
+
+  Result fallback = kiln(args + " --set run.max_steps=40 --resume auto");
+  ASSERT_EQ(fallback.code, 0) << fallback.output;
+  EXPECT_NE(fallback.output.find("resume: refused " + final_checkpoint(dir, 30)), std::string::npos)
+      << fallback.output;
+  EXPECT_NE(fallback.output.find("resumed from " + final_checkpoint(dir, 20) + ": step 20"),
+            std::string::npos)
+      << fallback.output;
+
+  // Truncated: the newest (step 40 now) loses its tail.
+  fs::resize_file(final_checkpoint(dir, 40) + "/trainer.safetensors", 1000);
+  Result truncated = kiln(args + " --set run.max_steps=50 --resume auto");
+  ASSERT_EQ(truncated.code, 0) << truncated.output;
+  EXPECT_NE(
+      truncated.output.find(final_checkpoint(dir, 40) + ": trainer.safetensors is 1000 bytes"),
+      std::string::npos)
+      << truncated.output;
+  EXPECT_NE(truncated.output.find("resumed from " + final_checkpoint(dir, 30) + ": step 30"),
+            std::string::npos)
+      << truncated.output;
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, AnotherConfigurationIsRefused) {
+  const fs::path dir = temp_dir();
+  ASSERT_EQ(kiln(base_args(dir) + " --set run.max_steps=10").code, 0);
+  Result r =
+      kiln(base_args(dir) + " --set optimizer.lr=0.01 --resume " + final_checkpoint(dir, 10));
+  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_NE(r.output.find("written by another configuration"), std::string::npos) << r.output;
+  // Run length and logging are not part of the configuration's identity.
+  Result longer =
+      kiln(base_args(dir) + " --set run.max_steps=20 --set run.log_interval=7 --resume auto");
+  EXPECT_EQ(longer.code, 0) << longer.output;
+  fs::remove_all(dir);
+}
+
+TEST(Checkpoint, SigtermWritesACheckpointExits143AndTheRunResumes) {
+  const fs::path dir = temp_dir();
+  // A checkpoint every step slows the run, so the signal lands long before its end.
+  const std::string args = base_args(dir / "run") + " --set run.checkpoint_every=1";
+  const pid_t pid = spawn(args + " --metrics " + (dir / "m.jsonl").string(), dir / "log");
+  wait_for_steps(dir / "m.jsonl", 20, pid);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream log((dir / "log").string());
+  const std::string output((std::istreambuf_iterator<char>(log)), {});
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 143) << output;
+  EXPECT_NE(output.find("stopped by signal 15 after step"), std::string::npos) << output;
+  const int stopped_at = steps_in(dir / "m.jsonl");
+  EXPECT_TRUE(fs::exists(final_checkpoint(dir / "run", stopped_at))) << output;
+
+  Result resumed = kiln(args + " --resume auto --metrics " + (dir / "m.jsonl").string());
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_EQ(steps_in(dir / "m.jsonl"), 128);  // appended: every step exactly once
+  EXPECT_TRUE(fs::exists(final_checkpoint(dir / "run", 128)));
+  fs::remove_all(dir);
+}
+
+}  // namespace
