@@ -13,6 +13,8 @@
 #include "engine/lr_schedule.hpp"
 #include "engine/plan.hpp"
 #include "engine/trainer.hpp"
+#include "io/checkpoint.hpp"
+#include "io/safetensors.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
 #include "plugin/status.hpp"
@@ -135,6 +137,28 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
       spdlog::info("final test accuracy: {:.2f}% (loss {:.4f}) after {} steps in {:.1f} s",
                    100.0 * r.test_accuracy, r.test_loss, r.steps, r.train_seconds);
     }
+    return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kRunFailed;
+  }
+}
+
+int export_weights(const std::string& checkpoint, const std::string& to, const std::string& dtype) {
+  try {
+    // The whole checkpoint is verified, so a corrupt one is refused rather than exported.
+    io::CheckpointData data = io::read_checkpoint(checkpoint);
+    const at::ScalarType target = dtype == "fp16"   ? at::kHalf
+                                  : dtype == "bf16" ? at::kBFloat16
+                                                    : at::kFloat;
+    for (auto& [name, t] : data.model) {
+      if (dtype != "keep" && t.is_floating_point()) t = t.to(target);
+    }
+    io::write_safetensors(
+        to, data.model,
+        {{"format", "pt"}, {"source", checkpoint}, {"step", std::to_string(data.info.step)}});
+    fmt::print("{}: {} tensors from {} (step {}), {}\n", to, data.model.size(), checkpoint,
+               data.info.step, dtype == "keep" ? "dtypes as trained" : dtype);
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

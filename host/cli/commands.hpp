@@ -14,6 +14,10 @@ struct PipelineArgs {
 };
 
 // Exit code 4 when a guard stopped training, 128 + signal after SIGINT/SIGTERM.
+// `kiln export CHECKPOINT --to FILE [--dtype fp32|fp16|bf16|keep]`: the checkpoint's model
+// weights (verified first) as one safetensors file, floating tensors cast to `dtype`.
+int export_weights(const std::string& checkpoint, const std::string& to, const std::string& dtype);
+
 int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume);
 int validate(const PipelineArgs& args);
 int plan(const PipelineArgs& args);

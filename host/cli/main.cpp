@@ -28,6 +28,14 @@ int main(int argc, char** argv) {
   run->add_option("--resume", resume,
                   "continue from a checkpoint: auto (the newest usable one under "
                   "<output_dir>/checkpoints) or a checkpoint folder");
+  CLI::App* export_cmd =
+      app.add_subcommand("export", "write a checkpoint's model weights as one safetensors file");
+  std::string export_from, export_to, export_dtype = "fp32";
+  export_cmd->add_option("checkpoint", export_from, "checkpoint folder (…/checkpoints/step-N)")
+      ->required();
+  export_cmd->add_option("--to", export_to, "output .safetensors file")->required();
+  export_cmd->add_option("--dtype", export_dtype, "floating dtype of the file (default fp32)")
+      ->check(CLI::IsMember({"fp32", "fp16", "bf16", "keep"}));
   CLI::App* validate = app.add_subcommand("validate", "check a pipeline without running it");
   add_pipeline(validate);
   CLI::App* plan = app.add_subcommand("plan", "print the resolved pipeline and parameter groups");
@@ -67,6 +75,7 @@ int main(int argc, char** argv) {
   kiln::io::setup_logging(verbose);
 
   if (*run) return kiln::cli::run(args, metrics, resume);
+  if (*export_cmd) return kiln::cli::export_weights(export_from, export_to, export_dtype);
   if (*validate) return kiln::cli::validate(args);
   if (*plan) return kiln::cli::plan(args);
   if (*lr) return kiln::cli::lr_schedule(args, lr_iters, lr_csv, lr_png);

@@ -100,7 +100,11 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
            spec("height", KILN_OPT_INT, "28", "synthetic dataset: image height", 1, 4096),
            spec("width", KILN_OPT_INT, "28", "synthetic dataset: image width", 1, 4096),
        }},
-      {"model", {spec("name", KILN_OPT_STRING, nullptr, "model component to train")}},
+      {"model",
+       {spec("name", KILN_OPT_STRING, nullptr, "model component to train"),
+        spec("init", KILN_OPT_STRING, "\"\"",
+             "safetensors file of starting weights by parameter name (from Python or kiln "
+             "export); empty = the model's own initialisation")}},
       {"norm", {spec("name", KILN_OPT_STRING, "\"batchnorm\"", "normalisation layer component")}},
       {"optimizer",
        {

@@ -42,6 +42,11 @@ RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model, Op
                     plugin::OptimizerAdapter& optimizer, LrDriver& lr, LossScaler& scaler,
                     c10::Device device);
 
+// Copies the tensors of a safetensors file into the model's parameters and buffers of the same
+// names (cast to their dtype). Every model tensor must be in the file with its shape; names
+// the model lacks are listed in a warning. Throws std::runtime_error naming the file.
+void load_weights(torch::nn::Module& model, const std::string& path);
+
 // The checkpoint to resume from. `resume` is "auto" (the newest usable one under `root`) or a
 // checkpoint folder. Unusable ones (corrupt, truncated, another config) are refused with the
 // reason in the log; with `fall_back` an older one is tried, else the refusal is thrown.

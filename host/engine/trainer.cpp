@@ -178,6 +178,8 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   std::shared_ptr<kiln::Model> model =
       plugin::create_model(*p.model.component, p.model.options, input);
   plugin::set_norm_factory(nullptr);
+  if (!p.model.core.get_string("init").empty())
+    load_weights(*model, p.model.core.get_string("init"));
   model->to(device);
   cast_model(*model, plan);
   check_model_precision(*model, plan);

@@ -14,13 +14,22 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <map>
 #include <random>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
 
+#include "config/pipeline.hpp"
+#include "engine/resume.hpp"
 #include "io/safetensors.hpp"
 #include "kiln_test_paths.h"
+#include "plugin/adapters.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/loader.hpp"
+#include "plugin/norm_layer.hpp"
+#include "tensor_scratch.hpp"
 
 namespace fs = boost::filesystem;  // libtorch exports clashing std::filesystem symbols
 
@@ -39,8 +48,8 @@ std::string base_args(const fs::path& out) {
          " --set data.workers=1 --set run.tensorboard=false --set run.output_dir=" + out.string();
 }
 
-Result kiln(const std::string& args) {
-  const std::string command = std::string(KILN_CLI) + " run " + args + " 2>&1";
+Result kiln_command(const std::string& args) {
+  const std::string command = std::string(KILN_CLI) + " " + args + " 2>&1";
   FILE* pipe = popen(command.c_str(), "r");
   std::string output;
   std::array<char, 4096> buffer{};
@@ -48,6 +57,8 @@ Result kiln(const std::string& args) {
   const int status = pclose(pipe);
   return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
 }
+
+Result kiln(const std::string& args) { return kiln_command("run " + args); }
 
 // Starts kiln in the background with stdout/stderr to `log`; returns its pid.
 pid_t spawn(const std::string& args, const fs::path& log) {
@@ -214,6 +225,93 @@ TEST(Checkpoint, SigtermWritesACheckpointExits143AndTheRunResumes) {
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_EQ(steps_in(dir / "m.jsonl"), 128);  // appended: every step exactly once
   EXPECT_TRUE(fs::exists(final_checkpoint(dir / "run", 128)));
+  fs::remove_all(dir);
+}
+
+TEST(Export, PythonLoadsTheWeightsAndItsModelGivesKilnsOutputs) {
+  const fs::path dir = temp_dir();
+  Result trained = kiln(base_args(dir) + " --set run.max_steps=10");
+  ASSERT_EQ(trained.code, 0) << trained.output;
+  const std::string weights = (dir / "w.safetensors").string();
+  Result exported = kiln_command("export " + final_checkpoint(dir, 10) + " --to " + weights);
+  ASSERT_EQ(exported.code, 0) << exported.output;
+  Result half = kiln_command("export " + final_checkpoint(dir, 10) + " --to " +
+                             (dir / "h.safetensors").string() + " --dtype bf16");
+  ASSERT_EQ(half.code, 0) << half.output;
+  EXPECT_EQ(kiln::io::read_safetensors((dir / "h.safetensors").string())
+                .find("head.weight")
+                ->scalar_type(),
+            at::kBFloat16);
+
+  // Kiln's model with those weights, built as the trainer builds it.
+  kiln::plugin::Registry registry;
+  {
+    kiln::plugin::Loader loader(kiln::plugin::host_api());
+    std::vector<std::string> refused;
+    registry = kiln::plugin::load_all(loader, {KILN_PLUGIN_DIR}, refused);
+  }
+  const kiln::config::Pipeline p = kiln::config::load_pipeline_text(
+      "[model]\nname = \"mlp\"\nhidden = [64]\n", "export.toml", {}, registry);
+  kiln_model_input input{};
+  input.struct_size = sizeof(input);
+  input.channels = 1;
+  input.height = 28;
+  input.width = 28;
+  input.num_classes = 10;
+  auto model = kiln::plugin::create_model(*p.model.component, p.model.options, input);
+  kiln::engine::load_weights(*model, weights);
+  model->eval();
+  at::manual_seed(4);
+  const at::Tensor x = at::randn({5, 1, 28, 28});
+  const at::Tensor y = model->forward(x);
+
+  kiln::test::TensorScratch scratch;
+  scratch.write("x.bin", x);
+  scratch.write_text("config.json",
+                     "{\"weights\": \"" + weights + "\", \"input_shape\": [5, 1, 28, 28]}");
+  scratch.run("export_mlp.py");
+  // The same float32 weights and ops; only summation order may differ: rtol 1e-5.
+  EXPECT_LE(kiln::test::closeness(y, scratch.read("y.bin", {5, 10}), 1e-5, 1e-6), 1.0);
+
+  // model.init starts a run from the file: with a negligible lr it evaluates exactly as the
+  // trained model did (the same test accuracy and loss, to the printed digits).
+  Result init = kiln(base_args(dir / "init") + " --set model.init=" + weights +
+                     " --set optimizer.lr=1e-12 --set run.max_steps=1");
+  ASSERT_EQ(init.code, 0) << init.output;
+  EXPECT_NE(init.output.find("initial weights from " + weights), std::string::npos) << init.output;
+  const size_t at = trained.output.find("final test accuracy: ");
+  ASSERT_NE(at, std::string::npos) << trained.output;
+  const std::string accuracy = trained.output.substr(at, trained.output.find(" after", at) - at);
+  EXPECT_NE(init.output.find(accuracy), std::string::npos) << accuracy << "\n" << init.output;
+  Result wrong =
+      kiln(base_args(dir / "wrong") + " --set model.hidden=[32] --set model.init=" + weights);
+  EXPECT_EQ(wrong.code, 1) << wrong.output;
+  EXPECT_NE(wrong.output.find("'layers.0.linear.weight' has shape 64x784, the model's is 32x784"),
+            std::string::npos)
+      << wrong.output;
+  fs::remove_all(dir);
+}
+
+TEST(TensorBoard, TheReaderFindsEveryScalarARunWrites) {
+  const fs::path dir = temp_dir();
+  Result r = kiln(std::string(KILN_SOURCE_DIR) + "/tests/pipelines/synthetic_mlp.toml" +
+                  " --set run.output_dir=" + dir.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  kiln::test::TensorScratch scratch;
+  scratch.write_text("config.json", "{\"logdir\": \"" + (dir / "tensorboard").string() + "\"}");
+  scratch.run("tensorboard_read.py");
+  std::map<std::string, int> per_tag;
+  std::istringstream lines(scratch.read_text("scalars.tsv"));
+  std::string line;
+  while (std::getline(lines, line)) ++per_tag[line.substr(0, line.find('\t'))];
+  // 32 steps, 2 evaluations; lr per parameter group ("default" and "bias" for the mlp).
+  for (const char* tag :
+       {"train/loss", "lr/default", "lr/bias", "train/loss_scale", "train/grad_norm",
+        "train/skipped_steps", "perf/samples_per_s", "perf/data_time", "perf/memory_mb"}) {
+    EXPECT_EQ(per_tag[tag], 32) << tag;
+  }
+  EXPECT_EQ(per_tag["eval/accuracy"], 2);
+  EXPECT_EQ(per_tag["eval/loss"], 2);
   fs::remove_all(dir);
 }
 
