@@ -315,4 +315,26 @@ TEST(TensorBoard, TheReaderFindsEveryScalarARunWrites) {
   fs::remove_all(dir);
 }
 
+TEST(Checkpoint, AFullDiskIsAClearErrorAndThePreviousCheckpointSurvives) {
+  const fs::path dir = temp_dir();
+  const std::string args = base_args(dir) + " --set run.checkpoint_every=10";
+  ASSERT_EQ(kiln(args + " --set run.max_steps=10").code, 0);
+  // A 64 KiB file-size limit makes the next checkpoint's ~200 KB writes fail with EFBIG, as a
+  // full disk fails them with ENOSPC (SIGXFSZ ignored, so write() reports the error).
+  const std::string command = "trap '' XFSZ; ulimit -f 128; exec " + std::string(KILN_CLI) +
+                              " run " + args + " --set run.max_steps=20 --resume auto 2>&1";
+  FILE* pipe = popen(command.c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  ASSERT_TRUE(WIFEXITED(status)) << output;
+  EXPECT_EQ(WEXITSTATUS(status), 1) << output;
+  EXPECT_NE(output.find(final_checkpoint(dir, 20) + ": cannot write checkpoint"), std::string::npos)
+      << output;
+  EXPECT_NO_THROW(kiln::io::read_checkpoint(final_checkpoint(dir, 10)));
+  EXPECT_FALSE(fs::exists(final_checkpoint(dir, 20)));
+  fs::remove_all(dir);
+}
+
 }  // namespace
