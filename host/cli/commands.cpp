@@ -14,6 +14,7 @@
 #include "engine/plan.hpp"
 #include "engine/trainer.hpp"
 #include "io/checkpoint.hpp"
+#include "io/metrics_plot.hpp"
 #include "io/safetensors.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
@@ -142,6 +143,17 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
     fmt::print(stderr, "error: {}\n", e.what());
     return kRunFailed;
   }
+}
+
+int plot(const std::string& metrics, const std::string& png) {
+  try {
+    io::plot_metrics(metrics, png);
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kRunFailed;
+  }
+  fmt::print("wrote {}\n", png);
+  return 0;
 }
 
 int export_weights(const std::string& checkpoint, const std::string& to, const std::string& dtype) {

@@ -18,6 +18,9 @@ struct PipelineArgs {
 // weights (verified first) as one safetensors file, floating tensors cast to `dtype`.
 int export_weights(const std::string& checkpoint, const std::string& to, const std::string& dtype);
 
+// `kiln plot METRICS -o PNG`: loss, accuracy, lr and loss-scale curves.
+int plot(const std::string& metrics, const std::string& png);
+
 int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume);
 int validate(const PipelineArgs& args);
 int plan(const PipelineArgs& args);

@@ -36,6 +36,13 @@ int main(int argc, char** argv) {
   export_cmd->add_option("--to", export_to, "output .safetensors file")->required();
   export_cmd->add_option("--dtype", export_dtype, "floating dtype of the file (default fp32)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16", "keep"}));
+  CLI::App* plot_cmd =
+      app.add_subcommand("plot", "draw loss, accuracy and lr curves from a metrics file");
+  std::string plot_metrics_file, plot_png = "curves.png";
+  plot_cmd->add_option("metrics", plot_metrics_file, "metrics written by kiln run --metrics")
+      ->required()
+      ->check(CLI::ExistingFile);
+  plot_cmd->add_option("-o,--output", plot_png, "PNG to write (default curves.png)");
   CLI::App* validate = app.add_subcommand("validate", "check a pipeline without running it");
   add_pipeline(validate);
   CLI::App* plan = app.add_subcommand("plan", "print the resolved pipeline and parameter groups");
@@ -75,6 +82,7 @@ int main(int argc, char** argv) {
   kiln::io::setup_logging(verbose);
 
   if (*run) return kiln::cli::run(args, metrics, resume);
+  if (*plot_cmd) return kiln::cli::plot(plot_metrics_file, plot_png);
   if (*export_cmd) return kiln::cli::export_weights(export_from, export_to, export_dtype);
   if (*validate) return kiln::cli::validate(args);
   if (*plan) return kiln::cli::plan(args);

@@ -265,6 +265,7 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   // ---- the loop --------------------------------------------------------------------------------
   result.test_accuracy = NAN;
   const auto start = Clock::now();
+  const bool bar = io::stderr_is_terminal();
   int64_t step = position.step;
   RunPosition last = position;  // where the run is after its latest step
   double window_loss = 0.0, window_samples = 0.0;
@@ -311,6 +312,7 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
 
       // Unscale, check, clip, scale update; then the optimizer, or a skip that touches nothing.
       const StepOutcome outcome = optimizer_step.run(step);
+      if (bar) io::clear_progress_bar(stderr);  // log lines below start on a clean line
       const std::vector<double>& group_lrs = outcome.group_lrs;
       if (lr_driver.changed_notably(outcome.lr))
         spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
@@ -369,21 +371,25 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
       }
       window_loss += loss_value * static_cast<double>(samples);
       window_samples += static_cast<double>(samples);
+      io::ProgressState s;
+      s.epoch = epoch;
+      s.epochs = epochs;
+      s.step = step;
+      s.total_steps = max_steps;
+      s.loss = window_loss / window_samples;
+      s.lr = group_lrs[0];
+      s.samples_per_s = window_samples / seconds_since(window_start);
+      s.elapsed = seconds_since(start);
+      // A terminal gets a bar redrawn every step; logs get a line every log_interval steps.
+      if (bar) io::draw_progress_bar(stderr, s);
       if (step % log_interval == 0 || step == max_steps) {
-        io::ProgressState s;
-        s.epoch = epoch;
-        s.epochs = epochs;
-        s.step = step;
-        s.total_steps = max_steps;
-        s.loss = window_loss / window_samples;
-        s.lr = group_lrs[0];
-        s.samples_per_s = window_samples / seconds_since(window_start);
-        s.elapsed = seconds_since(start);
+        if (bar) io::clear_progress_bar(stderr);
         spdlog::info("{}", io::format_progress(s));
         window_loss = window_samples = 0.0;
         window_start = Clock::now();
       }
     }
+    if (bar) io::clear_progress_bar(stderr);
     if (!result.stopped.empty() || result.signal != 0) break;
     if (run.get_bool("eval")) {
       Evaluation e = evaluate(*model, test_loader, device, plan);

@@ -46,6 +46,8 @@ std::vector<double> ticks(double lo, double hi) {
   return out;
 }
 
+constexpr double kTwoPi = 6.283185307179586;
+
 const double kColors[][3] = {{0.12, 0.47, 0.71}, {1.0, 0.5, 0.05},  {0.17, 0.63, 0.17},
                              {0.84, 0.15, 0.16}, {0.58, 0.4, 0.74}, {0.55, 0.34, 0.29}};
 
@@ -115,6 +117,14 @@ void draw_panel(cairo_t* cr, const Panel& panel, double top, double width, doubl
       pen_down = true;
     }
     cairo_stroke(cr);
+    if (s.markers) {
+      for (size_t k = 0; k < std::min(s.x.size(), s.y.size()); ++k) {
+        if (!std::isfinite(s.x[k]) || !std::isfinite(s.y[k])) continue;
+        cairo_new_sub_path(cr);
+        cairo_arc(cr, px(s.x[k]), py(s.y[k]), 3.0, 0, kTwoPi);
+      }
+      cairo_fill(cr);
+    }
     // Legend, top right.
     const double ly = plot_top + 16 + 16 * static_cast<double>(i);
     cairo_move_to(cr, right - 170, ly - 4);

@@ -9,6 +9,7 @@ namespace kiln::io {
 struct Series {
   std::string label;
   std::vector<double> x, y;
+  bool markers = false;  // also a dot at every point: sparse series (one per evaluation)
 };
 
 struct Panel {

@@ -1,7 +1,9 @@
-// Progress lines with throughput and ETA, printed at an interval of steps.
+// Progress lines with throughput and ETA: plain lines at an interval of steps for logs, and a
+// one-line bar redrawn in place when stderr is a terminal.
 #pragma once
 
 #include <cstdint>
+#include <cstdio>
 #include <string>
 
 namespace kiln::io {
@@ -20,5 +22,24 @@ struct ProgressState {
 
 // "epoch 1/3  step 200/1407  loss 0.4321  lr 0.1  3120 samples/s  ETA 1:23"
 std::string format_progress(const ProgressState& s);
+
+// "epoch 1/3 [#######.........]  42%  step 590/1407  loss 0.4321  lr 0.1  3120 samples/s  ETA
+// 1:23" in at most `width` columns: the bar shrinks first (to 10 cells), then fields are dropped
+// (samples/s, lr, step, epoch, loss, then the bar itself), and as a last resort the line is cut.
+// The fill is step / total_steps, rounded down, so the bar is full only at the last step.
+std::string format_progress_bar(const ProgressState& s, int width);
+
+// Whether stderr is a terminal (isatty), i.e. whether an in-place bar makes sense.
+bool stderr_is_terminal();
+
+// Columns of the terminal on stderr (TIOCGWINSZ); 100 when it has none.
+int terminal_width();
+
+// Redraws the bar in place on `out`: carriage return, the bar (one column short of
+// terminal_width(), so the cursor never wraps), clear to end of line. Flushes.
+void draw_progress_bar(std::FILE* out, const ProgressState& s);
+
+// Erases a bar drawn by draw_progress_bar so that a log line can be printed on a clean line.
+void clear_progress_bar(std::FILE* out);
 
 }  // namespace kiln::io

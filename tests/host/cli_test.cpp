@@ -334,3 +334,22 @@ TEST(CliPrecision, AccumulationWindowsAreRemainderAware) {
   EXPECT_GT(last_accuracy(r.output), 90.0) << r.output;
   fs::remove_all(dir);
 }
+
+TEST(CliPlot, DrawsTheCurvesOfARunsMetrics) {
+  fs::path dir = temp_dir();
+  const std::string metrics = (dir / "m.jsonl").string(), png = (dir / "curves.png").string();
+  ASSERT_EQ(kiln("run " + pipeline("synthetic_mlp.toml") +
+                 " --set run.output_dir=" + (dir / "out").string() + " --metrics " + metrics)
+                .code,
+            0);
+  Result r = kiln("plot " + metrics + " -o " + png);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(png, std::ios::binary);
+  std::string signature(8, '\0');
+  in.read(signature.data(), 8);
+  EXPECT_EQ(signature, "\x89PNG\r\n\x1a\n");
+  Result bad = kiln("plot " + write(dir / "bad.jsonl", "{\"type\":\"step\",\n") + " -o " + png);
+  EXPECT_EQ(bad.code, 1) << bad.output;
+  EXPECT_NE(bad.output.find("bad.jsonl:"), std::string::npos) << bad.output;
+  fs::remove_all(dir);
+}
