@@ -8,7 +8,8 @@ KILN_CACHE="${KILN_CACHE:-$HOME/.cache/kiln}"
 VENV="$KILN_CACHE/venv"
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config zlib1g-dev
           libboost-dev libboost-filesystem-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
-          libgtest-dev libcli11-dev libdlpack-dev libgloo-dev libcairo2-dev dataset-fashion-mnist python3-venv)
+          libgtest-dev libcli11-dev libdlpack-dev libgloo-dev libcairo2-dev dataset-fashion-mnist python3-venv
+          clang libclang-rt-14-dev)  # clang + libFuzzer: the config fuzz target (scripts/fuzz.sh)
 
 missing=()
 for p in "${PACKAGES[@]}"; do

@@ -52,6 +52,23 @@ std::string read_file(const std::string& path) {
   return text;
 }
 
+// Why `pattern` cannot be used as a parameter-name regular expression, or "" when it can.
+// libstdc++ compiles a regex recursively (frames per term and per group), so a long pattern
+// overflows the stack: 100000 characters, or 30000 nested groups, crash a release build.
+std::string regex_problem(const std::string& pattern) {
+  constexpr std::size_t kMaxPattern = 1000;
+  if (pattern.size() > kMaxPattern) {
+    return "regular expression is " + std::to_string(pattern.size()) +
+           " characters long; at most " + std::to_string(kMaxPattern) + " are allowed";
+  }
+  try {
+    std::regex check(pattern);
+  } catch (const std::regex_error& e) {
+    return std::string("invalid regular expression: ") + e.what();
+  }
+  return {};
+}
+
 // Checks a section's keys against `specs` and fills defaults; the values come back in spec
 // order. Unknown keys are reported only when `report_unknown` (not when the component, and so
 // the full key list, is unknown).
@@ -201,8 +218,10 @@ ComponentChoice component_section(const Document& doc, const std::string& sectio
   const auto values = resolve_entries(doc, section, doc.find(section), specs,
                                       choice.component != nullptr, diagnostics, skip);
   for (const auto& [spec, value] : values) {
+    // A copy of the binding: lambdas may not capture structured bindings before C++20 (clang).
+    const kiln_option_spec* const resolved = spec;
     const bool is_core = std::any_of(core.begin(), core.end(),
-                                     [&](const kiln_option_spec& c) { return &c == spec; });
+                                     [&](const kiln_option_spec& c) { return &c == resolved; });
     (is_core ? choice.core : choice.options).set(spec->name, value);
   }
   if (choice.core.has("name")) choice.name_pos = choice.core.get("name").pos;
@@ -242,10 +261,8 @@ std::vector<ParamRule> param_rules(const Document& doc, Diagnostics& diagnostics
       rule.pattern = pattern;
       const Where rule_where = where_of(doc, entry, node);
       rule.pos = rule_where.pos;
-      try {
-        std::regex check(pattern);
-      } catch (const std::regex_error& e) {
-        diagnostics.add(rule_where, where_name + ": invalid regular expression: " + e.what());
+      if (const std::string problem = regex_problem(pattern); !problem.empty()) {
+        diagnostics.add(rule_where, where_name + ": " + problem);
         continue;
       }
       const toml::table* mults = node.as_table();
@@ -283,6 +300,24 @@ std::vector<ParamRule> param_rules(const Document& doc, Diagnostics& diagnostics
   return rules;
 }
 
+// optimizer.freeze: the engine compiles each pattern, so a bad one is a config error here.
+void freeze_patterns(const Document& doc, const ComponentChoice& optimizer,
+                     Diagnostics& diagnostics) {
+  if (!optimizer.core.has("freeze")) return;
+  Where where = doc.file_where();
+  if (const Section* sec = doc.find("optimizer")) {
+    for (const auto& entry : sec->entries) {
+      if (entry.key == "freeze") where = entry.value_where;
+    }
+  }
+  const auto& patterns = optimizer.core.get_string_list("freeze");
+  for (std::size_t i = 0; i < patterns.size(); ++i) {
+    if (const std::string problem = regex_problem(patterns[i]); !problem.empty()) {
+      diagnostics.add(where, "optimizer.freeze[" + std::to_string(i) + "]: " + problem);
+    }
+  }
+}
+
 Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnostics& diagnostics) {
   const auto& sections = core_sections();
   for (const auto& s : doc.sections()) {
@@ -300,6 +335,7 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
   p.norm = component_section(doc, "norm", KILN_COMPONENT_NORM, registry, diagnostics);
   p.optimizer =
       component_section(doc, "optimizer", KILN_COMPONENT_OPTIMIZER, registry, diagnostics);
+  freeze_patterns(doc, p.optimizer, diagnostics);
   p.lr_policy =
       component_section(doc, "lr_policy", KILN_COMPONENT_LR_POLICY, registry, diagnostics);
   p.param_rules = param_rules(doc, diagnostics);

@@ -708,6 +708,17 @@ TEST_F(ConfigTest, CustomKeysErrors) {
       at(4, 18) + ": optimizer.custom_keys.fc.lr_mult: value -1 is out of range; expected >= 0");
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[optimizer]\ncustom_keys = 3\n"),
             at(4, 15) + ": optimizer.custom_keys: expected table, found integer");
+  // Found by the config fuzzer: libstdc++ compiles a regex recursively, so a very long pattern
+  // would overflow the stack; and a bad freeze pattern used to fail only at run time.
+  const std::string long_pattern(1001, 'a');
+  EXPECT_NE(error_of("[model]\nname = \"mlp\"\n[optimizer.custom_keys]\n\"" + long_pattern +
+                     "\" = { lr_mult = 2 }\n")
+                .find("regular expression is 1001 characters long; at most 1000 are allowed"),
+            std::string::npos);
+  EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[optimizer]\nfreeze = [\"ok\", \"[\"]\n"),
+            at(4, 10) +
+                ": optimizer.freeze[1]: invalid regular expression: Unexpected character "
+                "within '[...]' in regular expression");
 }
 
 }  // namespace

@@ -25,7 +25,9 @@ inline std::set<std::string> parameter_names(const kiln::Model& model) {
 }
 
 inline at::Tensor parameter(const kiln::Model& model, const std::string& name) {
-  const at::Tensor* p = model.named_parameters().find(name);
+  // The dict must outlive the pointer find() returns into it.
+  const auto params = model.named_parameters();
+  const at::Tensor* p = params.find(name);
   if (p == nullptr) throw std::runtime_error("no parameter " + name);
   return *p;
 }
