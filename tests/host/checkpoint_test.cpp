@@ -337,4 +337,25 @@ TEST(Checkpoint, AFullDiskIsAClearErrorAndThePreviousCheckpointSurvives) {
   fs::remove_all(dir);
 }
 
+TEST(Checkpoint, ASecondSignalExitsAtOnce) {
+  const fs::path dir = temp_dir();
+  const pid_t pid = spawn(
+      base_args(dir) + " --set run.checkpoint_every=1 --metrics " + (dir / "m.jsonl").string(),
+      dir / "log");
+  wait_for_steps(dir / "m.jsonl", 10, pid);
+  // The first asks for a checkpoint at the end of the step and a clean exit (which prints
+  // "stopped by signal"); the second, right after it, means "now": _exit(143), nothing printed.
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  std::this_thread::sleep_for(std::chrono::microseconds(200));
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFEXITED(status));
+  EXPECT_EQ(WEXITSTATUS(status), 143);
+  std::ifstream log((dir / "log").string());
+  const std::string output((std::istreambuf_iterator<char>(log)), {});
+  EXPECT_EQ(output.find("stopped by signal"), std::string::npos) << output;
+  fs::remove_all(dir);
+}
+
 }  // namespace
