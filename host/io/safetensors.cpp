@@ -17,31 +17,17 @@
 namespace kiln::io {
 namespace {
 
+// safetensors' dtype codes, read both ways.
+const std::pair<const char*, at::ScalarType> kDtypes[] = {
+    {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"F64", at::kDouble},
+    {"I64", at::kLong},  {"I32", at::kInt},  {"I16", at::kShort},     {"I8", at::kChar},
+    {"U8", at::kByte},   {"BOOL", at::kBool}};
+
 const char* dtype_code(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat:
-      return "F32";
-    case at::kHalf:
-      return "F16";
-    case at::kBFloat16:
-      return "BF16";
-    case at::kDouble:
-      return "F64";
-    case at::kLong:
-      return "I64";
-    case at::kInt:
-      return "I32";
-    case at::kShort:
-      return "I16";
-    case at::kChar:
-      return "I8";
-    case at::kByte:
-      return "U8";
-    case at::kBool:
-      return "BOOL";
-    default:
-      throw std::runtime_error(std::string("safetensors: no code for dtype ") + c10::toString(t));
+  for (const auto& [code, dtype] : kDtypes) {
+    if (dtype == t) return code;
   }
+  throw std::runtime_error(std::string("safetensors: no code for dtype ") + c10::toString(t));
 }
 
 std::string json_string(const std::string& s) {
@@ -72,13 +58,10 @@ void write_all(int fd, const void* data, size_t size, const std::string& path) {
 }
 
 at::ScalarType dtype_of(const std::string& code, const std::string& path) {
-  static const std::map<std::string, at::ScalarType> codes = {
-      {"F32", at::kFloat}, {"F16", at::kHalf}, {"BF16", at::kBFloat16}, {"F64", at::kDouble},
-      {"I64", at::kLong},  {"I32", at::kInt},  {"I16", at::kShort},     {"I8", at::kChar},
-      {"U8", at::kByte},   {"BOOL", at::kBool}};
-  const auto it = codes.find(code);
-  if (it == codes.end()) throw std::runtime_error(path + ": unsupported dtype '" + code + "'");
-  return it->second;
+  for (const auto& [name, dtype] : kDtypes) {
+    if (code == name) return dtype;
+  }
+  throw std::runtime_error(path + ": unsupported dtype '" + code + "'");
 }
 
 }  // namespace

@@ -20,12 +20,7 @@ const kiln_option_spec kOptions[] = {
 
 // The option `name` checked to be of `type`; NULL when absent (the default then applies).
 const kiln_option_value* find_option(const kiln_options* options, const char* name, int32_t type) {
-  const kiln_option_value* value = kiln_options_find(options, name);
-  if (value != nullptr && value->type != type) {
-    throw Error(KILN_ERR_INVALID_ARGUMENT,
-                std::string("mlp: option '") + name + "' has the wrong type");
-  }
-  return value;
+  return kiln::find_option(options, name, type, "mlp");
 }
 
 kiln_mlp::MlpConfig parse_config(const kiln_options* options, const kiln_model_input& input) {

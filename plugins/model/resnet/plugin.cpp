@@ -24,12 +24,7 @@ constexpr int64_t kMaxChannels = int64_t{1} << 20;
 
 // The option `name` checked to be of `type`; NULL when absent (the default then applies).
 const kiln_option_value* find_option(const kiln_options* options, const char* name, int32_t type) {
-  const kiln_option_value* value = kiln_options_find(options, name);
-  if (value != nullptr && value->type != type) {
-    throw Error(KILN_ERR_INVALID_ARGUMENT,
-                std::string("resnet: option '") + name + "' has the wrong type");
-  }
-  return value;
+  return kiln::find_option(options, name, type, "resnet");
 }
 
 kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,

@@ -44,6 +44,19 @@ kiln_status* guard(const kiln_host_api* host, Body&& body) noexcept {
   }
 }
 
+// The option `name` checked to be of `type` (KILN_OPT_*); NULL when absent, so the plugin's
+// default applies. A value of another type throws Error("<plugin>: option '<name>' has the
+// wrong type").
+inline const kiln_option_value* find_option(const kiln_options* options, const char* name,
+                                            int32_t type, const char* plugin) {
+  const kiln_option_value* value = kiln_options_find(options, name);
+  if (value != nullptr && value->type != type) {
+    throw Error(KILN_ERR_INVALID_ARGUMENT,
+                std::string(plugin) + ": option '" + name + "' has the wrong type");
+  }
+  return value;
+}
+
 }  // namespace kiln
 
 // Wraps a plugin function body: `return KILN_GUARD(host, { ... });`
