@@ -117,8 +117,16 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
   config::Pipeline pipeline;
   int code = 0;
   if (!resolve(args, plugins, pipeline, code)) return code;
+  engine::RunOptions options;
   try {
-    engine::RunOptions options;
+    options.launch = dist::read_launch_env();
+  } catch (const std::invalid_argument& e) {
+    fmt::print(stderr, "error: launch environment: {}\n", e.what());
+    return kConfigError;
+  }
+  // In a distributed run rank 0 alone reports progress; the others speak up only for warnings.
+  if (options.launch && options.launch->rank != 0) spdlog::set_level(spdlog::level::warn);
+  try {
     options.metrics_path = metrics_path;
     options.resume = resume;
     engine::RunResult r = engine::train(pipeline, options);

@@ -1,11 +1,67 @@
-// `kiln`: run, validate and plan TOML pipelines; list and describe plugins.
+// `kiln`: run, launch (several ranks), validate and plan TOML pipelines; list and describe
+// plugins.
 #include <torch/version.h>
+#include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <cstdio>
+#include <stdexcept>
 
 #include "cli/commands.hpp"
+#include "dist/launcher.hpp"
 #include "io/log.hpp"
 #include "kiln/abi.h"
+
+namespace {
+
+// FILE and the options after it, checked; throws CLI11's errors so that they read (and exit) as
+// any other usage error.
+std::vector<std::string> launch_usage(const CLI::App& cmd,
+                                      const kiln::dist::LaunchOptions& options) {
+  std::vector<std::string> rest = cmd.remaining();
+  if (rest.empty()) throw CLI::RequiredError("FILE (the pipeline to run)");
+  if (!rest.front().empty() && rest.front().front() == '-') {
+    const std::string got = "got '" + rest.front() + "'";
+    throw CLI::ValidationError("FILE",
+                               "expected the pipeline file before kiln run's options, " + got);
+  }
+  if (const std::string problem = CLI::ExistingFile(rest.front()); !problem.empty()) {
+    throw CLI::ValidationError("FILE", problem);
+  }
+  if (options.node_rank >= options.nnodes) {
+    throw CLI::ValidationError("--node-rank", "must be below --nnodes");
+  }
+  if (options.nnodes > 1 && options.master_port == 0) {
+    throw CLI::ValidationError("--master-port",
+                               "an explicit port is required with --nnodes > 1 (every node "
+                               "must use the same one)");
+  }
+  return rest;
+}
+
+// Each rank runs this very executable: `kiln [-v] run FILE …`.
+int launch_ranks(const kiln::dist::LaunchOptions& options, const std::vector<std::string>& run_args,
+                 bool verbose) {
+  std::vector<std::string> argv;
+  try {
+    std::string self(4096, '\0');
+    const ssize_t n = readlink("/proc/self/exe", self.data(), self.size());
+    if (n <= 0 || static_cast<size_t>(n) >= self.size()) {
+      throw std::runtime_error("cannot find this executable's path in /proc/self/exe");
+    }
+    self.resize(static_cast<size_t>(n));
+    argv.push_back(self);
+    if (verbose) argv.emplace_back("-v");
+    argv.emplace_back("run");
+    argv.insert(argv.end(), run_args.begin(), run_args.end());
+    return kiln::dist::launch(options, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   CLI::App app{"Kiln: a C++ training framework on LibTorch with C-ABI plugins"};
@@ -58,6 +114,32 @@ int main(int argc, char** argv) {
   lr->add_flag("--csv", lr_csv, "comma-separated values instead of a table");
   lr->add_option("--png", lr_png, "also write the schedule as a PNG plot");
 
+  // `kiln launch … FILE [run options]`: everything from FILE on is `kiln run`'s command line.
+  CLI::App* launch_cmd =
+      app.add_subcommand("launch",
+                         "run a pipeline as several local ranks (distributed data "
+                         "parallel), like torchrun; FILE and what follows go to kiln run");
+  launch_cmd->prefix_command();
+  kiln::dist::LaunchOptions launch_options;
+  launch_cmd->add_option("--nproc", launch_options.nproc, "ranks on this node")
+      ->required()
+      ->check(CLI::Range(1, 1 << 16));
+  launch_cmd->add_option("--nnodes", launch_options.nnodes, "nodes in the run (default 1)")
+      ->check(CLI::Range(1, 1 << 16));
+  launch_cmd->add_option("--node-rank", launch_options.node_rank, "this node's index (default 0)")
+      ->check(CLI::NonNegativeNumber);
+  launch_cmd->add_option("--master-addr", launch_options.master_addr,
+                         "host of rank 0 (default 127.0.0.1)");
+  launch_cmd
+      ->add_option("--master-port", launch_options.master_port,
+                   "port of rank 0's store (default: a free one; required with --nnodes > 1)")
+      ->check(CLI::Range(0, 65535));
+  launch_cmd
+      ->add_option("--grace", launch_options.grace_seconds,
+                   "seconds between SIGTERM and SIGKILL for the other ranks when one fails")
+      ->check(CLI::NonNegativeNumber);
+  std::vector<std::string> launch_run_args;  // FILE and kiln run's options
+
   CLI::App* config_docs =
       app.add_subcommand("config-docs", "print the configuration reference (docs/config.md)");
 
@@ -73,6 +155,7 @@ int main(int argc, char** argv) {
 
   try {
     app.parse(argc, argv);
+    if (*launch_cmd) launch_run_args = launch_usage(*launch_cmd, launch_options);
   } catch (const CLI::ParseError& e) {
     // Help is a success; any other command-line mistake is a usage error (exit code 2, as
     // configuration errors), not CLI11's own numbering.
@@ -81,6 +164,7 @@ int main(int argc, char** argv) {
   }
   kiln::io::setup_logging(verbose);
 
+  if (*launch_cmd) return launch_ranks(launch_options, launch_run_args, verbose);
   if (*run) return kiln::cli::run(args, metrics, resume);
   if (*plot_cmd) return kiln::cli::plot(plot_metrics_file, plot_png);
   if (*export_cmd) return kiln::cli::export_weights(export_from, export_to, export_dtype);

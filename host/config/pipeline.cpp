@@ -279,9 +279,9 @@ std::vector<ParamRule> param_rules(const Document& doc, Diagnostics& diagnostics
         for (const auto& s : mult_specs) spec = name == s.name ? &s : spec;
         if (spec == nullptr) {
           const auto best = nearest(name, mult_names);
-          diagnostics.add(at, where_name + "." + name + ": unknown key; " +
-                                  (best ? "did you mean '" + *best + "'?"
-                                        : "valid keys: lr_mult, decay_mult"));
+          diagnostics.add(
+              at, where_name + "." + name + ": unknown key; " +
+                      (best ? "did you mean '" + *best + "'?" : "valid keys: lr_mult, decay_mult"));
           ok = false;
           continue;
         }
@@ -342,6 +342,7 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
   p.lr_scaling = plain_section(doc, "lr_scaling", diagnostics);
   p.precision =
       component_section(doc, "precision", KILN_COMPONENT_PRECISION, registry, diagnostics);
+  p.dist = plain_section(doc, "dist", diagnostics);
   const OptionSet plugins = plain_section(doc, "plugins", diagnostics);
   if (plugins.has("paths")) p.plugin_paths = plugins.get_string_list("paths");
   diagnostics.throw_if_any();
@@ -410,6 +411,7 @@ std::string to_toml(const Pipeline& pipeline) {
   component(pipeline.lr_policy);
   plain("lr_scaling", pipeline.lr_scaling);
   component(pipeline.precision);
+  plain("dist", pipeline.dist);
   Value paths;
   paths.type = KILN_OPT_STRING_LIST;
   paths.string_list = pipeline.plugin_paths;

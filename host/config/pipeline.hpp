@@ -16,7 +16,7 @@ struct ParamRule {
   std::string pattern;  // ECMAScript regular expression, searched in the parameter name
   double lr_mult = 1.0;
   double decay_mult = 1.0;
-  SourcePos pos;        // where the rule was written
+  SourcePos pos;  // where the rule was written
 };
 
 // The component chosen for one slot of the pipeline ("optimizer", "model", ...).
@@ -37,7 +37,8 @@ struct Pipeline {
   ComponentChoice optimizer;              // [optimizer]
   ComponentChoice lr_policy;              // [lr_policy]
   ComponentChoice precision;              // [precision]
-  OptionSet lr_scaling;   // [lr_scaling]
+  OptionSet lr_scaling;                   // [lr_scaling]
+  OptionSet dist;                         // [dist]: data-parallel settings
   std::vector<ParamRule> param_rules;     // [optimizer.custom_keys], in file order
   std::vector<std::string> plugin_paths;  // [plugins] paths: extra plugin folders
 };
@@ -59,7 +60,7 @@ Pipeline load_pipeline_text(const std::string& text, const std::string& name,
 
 // The core schema of each section, as option specs (the same shape plugins use), for docs and
 // `kiln plan`. Sections: run, data, model, norm, optimizer, lr_policy, lr_scaling, precision,
-// plugins.
+// dist, plugins.
 const std::vector<kiln_option_spec>& core_schema(const std::string& section);
 const std::vector<std::string>& core_sections();
 

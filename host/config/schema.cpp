@@ -163,6 +163,32 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                 0),
        }},
       {"precision", {spec("name", KILN_OPT_STRING, "\"fp32\"", "precision policy component")}},
+      {"dist",
+       {
+           choice("backend", "auto,gloo,nccl", "\"auto\"",
+                  "c10d backend of a distributed run: auto = nccl on cuda, gloo on cpu"),
+           spec("bucket_cap_mb", KILN_OPT_FLOAT, "25.0",
+                "gradient bucket size in MiB (DDP bucket_cap_mb); each bucket is all-reduced "
+                "during backward as soon as it is full",
+                kPositive),
+           spec("find_unused_parameters", KILN_OPT_BOOL, "false",
+                "walk the autograd graph each step for parameters that got no gradient (DDP "
+                "find_unused_parameters); needed only by models that skip parameters"),
+           spec("broadcast_buffers", KILN_OPT_BOOL, "true",
+                "give every rank rank 0's buffers (BN running statistics) at the start of each "
+                "optimizer step"),
+           choice("gradient_compression", "none,fp16,bf16", "\"none\"",
+                  "all-reduce gradients as 16-bit values (DDP fp16/bf16 compress hooks)"),
+           spec("gradient_as_bucket_view", KILN_OPT_BOOL, "false",
+                "gradients alias the all-reduce buckets, saving one gradient-sized copy"),
+           spec("sync_every_micro_step", KILN_OPT_BOOL, "false",
+                "with accumulation: all-reduce on every micro-step (DDP without no_sync) instead "
+                "of only the last of each window"),
+           spec("timeout_s", KILN_OPT_FLOAT, "300.0",
+                "seconds a rank waits in a collective (or at start-up) for the others before "
+                "failing; a rank that died or hung is then named",
+                kPositive),
+       }},
       {"plugins",
        {spec("paths", KILN_OPT_STRING_LIST, "[]", "extra folders to search for plugin libraries")}},
   };
@@ -179,9 +205,9 @@ const std::vector<kiln_option_spec>& core_schema(const std::string& section) {
 }
 
 const std::vector<std::string>& core_sections() {
-  static const std::vector<std::string> sections = {"run",        "data",      "model",
-                                                    "norm",       "optimizer", "lr_policy",
-                                                    "lr_scaling", "precision", "plugins"};
+  static const std::vector<std::string> sections = {
+      "run",       "data",       "model",     "norm", "optimizer",
+      "lr_policy", "lr_scaling", "precision", "dist", "plugins"};
   return sections;
 }
 

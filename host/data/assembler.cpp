@@ -77,8 +77,11 @@ Batch BatchAssembler::build(const int64_t* indices, int64_t count, int64_t epoch
     const auto e = static_cast<uint64_t>(epoch);
     const auto b = static_cast<uint64_t>(batch_index);
     // The tag keeps this stream apart from the epoch permutation's (same seed, epoch).
-    std::seed_seq seq{uint32_t(s), uint32_t(s >> 32), uint32_t(e), uint32_t(e >> 32),
-                      uint32_t(b), uint32_t(b >> 32), 0x61756735u};
+    std::vector<uint32_t> words{uint32_t(s), uint32_t(s >> 32), uint32_t(e), uint32_t(e >> 32),
+                                uint32_t(b), uint32_t(b >> 32), 0x61756735u};
+    // Ranks build different samples at the same batch index: give each its own stream.
+    if (options_.world_size > 1) words.push_back(static_cast<uint32_t>(options_.rank));
+    std::seed_seq seq(words.begin(), words.end());
     gen.seed(seq);
   }
   const uint64_t offsets = static_cast<uint64_t>(2 * options_.crop_padding + 1);

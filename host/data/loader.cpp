@@ -65,7 +65,7 @@ struct Loader::Impl {
       : options(opts),
         assembler(dataset, opts),
         dataset_size(dataset.size()),
-        samples(shard_size(dataset_size, opts.world_size)),
+        samples(shard_size(dataset_size, opts.world_size, opts.rank, opts.pad_shards)),
         batches(opts.drop_last ? samples / opts.batch_size
                                : (samples + opts.batch_size - 1) / opts.batch_size),
         slots(static_cast<size_t>(opts.prefetch)) {}
@@ -155,9 +155,10 @@ int64_t Loader::samples_per_epoch() const { return impl_->samples; }
 void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
   auto plan = std::make_shared<EpochPlan>();
   plan->epoch = epoch;
-  plan->order = shard_order(impl_->dataset_size, epoch,
-                            ShardSpec{impl_->options.shuffle, impl_->options.seed,
-                                      impl_->options.rank, impl_->options.world_size});
+  plan->order =
+      shard_order(impl_->dataset_size, epoch,
+                  ShardSpec{impl_->options.shuffle, impl_->options.seed, impl_->options.rank,
+                            impl_->options.world_size, impl_->options.pad_shards});
   plan->num_batches = impl_->batches;
   {
     std::lock_guard<std::mutex> lock(impl_->mutex);

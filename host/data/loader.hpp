@@ -25,6 +25,7 @@ struct LoaderOptions {
   double std = 1.0;
   int rank = 0;             // this rank's shard of world_size disjoint shards; shards are
   int world_size = 1;       // padded (wrapping around) to equal length
+  bool pad_shards = true;   // false: unequal shards, every sample seen once (evaluation)
   bool pin_memory = false;  // allocate batches in pinned memory (for CUDA copies)
 };
 

@@ -8,6 +8,8 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "dist/counting_backend.hpp"
+
 namespace kiln::dist {
 namespace {
 
@@ -59,12 +61,22 @@ ProcessGroup::ProcessGroup(const GroupOptions& options) : options_(options) {
     } else {
       throw std::invalid_argument("unknown backend '" + options.backend + "' (gloo or nccl)");
     }
+    const auto type = options.backend == "gloo" ? c10d::ProcessGroup::BackendType::GLOO
+                                                : c10d::ProcessGroup::BackendType::NCCL;
+    counting_ = c10::make_intrusive<CountingBackend>(backend_);
+    counted_group_ =
+        c10::make_intrusive<c10d::ProcessGroup>(store_, options.rank, options.world_size);
+    counted_group_->setBackend(
+        options.backend == "gloo" ? c10::DeviceType::CPU : c10::DeviceType::CUDA, type, counting_);
+    counted_group_->setDefaultBackend(type);
   } catch (const std::exception& e) {
     throw std::runtime_error("cannot join the " + where + ": " + e.what());
   }
 }
 
 ProcessGroup::~ProcessGroup() = default;
+
+int64_t ProcessGroup::counted_allreduces() const { return counting_->allreduce_calls(); }
 
 void ProcessGroup::allreduce(at::Tensor& tensor, const std::string& op) {
   std::vector<at::Tensor> tensors{tensor};

@@ -11,9 +11,12 @@
 namespace c10d {
 class Store;
 class Backend;
+class ProcessGroup;
 }  // namespace c10d
 
 namespace kiln::dist {
+
+class CountingBackend;
 
 struct GroupOptions {
   std::string backend = "gloo";  // "gloo" (CPU tensors) or "nccl" (CUDA tensors)
@@ -44,10 +47,19 @@ class ProcessGroup {
   // `out` holds world_size × in.numel() elements, rank-major.
   void allgather(const at::Tensor& in, at::Tensor& out);
 
+  // The same connections as a c10d::ProcessGroup for the DDP Reducer. Its all-reduces are
+  // counted (counted_allreduces); the host's own collectives above are not, so the count is
+  // gradient traffic only.
+  const c10::intrusive_ptr<c10d::ProcessGroup>& counted_group() const { return counted_group_; }
+  int64_t counted_allreduces() const;
+  const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
+
  private:
   GroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;
+  c10::intrusive_ptr<CountingBackend> counting_;
+  c10::intrusive_ptr<c10d::ProcessGroup> counted_group_;
 };
 
 }  // namespace kiln::dist

@@ -6,6 +6,8 @@
 #include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/cross_entropy_loss.h>
+#include <ATen/ops/tensor.h>
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -13,10 +15,14 @@
 #include <boost/filesystem.hpp>
 #include <chrono>
 #include <cmath>
+#include <csignal>
 #include <stdexcept>
 
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
+#include "dist/data_parallel.hpp"
+#include "dist/heartbeat.hpp"
+#include "dist/process_group.hpp"
 #include "engine/checks.hpp"
 #include "engine/gradients.hpp"
 #include "engine/loss_scaler.hpp"
@@ -70,10 +76,15 @@ std::pair<data::Dataset, data::Dataset> load_data(const config::OptionSet& d, ui
   return {data::load_fashion_mnist(root, "train"), data::load_fashion_mnist(root, "test")};
 }
 
+// This rank's loader: data.batch_size is the global batch, split evenly over the ranks; the
+// training shards are padded to equal length, the evaluation shards see every sample once.
 data::LoaderOptions loader_options(const config::OptionSet& d, uint64_t seed, bool train,
-                                   at::Device device) {
+                                   at::Device device, int rank, int world_size) {
   data::LoaderOptions o;
-  o.batch_size = train ? d.get_int("batch_size") : d.get_int("eval_batch_size");
+  o.batch_size = train ? d.get_int("batch_size") / world_size : d.get_int("eval_batch_size");
+  o.rank = rank;
+  o.world_size = world_size;
+  o.pad_shards = train;
   o.shuffle = train && d.get_bool("shuffle");
   o.drop_last = train && d.get_bool("drop_last");
   o.seed = seed;
@@ -91,9 +102,10 @@ struct Evaluation {
   double accuracy = 0.0, loss = 0.0;
 };
 
-// Test-set accuracy and loss, the forward run as in training (dtype, autocast).
+// Test-set accuracy and loss, the forward run as in training (dtype, autocast). In a
+// distributed run each rank evaluates its shard and the sums are all-reduced.
 Evaluation evaluate(kiln::Model& model, data::Loader& loader, at::Device device,
-                    const PrecisionPlan& plan) {
+                    const PrecisionPlan& plan, dist::ProcessGroup* group) {
   at::NoGradGuard no_grad;
   model.eval();
   loader.start_epoch(0);
@@ -113,6 +125,14 @@ Evaluation evaluate(kiln::Model& model, data::Loader& loader, at::Device device,
     seen += y.size(0);
   }
   model.train();
+  if (group != nullptr) {
+    at::Tensor sums = at::tensor(
+        std::vector<double>{loss_sum, static_cast<double>(correct), static_cast<double>(seen)});
+    group->allreduce(sums, "sum");
+    loss_sum = sums[0].item<double>();
+    correct = static_cast<int64_t>(sums[1].item<double>());
+    seen = static_cast<int64_t>(sums[2].item<double>());
+  }
   return {seen ? static_cast<double>(correct) / seen : NAN, seen ? loss_sum / seen : NAN};
 }
 
@@ -142,28 +162,24 @@ std::string join(const std::vector<std::string>& names) {
   return out;
 }
 
-}  // namespace
-
-RunResult train(const config::Pipeline& p, const RunOptions& options) {
+// The run once the device and the process group are settled; `group` is null in a
+// single-process run.
+RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Device device,
+                   dist::ProcessGroup* group, dist::Heartbeat* heartbeat) {
   // ---- set-up ----------------------------------------------------------------------------------
   const auto& run = p.run;
-  if (run.get_int("threads") > 0) at::set_num_threads(static_cast<int>(run.get_int("threads")));
   const auto seed = static_cast<uint64_t>(run.get_int("seed"));
   at::manual_seed(seed);
-  const at::Device device = resolve_device(run.get_string("device"));
-  check_pipeline(p, device);
-  if (run.get_string("tf32") != "default") {
-    const bool tf32 = run.get_string("tf32") == "on";
-    at::globalContext().setAllowTF32CuBLAS(tf32);
-    at::globalContext().setAllowTF32CuDNN(tf32);
-  }
+  const int rank = group ? group->rank() : 0;
+  const int world = group ? group->world_size() : 1;
+
   plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
   const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());
 
   // ---- data ------------------------------------------------------------------------------------
   auto [train_set, test_set] = load_data(p.data, seed);
-  data::Loader train_loader(train_set, loader_options(p.data, seed, true, device));
-  data::Loader test_loader(test_set, loader_options(p.data, seed, false, device));
+  data::Loader train_loader(train_set, loader_options(p.data, seed, true, device, rank, world));
+  data::Loader test_loader(test_set, loader_options(p.data, seed, false, device, rank, world));
 
   // ---- model, with the pipeline's norm plugin behind every norm layer --------------------------
   plugin::set_norm_factory([&](const kiln_norm_request& request) {
@@ -192,6 +208,7 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   const int64_t accumulation = run.get_int("accumulation_steps");
   const int64_t batches_per_epoch = train_loader.batches_per_epoch();
   const int64_t steps_per_epoch = (batches_per_epoch + accumulation - 1) / accumulation;
+  // data.batch_size is already the global batch, so the world size does not multiply it again.
   const ScheduleFrame frame = schedule_frame(p, steps_per_epoch, /*world_size=*/1, accumulation);
   const int64_t max_steps = frame.max_iters;
   plugin::LrPolicyAdapter lr_policy(*p.lr_policy.component, p.lr_policy.options,
@@ -218,9 +235,35 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
                    position.epoch, position.batches_in_epoch);
     }
   }
+  // Ranks draw different dropout masks; the weights above were drawn alike (and are
+  // broadcast from rank 0 below anyway).
+  if (world > 1 && options.resume.empty()) at::manual_seed(seed + static_cast<uint64_t>(rank));
+  std::unique_ptr<dist::DataParallel> ddp;
+  const bool sync_every_micro_step = p.dist.get_bool("sync_every_micro_step");
+  if (group) {
+    std::vector<at::Tensor> params, buffers;
+    for (const auto& t : model->parameters()) {
+      if (t.requires_grad()) params.push_back(t);
+    }
+    for (const auto& t : model->buffers()) buffers.push_back(t);
+    dist::DataParallelOptions d;
+    d.bucket_cap_mb = p.dist.get_float("bucket_cap_mb");
+    d.find_unused_parameters = p.dist.get_bool("find_unused_parameters");
+    d.broadcast_buffers = p.dist.get_bool("broadcast_buffers");
+    d.compression = p.dist.get_string("gradient_compression");
+    d.gradient_as_bucket_view = p.dist.get_bool("gradient_as_bucket_view");
+    ddp = std::make_unique<dist::DataParallel>(*group, params, buffers, d);
+    spdlog::info("data parallel over {} ranks: gradient buckets of up to {} MiB{}", world,
+                 d.bucket_cap_mb,
+                 d.compression == "none" ? "" : ", " + d.compression + " on the wire");
+  }
+  // Rank 0 alone writes checkpoints, metrics, TensorBoard and weights; the ranks hold the same
+  // state, so one copy is the run's.
+  const bool writer = rank == 0;
+
   int64_t checkpointed_step = position.step > 0 ? position.step : -1;
   auto checkpoint = [&](const RunPosition& at) {
-    if (!run.get_bool("checkpoints") || at.step == checkpointed_step) return;
+    if (!writer || !run.get_bool("checkpoints") || at.step == checkpointed_step) return;
     result.last_checkpoint = io::write_checkpoint(
         checkpoint_root, capture(at, *model, optimizer_step, optimizer, lr_driver, scaler, p),
         run.get_int("checkpoint_keep"));
@@ -230,10 +273,11 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   const int64_t checkpoint_every = run.get_int("checkpoint_every");
   StopSignals signals;
   std::unique_ptr<io::TensorBoardWriter> tensorboard;
-  if (run.get_bool("tensorboard")) {
+  if (writer && run.get_bool("tensorboard")) {
     tensorboard = std::make_unique<io::TensorBoardWriter>(out_dir + "/tensorboard");
   }
-  io::MetricsWriter metrics(options.metrics_path, /*append=*/position.step > 0);
+  io::MetricsWriter metrics(writer ? options.metrics_path : std::string(),
+                            /*append=*/position.step > 0);
   const int64_t log_interval = run.get_int("log_interval");
   size_t trainable = 0;
   for (const auto& g : groups) trainable += g.params.size();
@@ -265,7 +309,7 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   // ---- the loop --------------------------------------------------------------------------------
   result.test_accuracy = NAN;
   const auto start = Clock::now();
-  const bool bar = io::stderr_is_terminal();
+  const bool bar = writer && io::stderr_is_terminal();
   int64_t step = position.step;
   RunPosition last = position;  // where the run is after its latest step
   double window_loss = 0.0, window_samples = 0.0;
@@ -280,6 +324,7 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
       const int64_t window = std::min(accumulation, batches_per_epoch - batches_done);
       const double scale = scaler.scale();
       optimizer_step.zero_grad();
+      const int64_t allreduces_before = ddp ? ddp->allreduce_calls() : 0;
       double data_time = 0.0;
       at::Tensor loss_sum;
       int64_t samples = 0, micro = 0;
@@ -292,6 +337,10 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
         at::Tensor x = batch->images.to(device, /*non_blocking=*/true);
         at::Tensor y = batch->labels.to(device, /*non_blocking=*/true);
         if (plan.half_model()) x = x.to(plan.model_dtype);
+        // The window's last backward all-reduces (the Reducer averages over the ranks); the
+        // ones before only accumulate, as under DDP's no_sync().
+        const bool sync = sync_every_micro_step || micro == window - 1;
+        if (ddp) ddp->before_forward(/*window_start=*/micro == 0, sync);
         at::Tensor loss;
         {
           // Forward and loss under autocast, as torch.amp recommends; backward outside it.
@@ -301,6 +350,7 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
               logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat), y);
         }
         const double factor = scale / static_cast<double>(window);
+        if (ddp) ddp->before_backward(sync, loss);
         (factor == 1.0 ? loss : loss * factor).backward();
         at::Tensor weighted = loss.detach() * static_cast<double>(y.size(0));
         loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
@@ -324,7 +374,23 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
                          : "");
       }
 
-      const double loss_value = loss_sum.item<double>() / static_cast<double>(samples);
+      double loss_total = loss_sum.item<double>();
+      double samples_total = static_cast<double>(samples);
+      int stop_signal = StopSignals::received();
+      if (group) {
+        // One small all-reduce: the loss over every rank for the log, and a signal any rank
+        // received, so that all ranks stop after the same step.
+        at::Tensor sums = at::tensor(std::vector<double>{loss_total, samples_total,
+                                                         stop_signal == SIGINT ? 1.0 : 0.0,
+                                                         stop_signal == SIGTERM ? 1.0 : 0.0});
+        group->allreduce(sums, "sum");
+        loss_total = sums[0].item<double>();
+        samples_total = sums[1].item<double>();
+        stop_signal = sums[3].item<double>() > 0   ? SIGTERM
+                      : sums[2].item<double>() > 0 ? SIGINT
+                                                   : stop_signal;
+      }
+      const double loss_value = loss_total / samples_total;
       const double step_time = seconds_since(step_start) - data_time;
       io::StepRecord record{step,
                             epoch,
@@ -332,13 +398,14 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
                             group_lrs,
                             step_time,
                             data_time,
-                            static_cast<double>(samples) / (step_time + data_time)};
+                            samples_total / (step_time + data_time)};
       record.loss_scale = scale;
       record.grad_norm = outcome.check.norm;
       record.skipped = outcome.verdict != StepVerdict::kApply;
       record.skipped_total = scaler.skipped_total();
       record.micro_batches = micro;
       record.memory_mb = io::peak_memory_mib(device);
+      record.allreduces = ddp ? ddp->allreduce_calls() - allreduces_before : 0;
       metrics.write(record);
       if (tensorboard) {
         tensorboard->scalar("train/loss", loss_value, step);
@@ -354,23 +421,26 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
         tensorboard->scalar("perf/memory_mb", record.memory_mb, step);
       }
       const RunPosition here{step, epoch, batches_done};
+      if (heartbeat) heartbeat->set_step(step);
       last = here;
       if (outcome.verdict == StepVerdict::kStop) {
         result.stopped = fmt::format("step {}: {}", step, scaler.stop_reason());
-        result.saved_weights = save_weights(*model, out_dir, step, result.stopped);
-        spdlog::error("{}; weights saved to {}", result.stopped, result.saved_weights);
+        if (writer) {
+          result.saved_weights = save_weights(*model, out_dir, step, result.stopped);
+          spdlog::error("{}; weights saved to {}", result.stopped, result.saved_weights);
+        }
         checkpoint(here);
         break;
       }
       if (checkpoint_every > 0 && step % checkpoint_every == 0) checkpoint(here);
-      if (const int sig = StopSignals::received()) {
+      if (const int sig = stop_signal) {
         spdlog::warn("signal {}: stopping after step {}", sig, step);
         checkpoint(here);
         result.signal = sig;
         break;
       }
-      window_loss += loss_value * static_cast<double>(samples);
-      window_samples += static_cast<double>(samples);
+      window_loss += loss_total;
+      window_samples += samples_total;
       io::ProgressState s;
       s.epoch = epoch;
       s.epochs = epochs;
@@ -392,7 +462,7 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
     if (bar) io::clear_progress_bar(stderr);
     if (!result.stopped.empty() || result.signal != 0) break;
     if (run.get_bool("eval")) {
-      Evaluation e = evaluate(*model, test_loader, device, plan);
+      Evaluation e = evaluate(*model, test_loader, device, plan, group);
       metrics.write(io::EvalRecord{epoch, step, e.accuracy, e.loss});
       spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  loss {:.4f}", epoch,
                    100.0 * e.accuracy, e.loss);
@@ -418,7 +488,64 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
   result.steps = step;
   result.skipped_steps = scaler.skipped_total();
   result.train_seconds = seconds_since(start);
+  result.rank = rank;
   return result;
+}
+
+}  // namespace
+
+RunResult train(const config::Pipeline& p, const RunOptions& options) {
+  if (p.run.get_int("threads") > 0) at::set_num_threads(static_cast<int>(p.run.get_int("threads")));
+  at::Device device = resolve_device(p.run.get_string("device"));
+  check_pipeline(p, device);
+
+  // ---- process group: every rank of a distributed run joins before anything else -------------
+  std::unique_ptr<dist::ProcessGroup> group;
+  std::unique_ptr<dist::Heartbeat> heartbeat;
+  if (options.launch) {
+    const dist::LaunchEnv& env = *options.launch;
+    if (device.is_cuda()) {
+      // One GPU per local rank, among those CUDA_VISIBLE_DEVICES leaves visible.
+      device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+      c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
+    }
+    const int rank = env.rank, world = env.world_size;
+    const int64_t batch = p.data.get_int("batch_size");
+    if (batch % world != 0) {
+      throw std::invalid_argument(fmt::format(
+          "data.batch_size = {} is the global batch and must be a multiple of the world size {} "
+          "(each rank takes batch_size / world size)",
+          batch, world));
+    }
+    dist::GroupOptions g;
+    const std::string backend = p.dist.get_string("backend");
+    g.backend = backend != "auto" ? backend : device.is_cuda() ? "nccl" : "gloo";
+    g.master_addr = env.master_addr;
+    g.port = env.master_port;
+    g.rank = rank;
+    g.world_size = world;
+    g.device_index = env.local_rank;
+    g.timeout =
+        std::chrono::milliseconds(static_cast<int64_t>(1000.0 * p.dist.get_float("timeout_s")));
+    group = std::make_unique<dist::ProcessGroup>(g);
+    heartbeat = std::make_unique<dist::Heartbeat>(group->store(), rank, world);
+    spdlog::info("rank {} of {} joined the {} group at {}:{} ({})", rank, world, g.backend,
+                 env.master_addr, env.master_port, env.source);
+  }
+  if (p.run.get_string("tf32") != "default") {
+    const bool tf32 = p.run.get_string("tf32") == "on";
+    at::globalContext().setAllowTF32CuBLAS(tf32);
+    at::globalContext().setAllowTF32CuDNN(tf32);
+  }
+  if (!group) return train_on(p, options, device, nullptr, nullptr);
+  try {
+    return train_on(p, options, device, group.get(), heartbeat.get());
+  } catch (const std::exception& e) {
+    // A collective that failed or timed out: say which rank is to blame, not only that a
+    // socket closed.
+    throw std::runtime_error(
+        fmt::format("rank {}: {}\n  ranks: {}", group->rank(), e.what(), heartbeat->diagnose()));
+  }
 }
 
 }  // namespace kiln::engine

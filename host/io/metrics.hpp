@@ -22,6 +22,7 @@ struct StepRecord {
   int64_t skipped_total = 0;  // skipped steps so far in the run
   int64_t micro_batches = 1;  // accumulated into this step
   double memory_mb = 0.0;     // peak memory so far, MiB (io/memory.hpp says of what)
+  int64_t allreduces = 0;     // gradient all-reduces issued in this step (0: one process)
 };
 
 struct EvalRecord {

@@ -279,7 +279,7 @@ TEST_F(ConfigTest, CViewPointsIntoTheOptionSet) {
 TEST_F(ConfigTest, CoreSchemaIsDocumented) {
   EXPECT_EQ(core_sections(),
             (std::vector<std::string>{"run", "data", "model", "norm", "optimizer", "lr_policy",
-                                      "lr_scaling", "precision", "plugins"}));
+                                      "lr_scaling", "precision", "dist", "plugins"}));
   for (const auto& section : core_sections()) {
     for (const auto& spec : core_schema(section)) {
       EXPECT_EQ(spec.struct_size, sizeof(kiln_option_spec));
@@ -308,7 +308,7 @@ TEST_F(ConfigTest, UnknownSection) {
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n\n[zzzzzzzz]\nx = 1\n"),
             at(4, 2) +
                 ": zzzzzzzz: unknown section; valid sections: run, data, model, norm, optimizer, "
-                "lr_policy, lr_scaling, precision, plugins");
+                "lr_policy, lr_scaling, precision, dist, plugins");
 }
 
 TEST_F(ConfigTest, UnknownKey) {

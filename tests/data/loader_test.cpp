@@ -166,6 +166,25 @@ TEST(Loader, ShardsAreDisjointPaddedAndCovering) {
   for (size_t i = 0; i + 1 < shards[1].size(); ++i) EXPECT_EQ(r0.count(shards[1][i]), 0u);
 }
 
+TEST(Loader, UnpaddedShardsSeeEverySampleOnce) {
+  // Evaluation: 25 samples on 3 ranks are 9 + 8 + 8, no sample twice.
+  const Dataset d = tagged_dataset(25);
+  std::multiset<int64_t> all;
+  for (int rank : {0, 1, 2}) {
+    LoaderOptions o = opts(2, 4);
+    o.rank = rank;
+    o.world_size = 3;
+    o.pad_shards = false;
+    Loader loader(d, o);
+    EXPECT_EQ(loader.samples_per_epoch(), rank == 0 ? 9 : 8);
+    const std::vector<int64_t> labels = epoch_labels(loader, 5);
+    EXPECT_EQ(static_cast<int64_t>(labels.size()), loader.samples_per_epoch());
+    all.insert(labels.begin(), labels.end());
+  }
+  EXPECT_EQ(all.size(), 25u);
+  EXPECT_EQ(std::set<int64_t>(all.begin(), all.end()).size(), 25u);
+}
+
 TEST(Loader, Normalisation) {
   const Dataset d = tagged_dataset(10, 2, 3, 3);
   LoaderOptions o = opts(1, 10);

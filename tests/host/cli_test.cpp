@@ -153,7 +153,7 @@ TEST(Cli, TrainsAndWritesMetrics) {
       R"(\{"type":"step","step":(\d+),"epoch":(\d+),"loss":[-0-9.e]+,"lr":\[[-0-9.e,]+\],)"
       R"("step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+,)"
       R"("loss_scale":1,"grad_norm":[0-9.e+-]+,"skipped":false,"skipped_total":0,)"
-      R"("micro_batches":1,"memory_mb":[0-9.e+]+\})");
+      R"("micro_batches":1,"memory_mb":[0-9.e+]+,"allreduces":0\})");
   const std::regex eval_re(
       R"(\{"type":"eval","epoch":(\d+),"step":(\d+),"accuracy":([-0-9.e]+),"loss":[-0-9.e]+\})");
   std::smatch m;

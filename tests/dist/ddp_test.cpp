@@ -1,0 +1,211 @@
+// Data-parallel training through the `kiln` binary, checked against PyTorch's own
+// DistributedDataParallel (tests/oracle/ddp_train.py: Gloo, the same data, initial weights,
+// buckets and optimizer) and against a single process on the global batch:
+// - 2 ranks × B equal PyTorch DDP and 1 rank × 2B to 1e-5 after 20 steps;
+// - accumulation K under DDP (no all-reduce before a window's last micro-step) equals PyTorch's
+//   no_sync() loop and 1 rank × K·2B;
+// - all-reduces per optimizer step equal the bucket count with accumulation, K times it with
+//   sync_every_micro_step;
+// - evaluation is all-reduced (same accuracy and loss as one process);
+// - a global batch that the world size does not divide is refused.
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <array>
+#include <cstdio>
+#include <fstream>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln_test_paths.h"
+#include "scratch.hpp"
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;  // stdout and stderr together
+};
+
+Result shell(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+constexpr int kTrain = 640, kTest = 200, kSize = 12, kSeed = 3;
+constexpr double kMean = 0.2, kStd = 0.3, kLr = 0.05, kMomentum = 0.9;
+const char* kHidden = "[96, 64]";
+constexpr double kBucketMb = 0.01;  // small buckets: several per step
+
+class Ddp : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    scratch_.write_text("config.json",
+                        R"({"phase": "prepare", "seed": 3, "train": )" + std::to_string(kTrain) +
+                            R"(, "test": )" + std::to_string(kTest) + R"(, "size": )" +
+                            std::to_string(kSize) + R"(, "hidden": )" + kHidden + "}");
+    scratch_.run("ddp_train.py");
+  }
+
+  // A pipeline on the prepared data and initial weights; `extra` is appended TOML.
+  std::string pipeline(const std::string& name, int batch, int accumulation, int steps,
+                       const std::string& extra = "") const {
+    std::ostringstream t;
+    t << "[run]\ndevice = \"cpu\"\nseed = 1\nepochs = 1\nmax_steps = " << steps
+      << "\naccumulation_steps = " << accumulation << "\ntensorboard = false\noutput_dir = \""
+      << scratch_.path(name) << "\"\nthreads = 1\n"
+      << "[data]\ndataset = \"fashion-mnist\"\nroot = \"" << scratch_.path("") << "\"\n"
+      << "batch_size = " << batch << "\nworkers = 0\nshuffle = false\nmean = " << kMean
+      << "\nstd = " << kStd << "\n"
+      << "[model]\nname = \"mlp\"\nhidden = " << kHidden << "\ninit = \""
+      << scratch_.path("init.safetensors") << "\"\n"
+      << "[optimizer]\nname = \"sgd\"\nlr = " << kLr << "\nmomentum = " << kMomentum << "\n"
+      << "[lr_policy]\nname = \"constant\"\n"
+      << "[dist]\nbucket_cap_mb = " << kBucketMb << "\n"
+      << extra;
+    scratch_.write_text(name + ".toml", t.str());
+    return scratch_.path(name + ".toml");
+  }
+
+  Result run(const std::string& name, int nproc) const {
+    const std::string file = scratch_.path(name + ".toml");
+    const std::string metrics = " --metrics " + scratch_.path(name + ".jsonl");
+    if (nproc == 0) return shell(std::string(KILN_CLI) + " run " + file + metrics);
+    return shell(std::string(KILN_CLI) + " launch --nproc " + std::to_string(nproc) + " " + file +
+                 metrics);
+  }
+
+  // The final model weights a run checkpointed.
+  std::string weights(const std::string& name, int step) const {
+    char dir[32];
+    std::snprintf(dir, sizeof dir, "step-%09d", step);
+    return scratch_.path(name) + "/checkpoints/" + dir + "/model.safetensors";
+  }
+
+  double max_diff(const std::string& a, const std::string& b) const {
+    scratch_.write_text("config.json",
+                        R"({"phase": "compare", "a": ")" + a + R"(", "b": ")" + b + "\"}");
+    scratch_.run("ddp_train.py");
+    return std::stod(scratch_.read_text("diff.txt"));
+  }
+
+  // PyTorch DDP on `world` ranks; its final weights.
+  std::string oracle(int world, int batch, int accumulation, int steps) const {
+    scratch_.write_text(
+        "config.json", R"({"phase": "train", "world": )" + std::to_string(world) +
+                           R"(, "batch": )" + std::to_string(batch) + R"(, "accumulation": )" +
+                           std::to_string(accumulation) + R"(, "steps": )" + std::to_string(steps) +
+                           R"(, "size": )" + std::to_string(kSize) + R"(, "hidden": )" + kHidden +
+                           R"(, "lr": )" + std::to_string(kLr) + R"(, "momentum": )" +
+                           std::to_string(kMomentum) + R"(, "mean": )" + std::to_string(kMean) +
+                           R"(, "std": )" + std::to_string(kStd) + R"(, "bucket_cap_mb": )" +
+                           std::to_string(kBucketMb) + R"(, "port": )" +
+                           std::to_string(21000 + ::getpid() % 20000) + "}");
+    scratch_.run("ddp_train.py");
+    return scratch_.path("oracle.safetensors");
+  }
+
+  // Per step of a metrics file: the "allreduces" field.
+  std::vector<long> allreduces(const std::string& name) const {
+    std::ifstream in(scratch_.path(name + ".jsonl"));
+    std::vector<long> out;
+    const std::regex re(R"("type":"step".*"allreduces":(\d+))");
+    std::smatch m;
+    for (std::string line; std::getline(in, line);) {
+      if (std::regex_search(line, m, re)) out.push_back(std::stol(m[1]));
+    }
+    return out;
+  }
+
+  // The last evaluation line of a metrics file.
+  std::string last_eval(const std::string& name) const {
+    std::ifstream in(scratch_.path(name + ".jsonl"));
+    std::string last;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"type\":\"eval\"") != std::string::npos) last = line;
+    }
+    return last;
+  }
+
+  kiln::test::Scratch scratch_;
+};
+
+constexpr double kTolerance = 1e-5;
+
+TEST_F(Ddp, TwoRanksMatchPyTorchDdpAndOneRankOnTheGlobalBatch) {
+  pipeline("two", 32, 1, 20);
+  pipeline("one", 32, 1, 20);
+  Result two = run("two", 2);
+  ASSERT_EQ(two.code, 0) << two.output;
+  Result one = run("one", 0);
+  ASSERT_EQ(one.code, 0) << one.output;
+  EXPECT_LT(max_diff(weights("two", 20), oracle(2, 32, 1, 20)), kTolerance);
+  EXPECT_LT(max_diff(weights("two", 20), weights("one", 20)), kTolerance);
+  // Rank 0 alone logs progress; both ranks' lines carry their rank.
+  EXPECT_NE(two.output.find("[rank 0] "), std::string::npos) << two.output;
+  EXPECT_FALSE(std::regex_search(two.output, std::regex(R"(\[rank 1\] \[[0-9:]+\] info)")))
+      << two.output;
+  EXPECT_EQ(two.output.find("info epoch 1/1  step 20/20"),
+            two.output.rfind("info epoch 1/1  step 20/20"))
+      << "progress logged by more than one rank:\n"
+      << two.output;
+  // Evaluation over both shards equals evaluation in one process.
+  const std::regex eval(R"("accuracy":([0-9.e-]+),"loss":([0-9.e-]+))");
+  std::smatch a, b;
+  const std::string ea = last_eval("two"), eb = last_eval("one");
+  ASSERT_TRUE(std::regex_search(ea, a, eval)) << ea;
+  ASSERT_TRUE(std::regex_search(eb, b, eval)) << eb;
+  EXPECT_DOUBLE_EQ(std::stod(a[1]), std::stod(b[1]));
+  EXPECT_NEAR(std::stod(a[2]), std::stod(b[2]), 1e-5);
+}
+
+TEST_F(Ddp, AccumulationSkipsAllReducesAndMatchesNoSync) {
+  // 2 ranks × 4 micro-batches of 8 = one step of 64: PyTorch with no_sync(), and one process.
+  pipeline("acc", 16, 4, 8);
+  pipeline("every", 16, 4, 8, "sync_every_micro_step = true\n");
+  pipeline("plain", 16, 1, 8);
+  pipeline("big", 64, 1, 8);
+  for (const char* name : {"acc", "every", "plain"}) {
+    Result r = run(name, 2);
+    ASSERT_EQ(r.code, 0) << name << ":\n" << r.output;
+  }
+  Result big = run("big", 0);
+  ASSERT_EQ(big.code, 0) << big.output;
+  EXPECT_LT(max_diff(weights("acc", 8), oracle(2, 16, 4, 8)), kTolerance);
+  EXPECT_LT(max_diff(weights("acc", 8), weights("big", 8)), kTolerance);
+  EXPECT_LT(max_diff(weights("every", 8), weights("acc", 8)), kTolerance);
+
+  // Without accumulation every step all-reduces each bucket once: that count is the bucket
+  // count. Accumulation must not multiply it; sync_every_micro_step does, by 4. As in PyTorch's
+  // DDP, the first step runs with a single bucket and the buckets are rebuilt after it.
+  const std::vector<long> plain = allreduces("plain"), acc = allreduces("acc"),
+                          every = allreduces("every");
+  ASSERT_EQ(plain.size(), 8u);
+  ASSERT_EQ(acc.size(), 8u);
+  ASSERT_EQ(every.size(), 8u);
+  EXPECT_EQ(plain[0], 1);
+  EXPECT_EQ(acc[0], 1);
+  for (size_t i = 1; i < plain.size(); ++i) {
+    EXPECT_GT(plain[i], 1) << "step " << i + 1 << ": expected several buckets";
+    EXPECT_EQ(acc[i], plain[i]) << "step " << i + 1;
+    EXPECT_EQ(every[i], 4 * plain[i]) << "step " << i + 1;
+  }
+}
+
+TEST_F(Ddp, GlobalBatchMustDivideByTheWorldSize) {
+  pipeline("odd", 33, 1, 2);
+  Result r = run("odd", 2);
+  EXPECT_NE(r.code, 0);
+  EXPECT_NE(r.output.find("data.batch_size = 33 is the global batch and must be a multiple of "
+                          "the world size 2"),
+            std::string::npos)
+      << r.output;
+}
+
+}  // namespace
