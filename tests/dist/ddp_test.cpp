@@ -7,11 +7,15 @@
 // - all-reduces per optimizer step equal the bucket count with accumulation, K times it with
 //   sync_every_micro_step;
 // - evaluation is all-reduced (same accuracy and loss as one process);
-// - a global batch that the world size does not divide is refused.
+// - a global batch that the world size does not divide is refused;
+// - a rank killed or hung makes `kiln launch` fail within the timeout, naming it.
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <array>
+#include <chrono>
+#include <csignal>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -198,6 +202,44 @@ TEST_F(Ddp, AccumulationSkipsAllReducesAndMatchesNoSync) {
   }
 }
 
+TEST_F(Ddp, OptionsKeepTheResult) {
+  // find_unused_parameters (a graph walk each step) and gradient_as_bucket_view (gradients alias
+  // the buckets) change how, not what; 16-bit compression changes the result by rounding only.
+  pipeline("base", 32, 1, 10);
+  pipeline("unused", 32, 1, 10, "find_unused_parameters = true\n");
+  pipeline("view", 32, 1, 10, "gradient_as_bucket_view = true\n");
+  pipeline("fp16", 32, 1, 10, "gradient_compression = \"fp16\"\n");
+  pipeline("bf16", 32, 1, 10, "gradient_compression = \"bf16\"\n");
+  for (const char* name : {"base", "unused", "view", "fp16", "bf16"}) {
+    Result r = run(name, 2);
+    ASSERT_EQ(r.code, 0) << name << ":\n" << r.output;
+  }
+  EXPECT_LT(max_diff(weights("unused", 10), weights("base", 10)), kTolerance);
+  EXPECT_LT(max_diff(weights("view", 10), weights("base", 10)), kTolerance);
+  const double fp16 = max_diff(weights("fp16", 10), weights("base", 10));
+  const double bf16 = max_diff(weights("bf16", 10), weights("base", 10));
+  EXPECT_GT(fp16, 0.0);  // the gradients did travel as 16-bit values
+  EXPECT_LT(fp16, 1e-3);
+  EXPECT_GT(bf16, fp16);  // bf16 keeps 8 mantissa bits to fp16's 11
+  EXPECT_LT(bf16, 1e-2);
+}
+
+TEST_F(Ddp, ResumedRunEqualsTheUninterruptedOne) {
+  // Both ranks restore the checkpoint rank 0 wrote at step 6 and go on to step 12.
+  pipeline("whole", 32, 1, 12);
+  pipeline("half", 32, 1, 6);
+  Result whole = run("whole", 2);
+  ASSERT_EQ(whole.code, 0) << whole.output;
+  Result first = run("half", 2);
+  ASSERT_EQ(first.code, 0) << first.output;
+  pipeline("half", 32, 1, 12);
+  Result second = shell(std::string(KILN_CLI) + " launch --nproc 2 " + scratch_.path("half.toml") +
+                        " --resume auto");
+  ASSERT_EQ(second.code, 0) << second.output;
+  EXPECT_NE(second.output.find("resumed from"), std::string::npos) << second.output;
+  EXPECT_LT(max_diff(weights("half", 12), weights("whole", 12)), 1e-6);
+}
+
 TEST_F(Ddp, GlobalBatchMustDivideByTheWorldSize) {
   pipeline("odd", 33, 1, 2);
   Result r = run("odd", 2);
@@ -206,6 +248,117 @@ TEST_F(Ddp, GlobalBatchMustDivideByTheWorldSize) {
                           "the world size 2"),
             std::string::npos)
       << r.output;
+}
+
+// Starts `kiln launch` in the background with its output going to a file; pid of the shell.
+struct Background {
+  std::string log;
+  pid_t pid = -1;
+};
+
+Background start_launch(const std::string& args, const std::string& log) {
+  Background b{log};
+  b.pid = fork();
+  if (b.pid == 0) {
+    const std::string cmd =
+        std::string("exec ") + KILN_CLI + " launch " + args + " > " + log + " 2>&1";
+    execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  return b;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// Polls `predicate` every 100 ms for up to `seconds`.
+template <typename F>
+bool wait_for(F predicate, double seconds) {
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (predicate()) return true;
+    usleep(100 * 1000);
+  }
+  return predicate();
+}
+
+// Waits for the launcher to end; its exit code (-1 when it did not end in `seconds`).
+int wait_exit(pid_t pid, double seconds) {
+  int status = 0;
+  const bool done = wait_for([&] { return waitpid(pid, &status, WNOHANG) == pid; }, seconds);
+  if (!done) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    return -1;
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+// The pid `kiln launch` logged for `rank`, once it has.
+pid_t rank_pid(const std::string& log, int rank) {
+  const std::regex re("rank " + std::to_string(rank) + ": pid (\\d+)");
+  std::smatch m;
+  const std::string text = slurp(log);
+  return std::regex_search(text, m, re) ? static_cast<pid_t>(std::stol(m[1])) : -1;
+}
+
+class DdpFailure : public Ddp {
+ protected:
+  // A long run of both ranks, past its first steps, with the rank-1 pid known.
+  Background start_long_run(const std::string& name, double timeout_s) {
+    // The pipeline's epochs = 1 would end the run after 20 steps: --set gives it many.
+    pipeline(name, 32, 1, 1000000, "timeout_s = " + std::to_string(timeout_s) + "\n");
+    Background b = start_launch("--grace 2 --nproc 2 " + scratch_.path(name + ".toml") +
+                                    " --set run.epochs=100000 --set run.eval=false"
+                                    " --set run.checkpoints=false --metrics " +
+                                    scratch_.path(name + ".jsonl"),
+                                scratch_.path(name + ".log"));
+    const bool stepping = wait_for(
+        [&] {
+          return slurp(scratch_.path(name + ".jsonl")).find("\"step\":3,") != std::string::npos;
+        },
+        60);
+    EXPECT_TRUE(stepping) << slurp(b.log);
+    return b;
+  }
+};
+
+TEST_F(DdpFailure, AKilledRankFailsTheLaunchNamingIt) {
+  Background b = start_long_run("killed", 20.0);
+  const pid_t victim = rank_pid(b.log, 1);
+  ASSERT_GT(victim, 0) << slurp(b.log);
+  const auto t0 = std::chrono::steady_clock::now();
+  kill(victim, SIGKILL);
+  const int code = wait_exit(b.pid, 40);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  const std::string log = slurp(b.log);
+  EXPECT_NE(code, 0) << log;
+  EXPECT_NE(code, -1) << "kiln launch still running 40 s after a rank was killed:\n" << log;
+  EXPECT_LT(took, 25.0) << log;
+  EXPECT_NE(log.find("rank 1 (pid " + std::to_string(victim) + ") was killed by signal 9"),
+            std::string::npos)
+      << log;
+}
+
+TEST_F(DdpFailure, AHungRankIsNamedByTheOthersAfterTheTimeout) {
+  // Rank 1 stops (SIGSTOP): rank 0's collective times out after dist.timeout_s and its error
+  // names rank 1 from the heartbeats; the launcher then fails the run.
+  Background b = start_long_run("hung", 4.0);
+  const pid_t victim = rank_pid(b.log, 1);
+  ASSERT_GT(victim, 0) << slurp(b.log);
+  kill(victim, SIGSTOP);
+  const int code = wait_exit(b.pid, 60);
+  kill(victim, SIGKILL);  // in case it was left stopped
+  const std::string log = slurp(b.log);
+  EXPECT_NE(code, 0) << log;
+  EXPECT_NE(code, -1) << "kiln launch still running 60 s after a rank hung:\n" << log;
+  EXPECT_TRUE(std::regex_search(
+      log, std::regex(R"(stopped responding: rank 1 \(last seen at step \d+\); it died or hung)")))
+      << log;
 }
 
 }  // namespace
