@@ -202,6 +202,21 @@ TEST_F(Ddp, AccumulationSkipsAllReducesAndMatchesNoSync) {
   }
 }
 
+TEST_F(Ddp, TorchrunStartsKilnRanks) {
+  // torchrun (from the oracle's torch) sets RANK, WORLD_SIZE, … as kiln launch does.
+  pipeline("launch", 32, 1, 6);
+  pipeline("torchrun", 32, 1, 6);
+  Result a = run("launch", 2);
+  ASSERT_EQ(a.code, 0) << a.output;
+  Result b = shell(std::string(KILN_TEST_PYTHON) +
+                   " -m torch.distributed.run --no-python --nproc-per-node 2 --master-port " +
+                   std::to_string(21000 + (::getpid() + 7) % 20000) + " " + KILN_CLI + " run " +
+                   scratch_.path("torchrun.toml"));
+  ASSERT_EQ(b.code, 0) << b.output;
+  EXPECT_NE(b.output.find("rank 0 of 2 joined the gloo group"), std::string::npos) << b.output;
+  EXPECT_EQ(max_diff(weights("torchrun", 6), weights("launch", 6)), 0.0);
+}
+
 TEST_F(Ddp, OptionsKeepTheResult) {
   // find_unused_parameters (a graph walk each step) and gradient_as_bucket_view (gradients alias
   // the buckets) change how, not what; 16-bit compression changes the result by rounding only.
