@@ -1,4 +1,5 @@
 // The mlp model plugin through its C ABI.
+#include <ATen/Context.h>
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
 
@@ -59,6 +60,7 @@ TEST(MlpTest, ComputesReluLayersThenHead) {
 }
 
 TEST(MlpTest, InitialisesLikeTorchLinear) {
+  at::manual_seed(7);  // a fixed draw: the bounds below are statistical
   auto model = build(OptionSet(), 1, 28, 28);
   // kaiming_uniform_(a=√5) and the bias both draw from U(±1/√fan_in).
   for (auto [name, fan_in] : {std::pair<std::string, int64_t>{"layers.0.linear.weight", 784},
@@ -67,7 +69,8 @@ TEST(MlpTest, InitialisesLikeTorchLinear) {
                               {"head.weight", 128}}) {
     const double bound = 1.0 / std::sqrt(static_cast<double>(fan_in));
     const double max = parameter(*model, name).abs().max().item<double>();
-    EXPECT_LE(max, bound) << name;
+    // float32 draws: the bound itself rounds to float, up to half an ulp above the double.
+    EXPECT_LE(max, bound * (1.0 + 1e-7)) << name;
     // The largest of n draws from U(±bound) stays below t·bound with probability t^n: a
     // threshold of bound·1e-9^(1/n) fails a correct initialisation once in a billion runs.
     const double n = static_cast<double>(parameter(*model, name).numel());
