@@ -81,8 +81,11 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
            choice("dataset", "fashion-mnist,synthetic", "\"fashion-mnist\"", "dataset to train on"),
            spec("root", KILN_OPT_STRING, "\"/usr/share/datasets/fashion-mnist\"",
                 "folder holding the dataset files"),
-           spec("batch_size", KILN_OPT_INT, "128", "training batch size", 1),
-           spec("eval_batch_size", KILN_OPT_INT, "1000", "evaluation batch size", 1),
+           spec("batch_size", KILN_OPT_INT, "128",
+                "training batch size, global: a distributed run gives each rank batch_size / "
+                "world size",
+                1),
+           spec("eval_batch_size", KILN_OPT_INT, "1000", "evaluation batch size (per rank)", 1),
            spec("workers", KILN_OPT_INT, "2", "background threads preparing batches", 0, 64),
            spec("prefetch", KILN_OPT_INT, "4", "batches prepared ahead of the trainer", 1, 1024),
            spec("shuffle", KILN_OPT_BOOL, "true", "reshuffle the training set every epoch"),
@@ -158,8 +161,9 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
       {"lr_scaling",
        {
            spec("base_batch", KILN_OPT_INT, "0",
-                "linear scaling: lr x effective batch / base_batch, effective batch = world size x "
-                "micro-batch x accumulation steps; 0 = off",
+                "linear scaling: lr x effective batch / base_batch, effective batch = batch_size "
+                "(global) x accumulation steps = world size x per-rank batch x accumulation steps; "
+                "0 = off",
                 0),
        }},
       {"precision", {spec("name", KILN_OPT_STRING, "\"fp32\"", "precision policy component")}},

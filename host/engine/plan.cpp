@@ -106,9 +106,10 @@ std::string describe_plan(const config::Pipeline& p) {
                        g.weight_decay);
   }
   out += fmt::format("# trainable parameters: {}\n", total);
-  out += fmt::format("# batch: {} per step = world size 1 x micro-batch {} x accumulation {}\n",
-                     frame.effective_batch, p.data.get_int("batch_size"),
-                     p.run.get_int("accumulation_steps"));
+  out += fmt::format(
+      "# batch: {} per step = batch_size {} (global: split over the ranks of a distributed run) "
+      "x accumulation {}\n",
+      frame.effective_batch, p.data.get_int("batch_size"), p.run.get_int("accumulation_steps"));
   out += memory_table(p, *model, groups);
   return out;
 }
