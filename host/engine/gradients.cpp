@@ -44,17 +44,23 @@ GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
 
   const c10::Device device = grads.front().device();
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
-  // found_inf accumulates over every bucket; the kernel also multiplies by inv_scale (by 1
-  // when unscaled, which still checks).
+  // found_inf accumulates over every bucket; the kernel checks and multiplies by inv_scale.
   at::Tensor found_inf = at::zeros({1}, f32);
-  at::Tensor inv_scale = at::full({1}, 1.0 / scale, f32);
+  auto check_and_unscale = [&](double inv) {
+    at::Tensor inv_scale = at::full({1}, inv, f32);
+    for (auto& b : buckets) {
+      const bool home = b.device == device;
+      at::Tensor bucket_inf = home ? found_inf : at::zeros({1}, f32.device(b.device));
+      at::Tensor bucket_inv = home ? inv_scale : inv_scale.to(b.device);
+      at::_amp_foreach_non_finite_check_and_unscale_(b.list, bucket_inf, bucket_inv);
+      if (!home) found_inf.add_(bucket_inf.to(device));
+    }
+  };
+  // Unscaled (scale 1) the pass would only multiply by 1: a p-norm with p > 0 turns non-finite
+  // on any inf or NaN, and a non-finite norm fails the check either way.
+  if (scale != 1.0 || !(clip.norm_type > 0.0)) check_and_unscale(1.0 / scale);
   std::vector<at::Tensor> norms;
   for (auto& b : buckets) {
-    const bool home = b.device == device;
-    at::Tensor bucket_inf = home ? found_inf : at::zeros({1}, f32.device(b.device));
-    at::Tensor bucket_inv = home ? inv_scale : inv_scale.to(b.device);
-    at::_amp_foreach_non_finite_check_and_unscale_(b.list, bucket_inf, bucket_inv);
-    if (!home) found_inf.add_(bucket_inf.to(device));
     for (auto& n : at::_foreach_norm(b.list, clip.norm_type, at::kFloat)) {
       norms.push_back(n.to(device));
     }
