@@ -538,6 +538,11 @@ RunResult train(const config::Pipeline& p, const RunOptions& options) {
     at::globalContext().setAllowTF32CuDNN(tf32);
   }
   if (!group) return train_on(p, options, device, nullptr, nullptr);
+  // Plugins' collectives (synced norm layers) run on the run's group while it trains.
+  struct GroupForPlugins {
+    explicit GroupForPlugins(dist::ProcessGroup* g) { plugin::set_collective_group(g); }
+    ~GroupForPlugins() { plugin::set_collective_group(nullptr); }
+  } group_for_plugins(group.get());
   try {
     return train_on(p, options, device, group.get(), heartbeat.get());
   } catch (const std::exception& e) {

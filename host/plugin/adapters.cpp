@@ -107,6 +107,7 @@ void OptimizerAdapter::step(const GroupStep& group) {
   ctx.state = &state_;
   ctx.params = &live_params_;
   ctx.names = &live_names_;
+  ctx.group = collective_group();
   check(vtable_->step(instance_, &ctx, &view), "optimizer '" + name_ + "' step");
 }
 

@@ -7,6 +7,7 @@
 #include <c10/cuda/CUDAStream.h>
 #include <spdlog/spdlog.h>
 
+#include <atomic>
 #include <mutex>
 
 #include "dist/process_group.hpp"
@@ -218,6 +219,14 @@ const kiln_host_api kTable = {
 }  // namespace
 
 const kiln_host_api* host_api() { return &kTable; }
+
+namespace {
+std::atomic<dist::ProcessGroup*> g_collective_group{nullptr};
+}  // namespace
+
+void set_collective_group(dist::ProcessGroup* group) { g_collective_group.store(group); }
+
+dist::ProcessGroup* collective_group() { return g_collective_group.load(); }
 
 void set_norm_factory(NormFactory factory) {
   std::lock_guard<std::mutex> lock(g_norm_mutex);

@@ -45,4 +45,10 @@ const kiln_host_api* host_api();
 using NormFactory = std::function<std::shared_ptr<kiln::NormLayer>(const kiln_norm_request&)>;
 void set_norm_factory(NormFactory factory);
 
+// The run's process group, behind the collectives (rank, world_size, allreduce, broadcast,
+// allgather) of optimizer and norm-layer calls; nullptr (the default) for a single process.
+// Set by the engine for the length of a distributed run.
+void set_collective_group(kiln::dist::ProcessGroup* group);
+kiln::dist::ProcessGroup* collective_group();
+
 }  // namespace kiln::plugin

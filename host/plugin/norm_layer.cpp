@@ -51,6 +51,7 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     args.save_invstd = &si;
     args.stream = host_api()->current_stream(x.device);
     kiln_call_context call;
+    call.group = collective_group();  // synced norm layers reduce over the run's ranks
     check(layer->vtable()->forward(layer->instance(), &call, &args),
           "norm '" + layer->plugin_name() + "' forward");
 
@@ -96,6 +97,7 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     args.grad_bias = grad_bias.defined() ? &gb : nullptr;
     args.stream = host_api()->current_stream(go.device);
     kiln_call_context call;
+    call.group = collective_group();  // synced norm layers reduce over the run's ranks
     check(layer->vtable()->backward(layer->instance(), &call, &args),
           "norm '" + layer->plugin_name() + "' backward");
     return {grad_input, grad_weight, grad_bias, at::Tensor()};
