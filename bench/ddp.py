@@ -50,6 +50,8 @@ import sys
 import tempfile
 import time
 
+from bench_common import cpu_name, toml_value
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 WORLD = 2
 SHAPE = (1, 28, 28)
@@ -76,18 +78,6 @@ def train_samples(args, accumulation):
 
 
 # ---- Kiln ---------------------------------------------------------------------------------------
-
-
-def toml_value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    raise TypeError(f"no TOML for {v!r}")
 
 
 def kiln_pipeline(args, arm, work):
@@ -353,12 +343,7 @@ def fmt_ms(values):
 
 def machine():
     import torch
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     return (f"{cpu}, {os.cpu_count()} logical CPUs; torch {torch.__version__}, Python "
             f"{platform.python_version()}")
 

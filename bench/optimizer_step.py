@@ -22,6 +22,8 @@ import time
 
 import torch
 
+from bench_common import cpu_name
+
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # The same hyperparameters as bench/arms.cpp.
@@ -139,12 +141,7 @@ class PyArm:
 
 
 def machine():
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     return (f"{cpu}, {os.cpu_count()} logical CPUs visible, torch {torch.__version__} "
             f"(CPU capability {torch.backends.cpu.get_cpu_capability()}), Python "
             f"{platform.python_version()}")

@@ -55,6 +55,8 @@ import tempfile
 import time
 import tomllib
 
+from bench_common import cpu_name, toml_value
+
 REPO = os.path.dirname(os.path.abspath(os.path.dirname(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = {"resnet": "configs/quickstart.toml", "vit": "configs/vit.toml"}
@@ -96,20 +98,6 @@ def pipeline(case, mode, args, lr=None):
         precision["keep_norm_fp32"] = True
     cfg["precision"] = precision
     return cfg
-
-
-def toml_value(v):
-    if isinstance(v, bool):
-        return "true" if v else "false"
-    if isinstance(v, (int, float)):
-        return repr(v)
-    if isinstance(v, str):
-        return json.dumps(v)
-    if isinstance(v, list):
-        return "[" + ", ".join(toml_value(x) for x in v) + "]"
-    if isinstance(v, dict):
-        return "{ " + ", ".join(f"{k} = {toml_value(x)}" for k, x in v.items()) + " }"
-    raise TypeError(f"no TOML for {v!r}")
 
 
 def to_toml(cfg):
@@ -193,12 +181,7 @@ def measured(run, warmup):
 
 def machine(args):
     import torch
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
+    cpu = cpu_name()
     text = f"{cpu}, {os.cpu_count()} logical CPUs"
     if args.device == "cuda" and torch.cuda.is_available():
         text = f"{torch.cuda.get_device_name(0)}; {text}"
