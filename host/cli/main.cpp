@@ -120,6 +120,9 @@ int main(int argc, char** argv) {
                          "run a pipeline as several local ranks (distributed data "
                          "parallel), like torchrun; FILE and what follows go to kiln run");
   launch_cmd->prefix_command();
+  launch_cmd->footer(
+      "After the options: FILE [--set key=value ...] [--metrics F] [--resume auto|PATH], the "
+      "pipeline and kiln run's options, given to every rank.");
   kiln::dist::LaunchOptions launch_options;
   launch_cmd->add_option("--nproc", launch_options.nproc, "ranks on this node")
       ->required()
