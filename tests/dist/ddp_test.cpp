@@ -217,6 +217,35 @@ TEST_F(Ddp, TorchrunStartsKilnRanks) {
   EXPECT_EQ(max_diff(weights("torchrun", 6), weights("launch", 6)), 0.0);
 }
 
+TEST_F(Ddp, PlainCPluginsReachTheRunsProcessGroup) {
+  // c_sum_sgd (tests/plugins/good_c_collective.c) sums each gradient over the ranks through
+  // kiln_host_api.allreduce: on 2 ranks, where DDP already averaged them, that is c_sgd at twice
+  // the lr; in one process it is c_sgd.
+  auto write = [&](const std::string& name, const std::string& optimizer, double lr) {
+    pipeline(name, 32, 1, 8);
+    std::string text = scratch_.read_text(name + ".toml");
+    const std::string from = "[optimizer]\nname = \"sgd\"";
+    text.replace(text.find(from), text.find("[lr_policy]") - text.find(from),
+                 "[optimizer]\nname = \"" + optimizer + "\"\nlr = " + std::to_string(lr) + "\n");
+    text += std::string("[plugins]\npaths = [\"") + KILN_TEST_PLUGIN_DIR + "/good\"]\n";
+    scratch_.write_text(name + ".toml", text);
+  };
+  write("sum2", "c_sum_sgd", 0.05);
+  write("sgd2", "c_sgd", 0.1);
+  write("sum1", "c_sum_sgd", 0.05);
+  write("sgd1", "c_sgd", 0.05);
+  for (const char* name : {"sum2", "sgd2"}) {
+    Result r = run(name, 2);
+    ASSERT_EQ(r.code, 0) << name << ":\n" << r.output;
+  }
+  for (const char* name : {"sum1", "sgd1"}) {
+    Result r = run(name, 0);
+    ASSERT_EQ(r.code, 0) << name << ":\n" << r.output;
+  }
+  EXPECT_LT(max_diff(weights("sum2", 8), weights("sgd2", 8)), 1e-6);
+  EXPECT_EQ(max_diff(weights("sum1", 8), weights("sgd1", 8)), 0.0);
+}
+
 TEST_F(Ddp, OptionsKeepTheResult) {
   // find_unused_parameters (a graph walk each step) and gradient_as_bucket_view (gradients alias
   // the buckets) change how, not what; 16-bit compression changes the result by rounding only.
