@@ -5,12 +5,7 @@ namespace kiln::dist {
 CountingBackend::CountingBackend(c10::intrusive_ptr<c10d::Backend> inner)
     : c10d::Backend(inner->getRank(), inner->getSize()), inner_(std::move(inner)) {}
 
-void CountingBackend::count(const std::vector<at::Tensor>& tensors) {
-  int64_t bytes = 0;
-  for (const auto& t : tensors) bytes += static_cast<int64_t>(t.nbytes());
-  calls_.fetch_add(1, std::memory_order_relaxed);
-  bytes_.fetch_add(bytes, std::memory_order_relaxed);
-}
+void CountingBackend::count() { calls_.fetch_add(1, std::memory_order_relaxed); }
 
 const std::string CountingBackend::getBackendName() const { return inner_->getBackendName(); }
 
@@ -18,13 +13,13 @@ void CountingBackend::setTimeout(std::chrono::milliseconds timeout) { inner_->se
 
 c10::intrusive_ptr<c10d::Work> CountingBackend::allreduce(std::vector<at::Tensor>& tensors,
                                                           const c10d::AllreduceOptions& opts) {
-  count(tensors);
+  count();
   return inner_->allreduce(tensors, opts);
 }
 
 c10::intrusive_ptr<c10d::Work> CountingBackend::allreduce_coalesced(
     std::vector<at::Tensor>& tensors, const c10d::AllreduceCoalescedOptions& opts) {
-  count(tensors);
+  count();
   return inner_->allreduce_coalesced(tensors, opts);
 }
 

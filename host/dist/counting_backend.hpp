@@ -14,7 +14,6 @@ class CountingBackend : public c10d::Backend {
   explicit CountingBackend(c10::intrusive_ptr<c10d::Backend> inner);
 
   int64_t allreduce_calls() const { return calls_.load(std::memory_order_relaxed); }
-  int64_t allreduce_bytes() const { return bytes_.load(std::memory_order_relaxed); }
 
   const std::string getBackendName() const override;
   void setTimeout(std::chrono::milliseconds timeout) override;
@@ -34,11 +33,10 @@ class CountingBackend : public c10d::Backend {
   uint64_t getSequenceNumberForGroup() override;
 
  private:
-  void count(const std::vector<at::Tensor>& tensors);
+  void count();
 
   c10::intrusive_ptr<c10d::Backend> inner_;
   std::atomic<int64_t> calls_{0};
-  std::atomic<int64_t> bytes_{0};
 };
 
 }  // namespace kiln::dist

@@ -488,7 +488,6 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
   result.steps = step;
   result.skipped_steps = scaler.skipped_total();
   result.train_seconds = seconds_since(start);
-  result.rank = rank;
   return result;
 }
 

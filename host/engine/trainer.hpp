@@ -28,7 +28,6 @@ struct RunResult {
   int signal = 0;               // SIGINT/SIGTERM that ended the run early (checkpoint written)
   std::string last_checkpoint;  // the newest checkpoint this run wrote
   double train_seconds = 0.0;   // wall time of the training loop (evaluation included)
-  int rank = 0;                 // this process's rank (0 in a single-process run)
 };
 
 // Builds every component from `pipeline` and trains. Throws on configuration problems found at
