@@ -194,6 +194,12 @@ int validate(const PipelineArgs& args) {
   config::Pipeline pipeline;
   int code = 0;
   if (!resolve(args, plugins, pipeline, code)) return code;
+  try {
+    engine::check_model(pipeline);
+  } catch (const engine::PipelineError& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kConfigError;
+  }
   fmt::print("{}: ok (model {}, optimizer {}, lr_policy {}, norm {}, precision {})\n", args.file,
              pipeline.model.component->name(), pipeline.optimizer.component->name(),
              pipeline.lr_policy.component->name(), pipeline.norm.component->name(),

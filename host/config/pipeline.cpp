@@ -157,6 +157,21 @@ std::optional<std::string> component_name(const Document& doc, const std::string
   return value->string_value;
 }
 
+// model.norm, when set, names the norm component behind every norm layer and wins over
+// norm.name: one key (or one --set) swaps them all, as convert_sync_batchnorm does.
+std::optional<std::string> swapped_norm(const Document& doc, std::optional<std::string> name,
+                                        Where& name_where) {
+  const Section* model = doc.find("model");
+  if (model == nullptr) return name;
+  for (const auto& entry : model->entries) {
+    const auto* value = entry.key == "norm" ? entry.node->as_string() : nullptr;
+    if (value == nullptr || value->get().empty()) continue;  // resolve_entries reports types
+    name_where = entry.value_where;
+    return value->get();
+  }
+  return name;
+}
+
 // The component's own option specs, less those that clash with the host's or have a broken
 // default (both reported as plugin errors).
 std::vector<SpecRef> component_specs(const plugin::Component& component,
@@ -195,7 +210,8 @@ ComponentChoice component_section(const Document& doc, const std::string& sectio
   choice.section = section;
   const auto& core = core_schema(section);
   Where name_where;
-  const auto name = component_name(doc, section, name_where);
+  auto name = component_name(doc, section, name_where);
+  if (section == "norm") name = swapped_norm(doc, name, name_where);
   if (name) choice.component = registry.find(kind, *name);
   if (name && choice.component == nullptr) {
     std::vector<std::string> available;
@@ -343,6 +359,7 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
   p.precision =
       component_section(doc, "precision", KILN_COMPONENT_PRECISION, registry, diagnostics);
   p.dist = plain_section(doc, "dist", diagnostics);
+  p.memory = plain_section(doc, "memory", diagnostics);
   const OptionSet plugins = plain_section(doc, "plugins", diagnostics);
   if (plugins.has("paths")) p.plugin_paths = plugins.get_string_list("paths");
   diagnostics.throw_if_any();

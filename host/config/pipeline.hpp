@@ -39,6 +39,7 @@ struct Pipeline {
   ComponentChoice precision;              // [precision]
   OptionSet lr_scaling;                   // [lr_scaling]
   OptionSet dist;                         // [dist]: data-parallel settings
+  OptionSet memory;                       // [memory]: activation checkpointing
   std::vector<ParamRule> param_rules;     // [optimizer.custom_keys], in file order
   std::vector<std::string> plugin_paths;  // [plugins] paths: extra plugin folders
 };

@@ -107,7 +107,11 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
        {spec("name", KILN_OPT_STRING, nullptr, "model component to train"),
         spec("init", KILN_OPT_STRING, "\"\"",
              "safetensors file of starting weights by parameter name (from Python or kiln "
-             "export); empty = the model's own initialisation")}},
+             "export); empty = the model's own initialisation"),
+        spec("norm", KILN_OPT_STRING, "\"\"",
+             "norm component behind every norm layer of the model, e.g. \"syncbn\" "
+             "(convert_sync_batchnorm as one key); wins over norm.name; its options stay in "
+             "[norm]; empty = norm.name")}},
       {"norm", {spec("name", KILN_OPT_STRING, "\"batchnorm\"", "normalisation layer component")}},
       {"optimizer",
        {
@@ -193,6 +197,11 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                 "failing; a rank that died or hung is then named",
                 kPositive),
        }},
+      {"memory",
+       {spec("checkpoint", KILN_OPT_STRING_LIST, "[\"none\"]",
+             "activation checkpointing: \"none\", \"sqrt\" (sqrt(n) segments over the model's "
+             "blocks) or a list of block or chain names (kiln plan lists them); checkpointed "
+             "segments keep only their input and recompute the rest in backward")}},
       {"plugins",
        {spec("paths", KILN_OPT_STRING_LIST, "[]", "extra folders to search for plugin libraries")}},
   };
@@ -210,8 +219,8 @@ const std::vector<kiln_option_spec>& core_schema(const std::string& section) {
 
 const std::vector<std::string>& core_sections() {
   static const std::vector<std::string> sections = {
-      "run",       "data",       "model",     "norm", "optimizer",
-      "lr_policy", "lr_scaling", "precision", "dist", "plugins"};
+      "run",        "data",      "model", "norm",   "optimizer", "lr_policy",
+      "lr_scaling", "precision", "dist",  "memory", "plugins"};
   return sections;
 }
 

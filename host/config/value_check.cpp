@@ -209,6 +209,11 @@ std::optional<Value> check_value(const toml::node& node, const kiln_option_spec&
     case KILN_OPT_INT_LIST:
     case KILN_OPT_FLOAT_LIST:
     case KILN_OPT_STRING_LIST: {
+      // A lone string reads as a one-element list (checkpoint = "sqrt").
+      if (node.is_string()) {
+        if (!list_item(node, spec, qualified, check_bounds, out, error)) return std::nullopt;
+        return out;
+      }
       const auto* array = node.as_array();
       if (array == nullptr) return wrong();
       for (const auto& item : *array) {

@@ -30,6 +30,16 @@ void check_pipeline(const config::Pipeline& p, c10::Device device) {
   } catch (const std::invalid_argument& e) {
     throw PipelineError(e.what());
   }
+  const auto& checkpoint = p.memory.get_string_list("checkpoint");
+  const bool checkpointing =
+      !checkpoint.empty() && !(checkpoint.size() == 1 && checkpoint[0] == "none");
+  if (checkpointing && p.dist.get_bool("find_unused_parameters")) {
+    // The Reducer's graph walk cannot see inside a checkpointed segment, so it would call the
+    // segment's parameters unused and then see their gradients arrive.
+    throw PipelineError(
+        "memory.checkpoint and dist.find_unused_parameters cannot be combined: the unused-"
+        "parameter search cannot see inside checkpointed segments; turn one off");
+  }
   plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
   const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());
   // The dtypes each component meets under this precision plan.

@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/memory_plan.hpp"
@@ -34,6 +35,17 @@ std::shared_ptr<kiln::Model> build_model_for_inspection(const config::Pipeline& 
     plugin::set_norm_factory(nullptr);
     throw;
   }
+}
+
+void check_model(const config::Pipeline& p) {
+  std::shared_ptr<kiln::Model> model;
+  try {
+    model = build_model_for_inspection(p);
+  } catch (const std::exception& e) {
+    throw PipelineError("the model cannot be built with norm '" +
+                        std::string(p.norm.component->name()) + "': " + e.what());
+  }
+  (void)apply_activation_checkpointing(*model, p.memory.get_string_list("checkpoint"));
 }
 
 namespace {

@@ -23,6 +23,7 @@
 #include "dist/data_parallel.hpp"
 #include "dist/heartbeat.hpp"
 #include "dist/process_group.hpp"
+#include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
 #include "engine/gradients.hpp"
 #include "engine/loss_scaler.hpp"
@@ -156,6 +157,8 @@ std::string save_weights(torch::nn::Module& model, const std::string& dir, int64
   return path;
 }
 
+double mib(int64_t bytes) { return static_cast<double>(bytes) / (1024.0 * 1024.0); }
+
 std::string join(const std::vector<std::string>& names) {
   std::string out;
   for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
@@ -196,6 +199,9 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
   plugin::set_norm_factory(nullptr);
   if (!p.model.core.get_string("init").empty())
     load_weights(*model, p.model.core.get_string("init"));
+  const std::string checkpointing =
+      apply_activation_checkpointing(*model, p.memory.get_string_list("checkpoint"));
+  if (!checkpointing.empty()) spdlog::info("activation checkpointing: {}", checkpointing);
   model->to(device);
   cast_model(*model, plan);
   check_model_precision(*model, plan);
@@ -324,6 +330,7 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
       const int64_t window = std::min(accumulation, batches_per_epoch - batches_done);
       const double scale = scaler.scale();
       optimizer_step.zero_grad();
+      io::reset_peak_tensor_memory(device);
       const int64_t allreduces_before = ddp ? ddp->allreduce_calls() : 0;
       double data_time = 0.0;
       at::Tensor loss_sum;
@@ -405,6 +412,10 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
       record.skipped_total = scaler.skipped_total();
       record.micro_batches = micro;
       record.memory_mb = io::peak_memory_mib(device);
+      const io::TensorMemory tensors = io::tensor_memory(device);
+      record.tensor_mb = mib(tensors.current_bytes);
+      record.tensor_peak_mb = mib(tensors.peak_bytes);
+      record.activation_mb = mib(tensors.peak_bytes - tensors.current_bytes);
       record.allreduces = ddp ? ddp->allreduce_calls() - allreduces_before : 0;
       metrics.write(record);
       if (tensorboard) {
@@ -494,6 +505,8 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
 }  // namespace
 
 RunResult train(const config::Pipeline& p, const RunOptions& options) {
+  // Before any tensor the run keeps: the metrics' tensor_* fields come from this counter.
+  io::count_cpu_tensor_memory();
   if (p.run.get_int("threads") > 0) at::set_num_threads(static_cast<int>(p.run.get_int("threads")));
   at::Device device = resolve_device(p.run.get_string("device"));
   check_pipeline(p, device);

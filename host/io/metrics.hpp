@@ -22,7 +22,13 @@ struct StepRecord {
   int64_t skipped_total = 0;  // skipped steps so far in the run
   int64_t micro_batches = 1;  // accumulated into this step
   double memory_mb = 0.0;     // peak memory so far, MiB (io/memory.hpp says of what)
-  int64_t allreduces = 0;     // gradient all-reduces issued in this step (0: one process)
+  // Tensor storage on the run's device, MiB (counted by Kiln: io/memory.hpp): live at the end
+  // of the step (weights, gradients, optimizer state), the step's peak, and the peak above what
+  // the step left live, i.e. what forward and backward held at their worst (activations).
+  double tensor_mb = 0.0;
+  double tensor_peak_mb = 0.0;
+  double activation_mb = 0.0;
+  int64_t allreduces = 0;  // gradient all-reduces issued in this step (0: one process)
 };
 
 struct EvalRecord {

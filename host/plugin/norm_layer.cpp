@@ -29,12 +29,16 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
                             const at::Tensor& bias, PluginNormLayer* layer) {
     const int64_t channels = input.size(1);
     auto stat_options = input.options().dtype(at::kFloat);
-    at::Tensor output = at::empty_like(input);
+    // An in-place layer writes over its input: the model's own tensor when the model allowed
+    // it (autograd is told through mark_dirty), else a copy, so the model's tensor stays intact.
+    const bool in_place = layer->layout().in_place != 0;
+    const bool overwrite = in_place && layer->may_overwrite_input();
+    at::Tensor output = in_place ? (overwrite ? input : input.clone()) : at::empty_like(input);
     at::Tensor save_mean = at::empty({channels}, stat_options);
     at::Tensor save_invstd = at::empty({channels}, stat_options);
     const bool training = layer->is_training();
 
-    DLTensor x = kiln::as_dltensor(input), y = kiln::as_dltensor(output);
+    DLTensor x = kiln::as_dltensor(in_place ? output : input), y = kiln::as_dltensor(output);
     DLTensor w = view_or_empty(weight), b = view_or_empty(bias);
     DLTensor rm = view_or_empty(layer->running_mean), rv = view_or_empty(layer->running_var);
     DLTensor sm = kiln::as_dltensor(save_mean), si = kiln::as_dltensor(save_invstd);
@@ -55,8 +59,12 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     check(layer->vtable()->forward(layer->instance(), &call, &args),
           "norm '" + layer->plugin_name() + "' forward");
 
-    const bool save_output = layer->layout().saves == KILN_NORM_SAVE_OUTPUT;
-    ctx->save_for_backward({save_output ? output : input, weight, bias, save_mean, save_invstd});
+    const int32_t saves = layer->layout().saves;
+    at::Tensor kept = saves == KILN_NORM_SAVE_OUTPUT    ? output
+                      : saves == KILN_NORM_SAVE_NOTHING ? at::Tensor()
+                                                        : input;
+    if (overwrite) ctx->mark_dirty({input});
+    ctx->save_for_backward({kept, weight, bias, save_mean, save_invstd});
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->saved_data["training"] = training;
     return output;
@@ -69,13 +77,18 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     const at::Tensor& kept = saved[0];
     const at::Tensor& weight = saved[1];
     const at::Tensor& bias = saved[2];
-    at::Tensor grad_output = grad_outputs[0];
-    at::Tensor grad_input = at::empty_like(kept);
+    // Plugins index the gradient as they indexed the input: give them a dense one.
+    at::Tensor grad_output = grad_outputs[0].contiguous();
+    at::Tensor grad_input = at::empty_like(grad_output);
     at::Tensor grad_weight, grad_bias;
-    if (weight.defined() && ctx->needs_input_grad(1)) grad_weight = at::empty_like(weight);
-    if (bias.defined() && ctx->needs_input_grad(2)) grad_bias = at::empty_like(bias);
+    const bool frozen = layer->layout().frozen != 0;
+    if (!frozen && weight.defined() && ctx->needs_input_grad(1)) {
+      grad_weight = at::empty_like(weight);
+    }
+    if (!frozen && bias.defined() && ctx->needs_input_grad(2)) grad_bias = at::empty_like(bias);
 
-    DLTensor go = kiln::as_dltensor(grad_output), s = kiln::as_dltensor(kept);
+    DLTensor go = kiln::as_dltensor(grad_output);
+    DLTensor s = kept.defined() ? kiln::as_dltensor(kept) : DLTensor{};
     DLTensor w = view_or_empty(weight), b = view_or_empty(bias);
     DLTensor rm = view_or_empty(layer->running_mean), rv = view_or_empty(layer->running_var);
     DLTensor sm = kiln::as_dltensor(saved[3]), si = kiln::as_dltensor(saved[4]);
@@ -85,7 +98,7 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     args.struct_size = sizeof(args);
     args.training = training ? 1 : 0;
     args.grad_output = &go;
-    args.saved = &s;
+    args.saved = kept.defined() ? &s : nullptr;
     args.weight = weight.defined() ? &w : nullptr;
     args.bias = bias.defined() ? &b : nullptr;
     args.running_mean = layer->running_mean.defined() ? &rm : nullptr;
@@ -111,7 +124,9 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
     : name_(component.name()),
       vtable_(static_cast<const kiln_norm_vtable*>(component.descriptor->vtable)),
       activation_(request.activation),
-      activation_param_(request.activation_param) {
+      activation_param_(request.activation_param),
+      may_overwrite_input_(KILN_HAS_FIELD(&request, kiln_norm_request, may_overwrite_input) &&
+                           request.may_overwrite_input != 0) {
   kiln_norm_setup setup{};
   setup.struct_size = sizeof(setup);
   setup.num_features = request.num_features;
@@ -122,7 +137,11 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
         "norm '" + name_ + "' refused a layer of " + std::to_string(request.num_features) +
             " features");
   const int64_t c = request.num_features;
-  if (layout_.affine) {
+  if (layout_.affine && layout_.frozen) {
+    // Fixed affine (FrozenBatchNorm): kept and checkpointed, never handed to an optimizer.
+    weight_ = register_buffer("weight", at::ones({c}));
+    bias_ = register_buffer("bias", at::zeros({c}));
+  } else if (layout_.affine) {
     weight_ = register_parameter("weight", at::ones({c}));
     bias_ = register_parameter("bias", at::zeros({c}));
   }

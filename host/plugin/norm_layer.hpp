@@ -25,6 +25,8 @@ class PluginNormLayer : public kiln::NormLayer {
   void* instance() const { return instance_; }
   const kiln_norm_layout& layout() const { return layout_; }
   const std::string& plugin_name() const { return name_; }
+  // Whether the model allowed an in-place layer to overwrite its input.
+  bool may_overwrite_input() const { return may_overwrite_input_; }
   at::Tensor running_mean, running_var;  // undefined without running stats
 
  private:
@@ -34,6 +36,7 @@ class PluginNormLayer : public kiln::NormLayer {
   kiln_norm_layout layout_{};
   int32_t activation_;
   double activation_param_;
+  bool may_overwrite_input_;
   at::Tensor weight_, bias_;  // undefined without affine
 };
 

@@ -279,7 +279,7 @@ TEST_F(ConfigTest, CViewPointsIntoTheOptionSet) {
 TEST_F(ConfigTest, CoreSchemaIsDocumented) {
   EXPECT_EQ(core_sections(),
             (std::vector<std::string>{"run", "data", "model", "norm", "optimizer", "lr_policy",
-                                      "lr_scaling", "precision", "dist", "plugins"}));
+                                      "lr_scaling", "precision", "dist", "memory", "plugins"}));
   for (const auto& section : core_sections()) {
     for (const auto& spec : core_schema(section)) {
       EXPECT_EQ(spec.struct_size, sizeof(kiln_option_spec));
@@ -287,7 +287,7 @@ TEST_F(ConfigTest, CoreSchemaIsDocumented) {
       EXPECT_GT(std::strlen(spec.doc), 0u) << section << "." << spec.name;
     }
   }
-  EXPECT_EQ(core_schema("model").size(), 2u);  // name, init
+  EXPECT_EQ(core_schema("model").size(), 3u);                 // name, init, norm
   EXPECT_EQ(core_schema("model")[0].default_value, nullptr);  // required
   EXPECT_EQ(core_schema("data").size(), 18u);
   EXPECT_THROW(core_schema("nope"), std::out_of_range);
@@ -308,7 +308,7 @@ TEST_F(ConfigTest, UnknownSection) {
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n\n[zzzzzzzz]\nx = 1\n"),
             at(4, 2) +
                 ": zzzzzzzz: unknown section; valid sections: run, data, model, norm, optimizer, "
-                "lr_policy, lr_scaling, precision, dist, plugins");
+                "lr_policy, lr_scaling, precision, dist, memory, plugins");
 }
 
 TEST_F(ConfigTest, UnknownKey) {
@@ -552,13 +552,16 @@ TEST_F(ConfigTest, ReadPluginPaths) {
             (std::vector<std::string>{"/z"}));
   const std::string none = write("n.toml", "[model]\nname = \"mlp\"\n");
   EXPECT_TRUE(read_plugin_paths(none, {}).empty());
-  const std::string bad = write("b.toml", "[plugins]\npaths = \"/x\"\n");
+  // A lone string reads as a one-element list; a number is an error.
+  const std::string one = write("o.toml", "[plugins]\npaths = \"/x\"\n");
+  EXPECT_EQ(read_plugin_paths(one, {}), (std::vector<std::string>{"/x"}));
+  const std::string bad = write("b.toml", "[plugins]\npaths = 3\n");
   try {
     read_plugin_paths(bad, {});
     FAIL() << "no ConfigError";
   } catch (const ConfigError& e) {
     EXPECT_EQ(std::string(e.what()),
-              bad + ":2:9: plugins.paths: expected array of strings, found string");
+              bad + ":2:9: plugins.paths: expected array of strings, found integer");
   }
   EXPECT_THROW(read_plugin_paths((dir_ / "absent.toml").string(), {}), ConfigError);
 }

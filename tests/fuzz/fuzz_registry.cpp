@@ -26,7 +26,7 @@ constexpr size_t kSpec = sizeof(kiln_option_spec);
 const kiln_option_spec kMlp[] = {
     {kSpec, "hidden", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, "[256, 128]", nullptr, "widths"},
     {kSpec, "dropout", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.0", nullptr, "dropout"},
-    {kSpec, "norm", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", nullptr, "norm layers"},
+    {kSpec, "norm_layers", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", nullptr, "norm layers"},
 };
 const kiln_option_spec kResnet[] = {
     {kSpec, "depth", KILN_OPT_STRING, 0, 0, 0, 0.0, 0.0, "\"small\"", "small,18,50", "depth"},

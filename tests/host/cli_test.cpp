@@ -59,6 +59,41 @@ TEST(Cli, ValidatesTheQuickstart) {
       << r.output;
 }
 
+// model.norm swaps every norm layer; what the chosen plugin and the model cannot do together is
+// refused by validate, before any run, with the reason.
+TEST(Cli, ValidateBuildsTheModelWithTheSwappedNormLayers) {
+  const std::string quickstart = std::string(KILN_SOURCE_DIR) + "/configs/quickstart.toml";
+  Result relu = kiln("validate " + quickstart + " --set model.norm='\"inplace_abn\"'");
+  EXPECT_EQ(relu.code, 2) << relu.output;
+  EXPECT_NE(relu.output.find("inplace_abn: relu is not invertible"), std::string::npos)
+      << relu.output;
+  Result leaky =
+      kiln("validate " + quickstart +
+           " --set model.norm='\"inplace_abn\"' --set model.activation='\"leaky_relu\"'");
+  EXPECT_EQ(leaky.code, 0) << leaky.output;
+  EXPECT_NE(leaky.output.find("norm inplace_abn,"), std::string::npos) << leaky.output;
+  Result slope = kiln("validate " + quickstart +
+                      " --set model.norm='\"inplace_abn\"' --set model.activation='\"leaky_relu\"'"
+                      " --set model.activation_param=0.0");
+  EXPECT_EQ(slope.code, 2) << slope.output;
+  EXPECT_NE(slope.output.find("leaky_relu with slope 0.000000 is not invertible"),
+            std::string::npos)
+      << slope.output;
+}
+
+TEST(Cli, ValidateChecksCheckpointedBlockNames) {
+  const std::string quickstart = std::string(KILN_SOURCE_DIR) + "/configs/quickstart.toml";
+  Result typo = kiln("validate " + quickstart + " --set memory.checkpoint='[\"layr2\"]'");
+  EXPECT_EQ(typo.code, 2) << typo.output;
+  EXPECT_NE(typo.output.find("did you mean 'layer2'?"), std::string::npos) << typo.output;
+  Result sqrt = kiln("validate " + quickstart + " --set memory.checkpoint='\"sqrt\"'");
+  EXPECT_EQ(sqrt.code, 0) << sqrt.output;
+  Result ddp = kiln("validate " + quickstart +
+                    " --set memory.checkpoint='\"sqrt\"' --set dist.find_unused_parameters=true");
+  EXPECT_EQ(ddp.code, 2) << ddp.output;
+  EXPECT_NE(ddp.output.find("cannot be combined"), std::string::npos) << ddp.output;
+}
+
 TEST(Cli, PlanShowsResolvedOptionsAndGroups) {
   Result r = kiln("plan " + pipeline("synthetic_mlp.toml"));
   EXPECT_EQ(r.code, 0) << r.output;
@@ -153,7 +188,8 @@ TEST(Cli, TrainsAndWritesMetrics) {
       R"(\{"type":"step","step":(\d+),"epoch":(\d+),"loss":[-0-9.e]+,"lr":\[[-0-9.e,]+\],)"
       R"("step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+,)"
       R"("loss_scale":1,"grad_norm":[0-9.e+-]+,"skipped":false,"skipped_total":0,)"
-      R"("micro_batches":1,"memory_mb":[0-9.e+]+,"allreduces":0\})");
+      R"("micro_batches":1,"memory_mb":[0-9.e+]+,"tensor_mb":[0-9.e+]+,"tensor_peak_mb":[0-9.e+]+,)"
+      R"("activation_mb":[0-9.e+-]+,"allreduces":0\})");
   const std::regex eval_re(
       R"(\{"type":"eval","epoch":(\d+),"step":(\d+),"accuracy":([-0-9.e]+),"loss":[-0-9.e]+\})");
   std::smatch m;
@@ -293,7 +329,7 @@ TEST(CliPrecision, DivergedRunWithoutScalingStopsWithItsWeightsAndExitCode4) {
 
 TEST(CliPrecision, HalfBatchNormStatisticsAreRefusedBeforeTraining) {
   Result r = kiln("run " + pipeline("synthetic_mlp.toml") +
-                  " --set model.norm=true --set precision.name=16-true");
+                  " --set model.norm_layers=true --set precision.name=16-true");
   EXPECT_EQ(r.code, 1) << r.output;
   EXPECT_NE(r.output.find("keep_norm_fp32 = true"), std::string::npos) << r.output;
 }

@@ -15,15 +15,20 @@ namespace {
 using kiln::config::OptionSet;
 using kiln::config::Value;
 
-const kiln::plugin::Component& batchnorm() {
+// A built-in norm component by name (the libraries loaded once).
+const kiln::plugin::Component& norm(const std::string& name) {
   static kiln::plugin::Loader loader(kiln::plugin::host_api());
   static kiln::plugin::Registry registry = [] {
     kiln::plugin::Registry r;
-    loader.load_library(std::string(KILN_PLUGIN_DIR) + "/libkiln_batchnorm.so", r);
+    for (const char* lib : {"batchnorm", "inplace_abn", "frozen_bn"}) {
+      loader.load_library(std::string(KILN_PLUGIN_DIR) + "/libkiln_" + lib + ".so", r);
+    }
     return r;
   }();
-  return *registry.find(KILN_COMPONENT_NORM, "batchnorm");
+  return *registry.find(KILN_COMPONENT_NORM, name);
 }
+
+const kiln::plugin::Component& batchnorm() { return norm("batchnorm"); }
 
 OptionSet options(double momentum, double eps) {
   OptionSet o;
@@ -125,6 +130,61 @@ TEST(NormLayer, ParametersAndBuffersAreNamedAsTorchNamesThem) {
   EXPECT_TRUE(params.contains("bias"));
   EXPECT_TRUE(buffers.contains("running_mean"));
   EXPECT_TRUE(buffers.contains("running_var"));
+}
+
+// An in-place layer (inplace_abn) writes over the model's tensor only where the model allowed
+// it; autograd then knows the tensor changed. Without permission it works on a copy, and both
+// give the same output and gradients.
+TEST(NormLayer, InPlaceLayersOverwriteOnlyWhatTheModelAllows) {
+  at::manual_seed(3);
+  const at::Tensor x0 = at::randn({6, 4, 3, 3});
+  const at::Tensor gy = at::randn({6, 4, 3, 3});
+  std::vector<at::Tensor> outputs, grads;
+  for (int32_t allow : {0, 1}) {
+    kiln_norm_request request{sizeof(kiln_norm_request), 4, KILN_ACT_LEAKY_RELU, allow, 0.01};
+    kiln::plugin::PluginNormLayer layer(norm("inplace_abn"), options(0.1, 1e-5), request);
+    at::Tensor leaf = x0.clone().requires_grad_(true);
+    at::Tensor x = leaf * 1.0;  // a non-leaf, as a conv output is
+    const void* memory = x.data_ptr();
+    at::Tensor y = layer.forward(x);
+    EXPECT_EQ(y.data_ptr() == memory, allow == 1);
+    EXPECT_EQ(at::equal(x, x0), allow == 0) << "the model's tensor changed only when allowed";
+    y.backward(gy);
+    outputs.push_back(y.detach());
+    grads.push_back(leaf.grad());
+  }
+  expect_close(outputs[1], outputs[0], 1e-6, "output");
+  expect_close(grads[1], grads[0], 1e-6, "input gradient");
+  // Overwritten and then read by something that saved it: autograd refuses, it does not
+  // silently compute from the overwritten values.
+  kiln_norm_request request{sizeof(kiln_norm_request), 4, KILN_ACT_LEAKY_RELU, 1, 0.01};
+  kiln::plugin::PluginNormLayer layer(norm("inplace_abn"), options(0.1, 1e-5), request);
+  at::Tensor leaf = x0.clone().requires_grad_(true);
+  at::Tensor x = leaf * 1.0;
+  at::Tensor kept = x.sin();  // saves x for its backward
+  at::Tensor y = layer.forward(x);
+  EXPECT_THROW((y.sum() + kept.sum()).backward(), c10::Error);
+}
+
+// frozen_bn: weight and bias are buffers (no optimizer sees them), nothing is saved for backward
+// and the input gradient is grad * weight * rsqrt(running_var + eps).
+TEST(NormLayer, FrozenLayersKeepWeightAndBiasAsBuffers) {
+  kiln_norm_request request{sizeof(kiln_norm_request), 3, KILN_ACT_NONE, 0, 0.0};
+  OptionSet o;
+  kiln::plugin::PluginNormLayer layer(norm("frozen_bn"), o, request);
+  EXPECT_TRUE(layer.named_parameters().is_empty());
+  const auto buffers = layer.named_buffers();
+  for (const char* name : {"weight", "bias", "running_mean", "running_var"}) {
+    EXPECT_TRUE(buffers.contains(name)) << name;
+  }
+  buffers["weight"].copy_(at::tensor({2.0f, -1.0f, 0.5f}));
+  buffers["running_var"].copy_(at::tensor({3.0f, 0.0f, 1.0f}));
+  at::Tensor x = at::randn({4, 3, 2, 2}).requires_grad_(true);
+  at::Tensor y = layer.forward(x);
+  y.backward(at::ones_like(y));
+  const at::Tensor scale =
+      at::tensor({2.0f, -1.0f, 0.5f}) * (at::tensor({3.0f, 0.0f, 1.0f}) + 1e-5).rsqrt();
+  expect_close(x.grad(), scale.view({1, 3, 1, 1}).expand_as(x), 1e-6, "input gradient");
 }
 
 }  // namespace

@@ -62,7 +62,7 @@ struct Rig {
 
   // `sections`: the pipeline's other tables; `run` and `model`: extra keys of those tables.
   explicit Rig(const std::string& sections, const std::string& run_keys = "",
-               const std::string& model_keys = "hidden = [16]\nnorm = true\n") {
+               const std::string& model_keys = "hidden = [16]\nnorm_layers = true\n") {
     const std::string text = "[run]\ndevice = \"cpu\"\n" + run_keys +
                              "[data]\ndataset = \"synthetic\"\nheight = 4\nwidth = 4\n"
                              "[model]\nname = \"mlp\"\n" +

@@ -66,8 +66,8 @@ TEST(DescriptorTest, SchemasNameTheDocumentedOptions) {
     for (size_t i = 0; i < c->option_count; ++i) joined += std::string(c->options[i].name) + " ";
     return joined;
   };
-  EXPECT_EQ(names("libkiln_mlp.so"), "hidden dropout norm ");
-  EXPECT_EQ(names("libkiln_resnet.so"), "depth width blocks ");
+  EXPECT_EQ(names("libkiln_mlp.so"), "hidden dropout norm_layers ");
+  EXPECT_EQ(names("libkiln_resnet.so"), "depth width blocks activation activation_param preact ");
   EXPECT_EQ(names("libkiln_vit.so"), "patch_size dim depth heads mlp_ratio pool dropout ");
 }
 

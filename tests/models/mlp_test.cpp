@@ -83,7 +83,7 @@ TEST(MlpTest, NormOptionAsksForReluNormLayers) {
   auto plain = build(OptionSet().set_int_list("hidden", {32, 16}), 1, 28, 28);
   EXPECT_TRUE(norm_requests().empty());
   auto normed =
-      build(OptionSet().set_int_list("hidden", {32, 16}).set_bool("norm", true), 1, 28, 28);
+      build(OptionSet().set_int_list("hidden", {32, 16}).set_bool("norm_layers", true), 1, 28, 28);
   ASSERT_EQ(norm_requests().size(), 2u);
   EXPECT_EQ(norm_requests()[0].num_features, 32);
   EXPECT_EQ(norm_requests()[1].num_features, 16);
@@ -93,7 +93,8 @@ TEST(MlpTest, NormOptionAsksForReluNormLayers) {
 }
 
 TEST(MlpTest, BackwardReachesEveryParameter) {
-  auto model = build(OptionSet().set_bool("norm", true).set_float("dropout", 0.2), 3, 32, 32);
+  auto model =
+      build(OptionSet().set_bool("norm_layers", true).set_float("dropout", 0.2), 3, 32, 32);
   expect_trains(*model, 4, 3, 32, 32, 10);
 }
 
@@ -122,7 +123,7 @@ TEST(MlpTest, RejectsInvalidOptions) {
 
 TEST(MlpTest, ReportsNormLayerFailure) {
   fail_norm_layers() = true;
-  const int32_t code = create_error(OptionSet().set_bool("norm", true));
+  const int32_t code = create_error(OptionSet().set_bool("norm_layers", true));
   fail_norm_layers() = false;
   // The host's own code (the fake host fails with INTERNAL) reaches the caller unchanged.
   EXPECT_EQ(code, KILN_ERR_INTERNAL);

@@ -28,20 +28,28 @@ int32_t create_error(OptionSet options) {
   return created.status ? created.status->code : KILN_OK;
 }
 
-const std::vector<std::string> kFourStages{"stem", "layer1", "layer2", "layer3", "layer4"};
+// The checkpointable blocks of a four-stage network with `per_stage` blocks in each stage.
+std::vector<std::string> four_stages(const std::vector<int>& per_stage) {
+  std::vector<std::string> names;
+  for (size_t s = 0; s < per_stage.size(); ++s) {
+    for (int b = 0; b < per_stage[s]; ++b) {
+      names.push_back("layer" + std::to_string(s + 1) + "." + std::to_string(b));
+    }
+  }
+  return names;
+}
 
 TEST(ResNetTest, SmallOutputShapeForBothInputs) {
   for (auto [c, h, w] : {std::tuple<int64_t, int64_t, int64_t>{1, 28, 28}, {3, 32, 32}}) {
     auto model = build(OptionSet(), c, h, w);
     EXPECT_EQ(model->forward(at::randn({2, c, h, w})).sizes(), at::IntArrayRef({2, 10}));
-    EXPECT_EQ(model->block_names(),
-              (std::vector<std::string>{"stem", "layer1", "layer2", "layer3"}));
+    EXPECT_EQ(model->block_names(), (std::vector<std::string>{"layer1.0", "layer2.0", "layer3.0"}));
   }
 }
 
 TEST(ResNetTest, SmallFollowsWidthAndBlocks) {
   auto model = build(OptionSet().set_int("width", 8).set_int_list("blocks", {2, 1}), 1, 28, 28);
-  EXPECT_EQ(model->block_names(), (std::vector<std::string>{"stem", "layer1", "layer2"}));
+  EXPECT_EQ(model->block_names(), (std::vector<std::string>{"layer1.0", "layer1.1", "layer2.0"}));
   EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({8, 1, 3, 3}));
   EXPECT_EQ(parameter(*model, "layer1.1.conv2.weight").sizes(), at::IntArrayRef({8, 8, 3, 3}));
   EXPECT_EQ(parameter(*model, "layer2.0.conv1.weight").sizes(), at::IntArrayRef({16, 8, 3, 3}));
@@ -93,7 +101,7 @@ TEST(ResNetTest, Resnet18MatchesTorchvisionAt224) {
   EXPECT_EQ(parameter_count(*model), 11181642);
   EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({64, 3, 7, 7}));
   EXPECT_EQ(parameter(*model, "layer4.1.conv2.weight").sizes(), at::IntArrayRef({512, 512, 3, 3}));
-  EXPECT_EQ(model->block_names(), kFourStages);
+  EXPECT_EQ(model->block_names(), four_stages({2, 2, 2, 2}));
 }
 
 TEST(ResNetTest, Resnet50MatchesTorchvisionAt224) {
@@ -103,7 +111,7 @@ TEST(ResNetTest, Resnet50MatchesTorchvisionAt224) {
             at::IntArrayRef({256, 64, 1, 1}));
   EXPECT_EQ(parameter(*model, "layer3.5.conv3.weight").sizes(), at::IntArrayRef({1024, 256, 1, 1}));
   EXPECT_EQ(parameter(*model, "fc.weight").sizes(), at::IntArrayRef({10, 2048}));
-  EXPECT_EQ(model->block_names(), kFourStages);
+  EXPECT_EQ(model->block_names(), four_stages({3, 4, 6, 3}));
 }
 
 TEST(ResNetTest, Resnet18TrainsOnSmallImages) {
@@ -140,6 +148,66 @@ TEST(ResNetTest, ReportsNormLayerFailure) {
   fail_norm_layers() = false;
   // The host's own code (the fake host fails with INTERNAL) reaches the caller unchanged.
   EXPECT_EQ(code, KILN_ERR_INTERNAL);
+}
+
+}  // namespace
+}  // namespace kiln_test
+
+namespace kiln_test {
+namespace {
+
+std::vector<std::tuple<int64_t, int32_t, double, int32_t>> requests_of(OptionSet options) {
+  norm_requests().clear();
+  build(std::move(options), 3, 32, 32);
+  std::vector<std::tuple<int64_t, int32_t, double, int32_t>> got;
+  for (const kiln_norm_request& r : norm_requests()) {
+    got.emplace_back(r.num_features, r.activation, r.activation_param, r.may_overwrite_input);
+  }
+  return got;
+}
+
+TEST(ResNetTest, AsksNormLayersForTheChosenActivation) {
+  using R = std::tuple<int64_t, int32_t, double, int32_t>;
+  const auto leaky = requests_of(OptionSet().set_string("activation", "leaky_relu"));
+  ASSERT_EQ(leaky.size(), 9u);
+  // stem and bn1 of each block take the activation (InPlace-ABN's default slope); conv outputs
+  // feed nothing else, so every layer may overwrite its input.
+  EXPECT_EQ(leaky[0], R(16, KILN_ACT_LEAKY_RELU, 0.01, 1));
+  EXPECT_EQ(leaky[2], R(16, KILN_ACT_NONE, 0.0, 1));
+  const auto elu =
+      requests_of(OptionSet().set_string("activation", "elu").set_float("activation_param", 0.5));
+  EXPECT_EQ(elu[3], R(32, KILN_ACT_ELU, 0.5, 1));
+}
+
+TEST(ResNetTest, PreActivationBlocksNameAndProtectTheirInputs) {
+  using R = std::tuple<int64_t, int32_t, double, int32_t>;
+  const auto got = requests_of(OptionSet()
+                                   .set_bool("preact", true)
+                                   .set_string("activation", "leaky_relu")
+                                   .set_int_list("blocks", {2, 1}));
+  // layer1.0, layer1.1 (identity shortcuts: bn1 must leave the block input intact), layer2.0
+  // (projection: bn1 may overwrite), then the final norm. Every norm is followed by its act.
+  const std::vector<R> expected{
+      R(16, KILN_ACT_LEAKY_RELU, 0.01, 0), R(16, KILN_ACT_LEAKY_RELU, 0.01, 1),
+      R(16, KILN_ACT_LEAKY_RELU, 0.01, 0), R(16, KILN_ACT_LEAKY_RELU, 0.01, 1),
+      R(16, KILN_ACT_LEAKY_RELU, 0.01, 1), R(32, KILN_ACT_LEAKY_RELU, 0.01, 1),
+      R(32, KILN_ACT_LEAKY_RELU, 0.01, 1)};
+  EXPECT_EQ(got, expected);
+  auto model =
+      build(OptionSet().set_bool("preact", true).set_int_list("blocks", {2, 1}), 1, 28, 28);
+  const auto names = parameter_names(*model);
+  EXPECT_EQ(names.count("stem.bn1.weight"), 0u);  // the small pre-activation stem is a bare conv
+  EXPECT_EQ(names.count("bn.weight"), 1u);
+  EXPECT_EQ(parameter(*model, "layer2.0.downsample.0.weight").sizes(),
+            at::IntArrayRef({32, 16, 1, 1}));
+  EXPECT_EQ(names.count("layer2.0.downsample.1.weight"), 0u);
+  expect_trains(*model, 4, 1, 28, 28, 10);
+}
+
+TEST(ResNetTest, RefusesUnknownActivationAndPreactBottlenecks) {
+  EXPECT_EQ(create_error(OptionSet().set_string("activation", "gelu")), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_string("depth", "50").set_bool("preact", true)),
+            KILN_ERR_INVALID_ARGUMENT);
 }
 
 }  // namespace

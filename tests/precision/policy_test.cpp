@@ -255,7 +255,7 @@ TEST(Library, EveryComponentIsAPrecisionPolicyForCpuAndCudaInThreeDtypes) {
     const kiln::plugin::Component& c = component(name);
     EXPECT_EQ(c.kind(), KILN_COMPONENT_PRECISION) << name;
     EXPECT_EQ(c.plugin->abi_major, 1u);
-    EXPECT_EQ(c.plugin->abi_minor, 1u);
+    EXPECT_EQ(c.plugin->abi_minor, static_cast<uint32_t>(KILN_ABI_MINOR));
     EXPECT_EQ(c.plugin->torch_version, nullptr) << name;
     EXPECT_EQ(c.plugin->torch_cxx11_abi, -1) << name;
     const uint64_t devices = KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA;

@@ -25,6 +25,7 @@ PIN_OFFSET(kiln_option_value, string_list, 72);
 PIN_SIZE(kiln_options, 24);
 
 PIN_SIZE(kiln_norm_request, 32);
+PIN_OFFSET(kiln_norm_request, may_overwrite_input, 20); /* 1.2: was `reserved` (zero) */
 PIN_SIZE(kiln_host_api, 120);
 PIN_OFFSET(kiln_host_api, make_status, 16);
 PIN_OFFSET(kiln_host_api, state_tensor, 32);
@@ -51,7 +52,10 @@ PIN_SIZE(kiln_lr_schedule, 40);
 PIN_SIZE(kiln_lr_policy_vtable, 32);
 _Static_assert(KILN_LR_POLICY_VTABLE_V1_SIZE == 32, "lr policy vtable v1 size");
 PIN_SIZE(kiln_norm_setup, 32);
-PIN_SIZE(kiln_norm_layout, 24);
+PIN_SIZE(kiln_norm_layout, 32); /* 1.2: in_place, frozen appended */
+_Static_assert(KILN_NORM_LAYOUT_V1_0_SIZE == 24, "norm layout v1.0 size");
+PIN_OFFSET(kiln_norm_layout, in_place, 24);
+PIN_OFFSET(kiln_norm_layout, frozen, 28);
 PIN_SIZE(kiln_norm_forward_args, 88);
 PIN_SIZE(kiln_norm_backward_args, 112);
 PIN_SIZE(kiln_norm_vtable, 40);

@@ -39,35 +39,19 @@ at::Tensor HiddenLayer::forward(const at::Tensor& input) {
   return x;
 }
 
-HiddenLayers::HiddenLayers(const kiln_host_api* host, const MlpConfig& config) {
-  int64_t in = config.in_features;
-  for (size_t i = 0; i < config.hidden.size(); ++i) {
-    layers_.push_back(register_module(
-        std::to_string(i),
-        std::make_shared<HiddenLayer>(host, in, config.hidden[i], config.norm, config.dropout)));
-    in = config.hidden[i];
-  }
-}
-
-at::Tensor HiddenLayers::forward(at::Tensor input) {
-  for (const auto& layer : layers_) input = layer->forward(input);
-  return input;
-}
-
 Mlp::Mlp(const kiln_host_api* host, const MlpConfig& config) {
-  layers_ = register_module("layers", std::make_shared<HiddenLayers>(host, config));
+  layers_ = register_module("layers", std::make_shared<kiln::BlockChain>());
+  int64_t in = config.in_features;
+  for (int64_t width : config.hidden) {
+    layers_->add(std::make_shared<HiddenLayer>(host, in, width, config.norm, config.dropout));
+    in = width;
+  }
   const int64_t last = config.hidden.empty() ? config.in_features : config.hidden.back();
   head_ = register_module("head", std::make_shared<Linear>(last, config.num_classes));
 }
 
 at::Tensor Mlp::forward(const at::Tensor& input) {
   return head_->forward(layers_->forward(input.flatten(1)));
-}
-
-std::vector<std::string> Mlp::block_names() const {
-  std::vector<std::string> names;
-  for (size_t i = 0; i < layers_->size(); ++i) names.push_back("layers." + std::to_string(i));
-  return names;
 }
 
 }  // namespace kiln_mlp

@@ -47,26 +47,14 @@ class HiddenLayer : public torch::nn::Module {
   double dropout_;
 };
 
-// Holds the hidden layers as children "0", "1", … so their names read layers.<i>.
-class HiddenLayers : public torch::nn::Module {
- public:
-  HiddenLayers(const kiln_host_api* host, const MlpConfig& config);
-  at::Tensor forward(at::Tensor input);
-  size_t size() const { return layers_.size(); }
-
- private:
-  std::vector<std::shared_ptr<HiddenLayer>> layers_;
-};
-
 class Mlp : public kiln::Model {
  public:
   Mlp(const kiln_host_api* host, const MlpConfig& config);
   at::Tensor forward(const at::Tensor& input) override;
-  // "layers.0", "layers.1", …: one per hidden layer.
-  std::vector<std::string> block_names() const override;
 
  private:
-  std::shared_ptr<HiddenLayers> layers_;
+  // The hidden layers as blocks "0", "1", … (names layers.<i>; block_names() lists them).
+  std::shared_ptr<kiln::BlockChain> layers_;
   std::shared_ptr<Linear> head_;
 };
 

@@ -14,7 +14,7 @@ const kiln_option_spec kOptions[] = {
      nullptr, "widths of the hidden layers (an empty list gives a linear classifier)"},
     {sizeof(kiln_option_spec), "dropout", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.0", nullptr,
      "dropout probability after each hidden activation, in [0, 1)"},
-    {sizeof(kiln_option_spec), "norm", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", nullptr,
+    {sizeof(kiln_option_spec), "norm_layers", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", nullptr,
      "put the pipeline's norm layer (with relu) after each hidden linear instead of a relu"},
 };
 
@@ -32,7 +32,7 @@ kiln_mlp::MlpConfig parse_config(const kiln_options* options, const kiln_model_i
   if (const kiln_option_value* v = find_option(options, "dropout", KILN_OPT_FLOAT)) {
     config.dropout = v->float_value;
   }
-  if (const kiln_option_value* v = find_option(options, "norm", KILN_OPT_BOOL)) {
+  if (const kiln_option_value* v = find_option(options, "norm_layers", KILN_OPT_BOOL)) {
     config.norm = v->bool_value != 0;
   }
   for (int64_t width : config.hidden) {

@@ -1,36 +1,57 @@
 #include "blocks.hpp"
 
+#include <ATen/ops/elu.h>
+#include <ATen/ops/leaky_relu.h>
 #include <ATen/ops/relu.h>
-
-#include <string>
 
 namespace kiln_resnet {
 
-Downsample::Downsample(const kiln_host_api* host, int64_t in_channels, int64_t out_channels,
-                       int64_t stride) {
+at::Tensor Activation::apply_(at::Tensor& x) const {
+  switch (kind) {
+    case KILN_ACT_LEAKY_RELU:
+      return at::leaky_relu_(x, param);
+    case KILN_ACT_ELU:
+      return at::elu_(x, param);
+    default:
+      return at::relu_(x);
+  }
+}
+
+std::shared_ptr<kiln::NormLayer> BlockSetup::norm(int64_t features, bool activate,
+                                                  bool overwrites) const {
+  return kiln::make_norm_layer(host, features, activate ? activation.kind : KILN_ACT_NONE,
+                               activate ? activation.param : 0.0, overwrites);
+}
+
+Downsample::Downsample(const BlockSetup& setup, int64_t in_channels, int64_t out_channels,
+                       int64_t stride, bool with_norm) {
   conv_ = register_module("0", std::make_shared<Conv2d>(in_channels, out_channels, 1, stride));
-  norm_ = register_module("1", kiln::make_norm_layer(host, out_channels, KILN_ACT_NONE));
+  if (with_norm) norm_ = register_module("1", setup.norm(out_channels, false, true));
 }
 
 at::Tensor Downsample::forward(const at::Tensor& input) {
-  return norm_->forward(conv_->forward(input));
+  at::Tensor x = conv_->forward(input);
+  return norm_ ? norm_->forward(x) : x;
 }
 
 at::Tensor ResidualBlock::merge(const at::Tensor& residual, const at::Tensor& input) const {
   at::Tensor sum = residual + (downsample_ ? downsample_->forward(input) : input);
   // In place is safe: the sum is a fresh tensor no one else holds.
-  return at::relu_(sum);
+  return activation_.apply_(sum);
 }
 
-BasicBlock::BasicBlock(const kiln_host_api* host, int64_t in_channels, int64_t planes,
+BasicBlock::BasicBlock(const BlockSetup& setup, int64_t in_channels, int64_t planes,
                        int64_t stride) {
+  activation_ = setup.activation;
+  // Conv outputs feed only their norm, so in-place norms may overwrite them.
   conv1_ = register_module("conv1", std::make_shared<Conv2d>(in_channels, planes, 3, stride));
-  bn1_ = register_module("bn1", kiln::make_norm_layer(host, planes, KILN_ACT_RELU));
+  bn1_ = register_module("bn1", setup.norm(planes, true, true));
   conv2_ = register_module("conv2", std::make_shared<Conv2d>(planes, planes, 3, 1));
-  bn2_ = register_module("bn2", kiln::make_norm_layer(host, planes, KILN_ACT_NONE));
+  bn2_ = register_module("bn2", setup.norm(planes, false, true));
   if (stride != 1 || in_channels != planes * kExpansion) {
     downsample_ = register_module(
-        "downsample", std::make_shared<Downsample>(host, in_channels, planes * kExpansion, stride));
+        "downsample",
+        std::make_shared<Downsample>(setup, in_channels, planes * kExpansion, stride, true));
   }
 }
 
@@ -40,17 +61,19 @@ at::Tensor BasicBlock::forward(const at::Tensor& input) {
   return merge(x, input);
 }
 
-Bottleneck::Bottleneck(const kiln_host_api* host, int64_t in_channels, int64_t planes,
+Bottleneck::Bottleneck(const BlockSetup& setup, int64_t in_channels, int64_t planes,
                        int64_t stride) {
+  activation_ = setup.activation;
   conv1_ = register_module("conv1", std::make_shared<Conv2d>(in_channels, planes, 1, 1));
-  bn1_ = register_module("bn1", kiln::make_norm_layer(host, planes, KILN_ACT_RELU));
+  bn1_ = register_module("bn1", setup.norm(planes, true, true));
   conv2_ = register_module("conv2", std::make_shared<Conv2d>(planes, planes, 3, stride));
-  bn2_ = register_module("bn2", kiln::make_norm_layer(host, planes, KILN_ACT_RELU));
+  bn2_ = register_module("bn2", setup.norm(planes, true, true));
   conv3_ = register_module("conv3", std::make_shared<Conv2d>(planes, planes * kExpansion, 1, 1));
-  bn3_ = register_module("bn3", kiln::make_norm_layer(host, planes * kExpansion, KILN_ACT_NONE));
+  bn3_ = register_module("bn3", setup.norm(planes * kExpansion, false, true));
   if (stride != 1 || in_channels != planes * kExpansion) {
     downsample_ = register_module(
-        "downsample", std::make_shared<Downsample>(host, in_channels, planes * kExpansion, stride));
+        "downsample",
+        std::make_shared<Downsample>(setup, in_channels, planes * kExpansion, stride, true));
   }
 }
 
@@ -61,25 +84,48 @@ at::Tensor Bottleneck::forward(const at::Tensor& input) {
   return merge(x, input);
 }
 
-Stage::Stage(const kiln_host_api* host, bool bottleneck, int64_t& in_channels, int64_t planes,
-             int64_t count, int64_t stride) {
-  for (int64_t i = 0; i < count; ++i) {
-    const int64_t block_stride = i == 0 ? stride : 1;
-    std::shared_ptr<ResidualBlock> block;
-    if (bottleneck) {
-      block = std::make_shared<Bottleneck>(host, in_channels, planes, block_stride);
-      in_channels = planes * Bottleneck::kExpansion;
-    } else {
-      block = std::make_shared<BasicBlock>(host, in_channels, planes, block_stride);
-      in_channels = planes * BasicBlock::kExpansion;
-    }
-    blocks_.push_back(register_module(std::to_string(i), block));
+PreActBlock::PreActBlock(const BlockSetup& setup, int64_t in_channels, int64_t planes,
+                         int64_t stride) {
+  const bool project = stride != 1 || in_channels != planes * kExpansion;
+  // With the identity shortcut the block input is read again after bn1, so bn1 must leave it.
+  bn1_ = register_module("bn1", setup.norm(in_channels, true, project));
+  conv1_ = register_module("conv1", std::make_shared<Conv2d>(in_channels, planes, 3, stride));
+  bn2_ = register_module("bn2", setup.norm(planes, true, true));
+  conv2_ = register_module("conv2", std::make_shared<Conv2d>(planes, planes, 3, 1));
+  if (project) {
+    downsample_ = register_module(
+        "downsample",
+        std::make_shared<Downsample>(setup, in_channels, planes * kExpansion, stride, false));
   }
 }
 
-at::Tensor Stage::forward(at::Tensor input) {
-  for (const auto& block : blocks_) input = block->forward(input);
-  return input;
+at::Tensor PreActBlock::forward(const at::Tensor& input) {
+  at::Tensor a = bn1_->forward(input);
+  at::Tensor shortcut = downsample_ ? downsample_->forward(a) : input;
+  at::Tensor x = conv2_->forward(bn2_->forward(conv1_->forward(a)));
+  // The conv output is fresh and saved by no one: add in place.
+  return x.add_(shortcut);
+}
+
+Stage::Stage(const BlockSetup& setup, BlockKind kind, int64_t& in_channels, int64_t planes,
+             int64_t count, int64_t stride) {
+  for (int64_t i = 0; i < count; ++i) {
+    const int64_t block_stride = i == 0 ? stride : 1;
+    switch (kind) {
+      case BlockKind::kBottleneck:
+        add(std::make_shared<Bottleneck>(setup, in_channels, planes, block_stride));
+        in_channels = planes * Bottleneck::kExpansion;
+        break;
+      case BlockKind::kPreAct:
+        add(std::make_shared<PreActBlock>(setup, in_channels, planes, block_stride));
+        in_channels = planes * PreActBlock::kExpansion;
+        break;
+      case BlockKind::kBasic:
+        add(std::make_shared<BasicBlock>(setup, in_channels, planes, block_stride));
+        in_channels = planes * BasicBlock::kExpansion;
+        break;
+    }
+  }
 }
 
 }  // namespace kiln_resnet

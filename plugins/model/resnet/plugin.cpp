@@ -1,4 +1,5 @@
 // The kiln-resnet plugin library: its descriptor, options schema and model factory.
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,14 @@ const kiln_option_spec kOptions[] = {
      "channels of the first stage for depth small (18 and 50 use 64)"},
     {sizeof(kiln_option_spec), "blocks", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, "[1, 1, 1]", nullptr,
      "BasicBlocks per stage for depth small; ignored for 18 and 50"},
+    {sizeof(kiln_option_spec), "activation", KILN_OPT_STRING, 0, 0, 0, 0.0, 0.0, "\"relu\"",
+     "relu,leaky_relu,elu",
+     "activation after each norm layer and residual sum; the norm layer is asked to apply it "
+     "(InPlace-ABN fuses it and needs leaky_relu or elu)"},
+    {sizeof(kiln_option_spec), "activation_param", KILN_OPT_FLOAT, 0, 0, 0, 0.0, 0.0, "nan",
+     nullptr, "leaky_relu slope or elu alpha; nan = 0.01 (InPlace-ABN's slope) or 1.0"},
+    {sizeof(kiln_option_spec), "preact", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", nullptr,
+     "pre-activation BasicBlocks (ResNet v2: norm, act, conv) with a final norm; not for depth 50"},
 };
 
 // Widest channel count a small ResNet may reach; guards width·2^stages against overflow.
@@ -41,6 +50,18 @@ kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
   if (const kiln_option_value* v = find_option(options, "blocks", KILN_OPT_INT_LIST)) {
     blocks.assign(v->int_list, v->int_list + v->list_length);
   }
+  std::string activation = "relu";
+  double activation_param = std::nan("");
+  bool preact = false;
+  if (const kiln_option_value* v = find_option(options, "activation", KILN_OPT_STRING)) {
+    activation = v->string_value != nullptr ? v->string_value : "";
+  }
+  if (const kiln_option_value* v = find_option(options, "activation_param", KILN_OPT_FLOAT)) {
+    activation_param = v->float_value;
+  }
+  if (const kiln_option_value* v = find_option(options, "preact", KILN_OPT_BOOL)) {
+    preact = v->bool_value != 0;
+  }
   if (input.struct_size < KILN_SIZE_UP_TO(kiln_model_input, num_classes)) {
     throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: kiln_model_input is too small");
   }
@@ -51,6 +72,18 @@ kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
   kiln_resnet::ResNetConfig config;
   config.in_channels = input.channels;
   config.num_classes = input.num_classes;
+  config.preact = preact;
+  if (activation == "relu") {
+    config.activation = {KILN_ACT_RELU, 0.0};
+  } else if (activation == "leaky_relu") {
+    config.activation = {KILN_ACT_LEAKY_RELU,
+                         std::isnan(activation_param) ? 0.01 : activation_param};
+  } else if (activation == "elu") {
+    config.activation = {KILN_ACT_ELU, std::isnan(activation_param) ? 1.0 : activation_param};
+  } else {
+    throw Error(KILN_ERR_INVALID_ARGUMENT,
+                "resnet: activation must be relu, leaky_relu or elu, not '" + activation + "'");
+  }
   if (depth == "small") {
     if (width < 1) throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: width must be >= 1");
     if (blocks.empty()) {
@@ -74,6 +107,11 @@ kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
                 "resnet: depth must be small, 18 or 50, not '" + depth + "'");
   }
   config.bottleneck = depth == "50";
+  if (preact && config.bottleneck) {
+    throw Error(KILN_ERR_INVALID_ARGUMENT,
+                "resnet: preact = true builds BasicBlocks; depth 50 uses Bottlenecks (use depth "
+                "small or 18)");
+  }
   config.blocks =
       config.bottleneck ? std::vector<int64_t>{3, 4, 6, 3} : std::vector<int64_t>{2, 2, 2, 2};
   config.planes = {64, 128, 256, 512};

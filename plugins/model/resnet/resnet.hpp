@@ -1,6 +1,7 @@
 // The ResNet model: stem → layer1 … layerN → global average pool → fc. Parameter names are
 // torchvision's with the stem's prefixed: stem.conv1.weight, stem.bn1.*, layer1.0.conv1.weight,
-// layer2.0.downsample.0.weight, fc.weight, fc.bias.
+// layer2.0.downsample.0.weight, fc.weight, fc.bias. The pre-activation variant adds the final
+// norm+act before pooling as "bn" and its small stem is a bare conv.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -20,6 +21,8 @@ namespace kiln_resnet {
 // What to build, resolved from the options and the input (see resolve_config in plugin.cpp).
 struct ResNetConfig {
   bool bottleneck = false;      // Bottleneck blocks (expansion 4) instead of BasicBlocks
+  bool preact = false;          // pre-activation BasicBlocks (ResNet v2)
+  Activation activation;        // after every norm that is followed by an activation
   bool imagenet_stem = false;   // conv7x7/2 + maxpool instead of a conv3x3/1 stem
   int64_t stem_width = 0;       // channels out of the stem
   std::vector<int64_t> planes;  // per stage: block width (before expansion)
@@ -28,10 +31,11 @@ struct ResNetConfig {
   int64_t num_classes = 0;
 };
 
-// conv → norm+relu (→ maxpool for the ImageNet stem).
+// conv → norm+act (→ maxpool for the ImageNet stem); a bare conv for the small pre-activation
+// stem, whose first block starts with norm+act.
 class Stem : public torch::nn::Module {
  public:
-  Stem(const kiln_host_api* host, int64_t in_channels, int64_t width, bool imagenet);
+  Stem(const BlockSetup& setup, int64_t in_channels, int64_t width, bool imagenet, bool bare);
   at::Tensor forward(const at::Tensor& input);
 
  private:
@@ -44,12 +48,11 @@ class ResNet : public kiln::Model {
  public:
   ResNet(const kiln_host_api* host, const ResNetConfig& config);
   at::Tensor forward(const at::Tensor& input) override;
-  // "stem", "layer1", "layer2", …
-  std::vector<std::string> block_names() const override;
 
  private:
   std::shared_ptr<Stem> stem_;
   std::vector<std::shared_ptr<Stage>> stages_;
+  std::shared_ptr<kiln::NormLayer> final_norm_;  // pre-activation only
   std::shared_ptr<Linear> fc_;
 };
 

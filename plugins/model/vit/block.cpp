@@ -5,8 +5,6 @@
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 
-#include <string>
-
 namespace kiln_vit {
 namespace {
 
@@ -53,18 +51,6 @@ Block::Block(int64_t dim, int64_t heads, int64_t hidden, double dropout) {
 at::Tensor Block::forward(const at::Tensor& input) {
   at::Tensor x = input + attn_->forward(norm1_->forward(input));
   return x + mlp_->forward(norm2_->forward(x));
-}
-
-Blocks::Blocks(int64_t depth, int64_t dim, int64_t heads, int64_t hidden, double dropout) {
-  for (int64_t i = 0; i < depth; ++i) {
-    blocks_.push_back(
-        register_module(std::to_string(i), std::make_shared<Block>(dim, heads, hidden, dropout)));
-  }
-}
-
-at::Tensor Blocks::forward(at::Tensor input) {
-  for (const auto& block : blocks_) input = block->forward(input);
-  return input;
 }
 
 }  // namespace kiln_vit

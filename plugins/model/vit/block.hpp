@@ -7,7 +7,6 @@
 
 #include <cstdint>
 #include <memory>
-#include <vector>
 
 #include "layers.hpp"
 
@@ -49,17 +48,6 @@ class Block : public torch::nn::Module {
   std::shared_ptr<Attention> attn_;
   std::shared_ptr<LayerNorm> norm2_;
   std::shared_ptr<Mlp> mlp_;
-};
-
-// The blocks as children "0", "1", … so their names read blocks.<i>.
-class Blocks : public torch::nn::Module {
- public:
-  Blocks(int64_t depth, int64_t dim, int64_t heads, int64_t hidden, double dropout);
-  at::Tensor forward(at::Tensor input);
-  size_t size() const { return blocks_.size(); }
-
- private:
-  std::vector<std::shared_ptr<Block>> blocks_;
 };
 
 }  // namespace kiln_vit

@@ -21,9 +21,10 @@ Vit::Vit(const VitConfig& config) : dropout_(config.dropout) {
   at::Tensor pos = at::empty({1, tokens, config.dim});
   trunc_normal_(pos, 0.02, -2.0, 2.0);
   pos_embed_ = register_parameter("pos_embed", pos);
-  blocks_ =
-      register_module("blocks", std::make_shared<Blocks>(config.depth, config.dim, config.heads,
-                                                         config.hidden, config.dropout));
+  blocks_ = register_module("blocks", std::make_shared<kiln::BlockChain>());
+  for (int64_t i = 0; i < config.depth; ++i) {
+    blocks_->add(std::make_shared<Block>(config.dim, config.heads, config.hidden, config.dropout));
+  }
   norm_ = register_module("norm", std::make_shared<LayerNorm>(config.dim));
   head_ = register_module("head", std::make_shared<Linear>(config.dim, config.num_classes));
 }
@@ -35,12 +36,6 @@ at::Tensor Vit::forward(const at::Tensor& input) {
   if (dropout_ > 0.0) x = at::dropout(x, dropout_, is_training());
   x = norm_->forward(blocks_->forward(x));
   return head_->forward(cls_token_.defined() ? x.select(1, 0) : x.mean(1));
-}
-
-std::vector<std::string> Vit::block_names() const {
-  std::vector<std::string> names;
-  for (size_t i = 0; i < blocks_->size(); ++i) names.push_back("blocks." + std::to_string(i));
-  return names;
 }
 
 }  // namespace kiln_vit

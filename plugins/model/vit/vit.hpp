@@ -38,14 +38,13 @@ class Vit : public kiln::Model {
  public:
   explicit Vit(const VitConfig& config);
   at::Tensor forward(const at::Tensor& input) override;
-  // "blocks.0", "blocks.1", …: one per encoder block.
-  std::vector<std::string> block_names() const override;
 
  private:
   std::shared_ptr<PatchEmbed> patch_embed_;
   at::Tensor cls_token_;  // undefined with pool mean
   at::Tensor pos_embed_;
-  std::shared_ptr<Blocks> blocks_;
+  // The encoder blocks as blocks "0", "1", … (names blocks.<i>; block_names() lists them).
+  std::shared_ptr<kiln::BlockChain> blocks_;
   std::shared_ptr<LayerNorm> norm_;
   std::shared_ptr<Linear> head_;
   double dropout_;

@@ -50,10 +50,13 @@ enum {
 
 /* What a model asks of the pipeline's norm layer. */
 typedef struct kiln_norm_request {
-  size_t struct_size;      /* sizeof(kiln_norm_request) as the caller knows it */
-  int64_t num_features;    /* channels (dimension 1 of the input) */
-  int32_t activation;      /* KILN_ACT_* applied after normalisation */
-  int32_t reserved;        /* zero */
+  size_t struct_size;   /* sizeof(kiln_norm_request) as the caller knows it */
+  int64_t num_features; /* channels (dimension 1 of the input) */
+  int32_t activation;   /* KILN_ACT_* applied after normalisation */
+  /* Since ABI 1.2 (was `reserved`, zero): nonzero when the model never reads the layer's input
+   * after the layer has run, so an in-place layer (kiln_norm_layout.in_place) may overwrite it.
+   * Zero: the host hands an in-place layer a copy, so the model's tensor stays intact. */
+  int32_t may_overwrite_input;
   double activation_param; /* leaky_relu slope or elu alpha; ignored otherwise */
 } kiln_norm_request;
 

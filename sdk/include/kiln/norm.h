@@ -14,8 +14,9 @@ extern "C" {
 
 /* Which tensor the plugin needs in backward (int32_t). */
 enum {
-  KILN_NORM_SAVE_INPUT = 1, /* the host keeps the forward input for backward */
-  KILN_NORM_SAVE_OUTPUT = 2 /* the host keeps the forward output (in-place layers) */
+  KILN_NORM_SAVE_INPUT = 1,  /* the host keeps the forward input for backward */
+  KILN_NORM_SAVE_OUTPUT = 2, /* the host keeps the forward output (in-place layers) */
+  KILN_NORM_SAVE_NOTHING = 3 /* since ABI 1.2: backward needs neither; `saved` is then NULL */
 };
 
 /* One layer's configuration, passed to create (borrowed for the call). */
@@ -34,6 +35,14 @@ typedef struct kiln_norm_layout {
   int32_t running_stats;    /* nonzero: host allocates running_mean (0), running_var (1), [C] */
   int32_t saves;            /* KILN_NORM_SAVE_* */
   int32_t fused_activation; /* nonzero: the plugin applies setup.activation itself */
+  /* Since ABI 1.2. Nonzero: forward writes its output over its input (args.output and
+   * args.input are then the same memory), so the layer keeps one tensor instead of two. The
+   * host passes a copy when the model did not allow overwriting (may_overwrite_input). */
+  int32_t in_place;
+  /* Since ABI 1.2. Nonzero: weight and bias are fixed (the host keeps them as buffers, which
+   * checkpoints and weight files hold but no optimizer updates); backward leaves grad_weight
+   * and grad_bias NULL. */
+  int32_t frozen;
 } kiln_norm_layout;
 
 /* Forward arguments. Tensors borrowed for the call; optional ones NULL when absent. */
@@ -42,7 +51,7 @@ typedef struct kiln_norm_forward_args {
   int32_t training;       /* nonzero: batch statistics (and running-stat update) */
   int32_t reserved;       /* zero */
   const DLTensor* input;  /* N×C×… */
-  DLTensor* output;       /* same shape; may alias input for in-place layers */
+  DLTensor* output;       /* same shape; the same memory as input when layout.in_place */
   const DLTensor* weight; /* [C] or NULL */
   const DLTensor* bias;   /* [C] or NULL */
   DLTensor* running_mean; /* [C] float32, updated in training, or NULL */
@@ -58,7 +67,8 @@ typedef struct kiln_norm_backward_args {
   int32_t training;             /* value the forward ran with */
   int32_t reserved;             /* zero */
   const DLTensor* grad_output;  /* N×C×… */
-  const DLTensor* saved;        /* the forward input or output, per layout.saves */
+  const DLTensor* saved;        /* the forward input or output per layout.saves; NULL for
+                                 * KILN_NORM_SAVE_NOTHING */
   const DLTensor* weight;       /* [C] or NULL */
   const DLTensor* bias;         /* [C] or NULL */
   const DLTensor* running_mean; /* [C] or NULL (used when not training) */
@@ -93,6 +103,7 @@ typedef struct kiln_norm_vtable {
 } kiln_norm_vtable;
 
 #define KILN_NORM_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_norm_vtable, backward)
+#define KILN_NORM_LAYOUT_V1_0_SIZE KILN_SIZE_UP_TO(kiln_norm_layout, fused_activation)
 
 #ifdef __cplusplus
 } /* extern "C" */

@@ -11,9 +11,11 @@
 #include <torch/nn/module.h>
 #include <torch/version.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "kiln/sdk.hpp"
@@ -27,12 +29,78 @@
 
 namespace kiln {
 
+// An ordered chain of blocks a model runs one after another (x = block(x)). Models register one
+// (or one per stage) as a child module and call its forward; the host may run segments of it
+// under activation checkpointing (memory.checkpoint), which keeps only each segment's input and
+// recomputes the rest in backward. Blocks are registered as children "0", "1", … of the chain.
+class BlockChain : public torch::nn::Module {
+ public:
+  // Runs blocks [first, end) plainly on `x`.
+  using Segment = std::pair<size_t, size_t>;
+  // What the host installs: runs blocks [first, end) of `chain` on `x` under checkpointing.
+  using Runner = std::function<at::Tensor(BlockChain& chain, Segment segment, const at::Tensor& x)>;
+
+  // Model side: appends a block (any module with `at::Tensor forward(const at::Tensor&)`) and
+  // returns it.
+  template <typename Block>
+  std::shared_ptr<Block> add(std::shared_ptr<Block> block) {
+    register_module(std::to_string(blocks_.size()), block);
+    blocks_.push_back(block);
+    calls_.emplace_back([raw = block.get()](const at::Tensor& x) { return raw->forward(x); });
+    return block;
+  }
+
+  size_t size() const { return blocks_.size(); }
+  const std::shared_ptr<torch::nn::Module>& block(size_t i) const { return blocks_.at(i); }
+
+  // Runs every block: checkpointed segments through the host's runner, the rest plainly.
+  at::Tensor forward(at::Tensor x) {
+    size_t i = 0;
+    for (const Segment& s : segments_) {
+      if (s.first > i) x = run(i, s.first, x);
+      x = runner_(*this, s, x);
+      i = s.second;
+    }
+    return i < calls_.size() ? run(i, calls_.size(), x) : x;
+  }
+
+  // Runs blocks [first, end) plainly.
+  at::Tensor run(size_t first, size_t end, at::Tensor x) const {
+    for (size_t i = first; i < end; ++i) x = calls_[i](x);
+    return x;
+  }
+
+  // Host side: checkpoint `segments` (sorted, disjoint, within size()) with `runner`; an empty
+  // list turns checkpointing off.
+  void set_checkpointing(std::vector<Segment> segments, Runner runner) {
+    segments_ = std::move(segments);
+    runner_ = std::move(runner);
+  }
+  const std::vector<Segment>& checkpointed_segments() const { return segments_; }
+
+ private:
+  std::vector<std::shared_ptr<torch::nn::Module>> blocks_;
+  std::vector<std::function<at::Tensor(const at::Tensor&)>> calls_;
+  std::vector<Segment> segments_;
+  Runner runner_;
+};
+
 // A model as the host drives it: logits = forward(images).
 class Model : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& input) = 0;
-  // Names of the blocks (direct children) that activation checkpointing may wrap.
-  virtual std::vector<std::string> block_names() const { return {}; }
+  // Names of the blocks activation checkpointing may wrap: every block of every BlockChain in
+  // the model ("layers.0", "layer2.1", …), in forward order.
+  virtual std::vector<std::string> block_names() const {
+    std::vector<std::string> names;
+    for (const auto& item : named_modules("", /*include_self=*/false)) {
+      const auto* chain = dynamic_cast<const BlockChain*>(item.value().get());
+      if (chain == nullptr) continue;
+      for (size_t i = 0; i < chain->size(); ++i)
+        names.push_back(item.key() + "." + std::to_string(i));
+    }
+    return names;
+  }
 };
 
 // The pipeline's norm layer (norm plugin + autograd), built by the host for a model.
@@ -61,13 +129,17 @@ inline std::shared_ptr<Model> model_from_handle(kiln_torch_module* handle) {
 }
 
 // Model plugin side: asks the host for the pipeline's norm layer and takes ownership of it.
+// Pass `may_overwrite_input` = true only when the model never reads the layer's input after the
+// layer ran (an in-place layer may then overwrite it instead of taking a copy).
 inline std::shared_ptr<NormLayer> make_norm_layer(const kiln_host_api* host, int64_t features,
                                                   int32_t activation = KILN_ACT_NONE,
-                                                  double activation_param = 0.0) {
+                                                  double activation_param = 0.0,
+                                                  bool may_overwrite_input = false) {
   kiln_norm_request request{};
   request.struct_size = sizeof(request);
   request.num_features = features;
   request.activation = activation;
+  request.may_overwrite_input = may_overwrite_input ? 1 : 0;
   request.activation_param = activation_param;
   kiln_torch_module* handle = nullptr;
   if (host->create_norm_layer == nullptr) {

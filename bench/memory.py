@@ -1,0 +1,155 @@
+"""Activation memory and step time of Kiln's memory features, in one run, measured by Kiln itself.
+
+Two pairs of arms, each pair training the same network on the same in-memory synthetic data,
+the arms alternating run by run:
+
+  (a) InPlace-ABN against BN + LeakyReLU on a ResNet-style network: the `resnet` model with
+      pre-activation blocks (preact = true: every norm is followed by its activation and a conv)
+      and activation "leaky_relu", model.norm = "batchnorm" (BN, then LeakyReLU in place: the
+      layer keeps its input and the activation its output) against model.norm = "inplace_abn"
+      (one tensor: the output, written over the input);
+  (b) activation checkpointing "sqrt" against "none" on a deep network: the `mlp` model with
+      --depth hidden layers (Linear, BatchNorm, ReLU), memory.checkpoint = "sqrt" keeping only
+      the inputs of sqrt(n) segments and recomputing the rest in backward.
+
+Measured per optimizer step from Kiln's --metrics records: `activation_mb` (the peak of live
+tensor storage during the step above what the step leaves live: weights, gradients and optimizer
+state excluded; counted by Kiln's CPU allocator counter, or the CUDA caching allocator's
+statistics on a GPU) and `step_time` (forward, backward, optimizer). A run's value is the median
+over the steps after --warmup; the table gives the median over --repeats runs with the min–max
+in brackets, and each pair's ratio of medians.
+
+  # defaults: about 4 minutes on 2 cores
+  ~/.cache/kiln/venv/bin/python bench/memory.py
+  ~/.cache/kiln/venv/bin/python bench/memory.py --quick      # smoke run, under a minute
+  ~/.cache/kiln/venv/bin/python bench/memory.py --device cuda
+
+Targets: InPlace-ABN <= 0.7x the activation memory of BN + LeakyReLU at <= 1.10x the time;
+checkpointing sqrt <= 0.4x the activation memory of none at <= 1.4x the time.
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+
+from bench_common import cpu_name, toml_value
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def pipeline(args, arm, work):
+    image = arm["image"]
+    samples = args.batch * (args.steps + 2)
+    cfg = {
+        "run": {"device": args.device, "seed": 0, "max_steps": args.steps, "epochs": 2,
+                "log_interval": args.steps, "threads": args.threads, "eval": False,
+                "checkpoints": False, "tensorboard": False,
+                "output_dir": os.path.join(work, "out")},
+        "data": {"dataset": "synthetic", "synthetic_train": samples, "synthetic_test": 16,
+                 "synthetic_classes": 10, "channels": image[0], "height": image[1],
+                 "width": image[2], "batch_size": args.batch, "workers": 0},
+        "model": arm["model"],
+        "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.9},
+        "lr_policy": {"name": "constant"},
+        "memory": {"checkpoint": arm.get("checkpoint", "none")},
+    }
+    lines = []
+    for section, body in cfg.items():
+        lines.append(f"[{section}]")
+        lines += [f"{k} = {toml_value(v)}" for k, v in body.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def run_arm(args, arm):
+    with tempfile.TemporaryDirectory(prefix="kiln-bench-memory-") as work:
+        path = os.path.join(work, "pipeline.toml")
+        metrics = os.path.join(work, "metrics.jsonl")
+        with open(path, "w") as f:
+            f.write(pipeline(args, arm, work))
+        cmd = [args.kiln, "run", path, "--metrics", metrics]
+        env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+        proc = subprocess.run(cmd, cwd=work, env=env, capture_output=True, text=True,
+                              timeout=args.timeout)
+        steps = []
+        if os.path.exists(metrics):
+            with open(metrics) as f:
+                steps = [r for r in map(json.loads, f) if r["type"] == "step"]
+        if proc.returncode != 0 or len(steps) < args.steps:
+            raise RuntimeError(f"{shlex.join(cmd)} exited {proc.returncode} with {len(steps)} "
+                               f"step records; output:\n{proc.stdout[-3000:]}{proc.stderr[-3000:]}")
+        kept = steps[args.warmup:]
+        return (statistics.median(r["activation_mb"] for r in kept),
+                statistics.median(r["step_time"] for r in kept))
+
+
+def arms(args):
+    resnet = {"name": "resnet", "depth": "small", "preact": True, "activation": "leaky_relu",
+              "width": args.width, "blocks": [args.blocks] * 3}
+    mlp = {"name": "mlp", "hidden": [args.hidden] * args.depth, "norm_layers": True}
+    return [
+        ("a", "BN + LeakyReLU", {"model": dict(resnet, norm="batchnorm"), "image": (3, 32, 32)}),
+        ("a", "InPlace-ABN", {"model": dict(resnet, norm="inplace_abn"), "image": (3, 32, 32)}),
+        ("b", "checkpoint none", {"model": mlp, "image": (1, 28, 28), "checkpoint": "none"}),
+        ("b", "checkpoint sqrt", {"model": mlp, "image": (1, 28, 28), "checkpoint": "sqrt"}),
+    ]
+
+
+def spread(values):
+    return f"{statistics.median(values):9.2f} [{min(values):.2f}-{max(values):.2f}]"
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--kiln", default=os.path.join(REPO, "build", "release", "bin", "kiln"))
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
+    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--width", type=int, default=32, help="resnet: channels of the first stage")
+    p.add_argument("--blocks", type=int, default=2, help="resnet: blocks per stage (3 stages)")
+    p.add_argument("--hidden", type=int, default=1024, help="mlp: width of every hidden layer")
+    p.add_argument("--depth", type=int, default=36, help="mlp: hidden layers")
+    p.add_argument("--steps", type=int, default=8)
+    p.add_argument("--warmup", type=int, default=2)
+    p.add_argument("--repeats", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--timeout", type=float, default=600)
+    p.add_argument("--quick", action="store_true", help="small and short: a smoke run")
+    args = p.parse_args()
+    if args.quick:
+        args.steps, args.warmup, args.repeats, args.depth, args.hidden = 4, 1, 1, 16, 256
+    if not os.path.exists(args.kiln):
+        sys.exit(f"no kiln binary at {args.kiln}; build it (scripts/build.sh) or pass --kiln")
+
+    chosen = arms(args)
+    results = {name: ([], []) for _, name, _ in chosen}
+    for _ in range(args.repeats):
+        for _, name, arm in chosen:  # alternating: every repeat runs each arm once
+            memory, time = run_arm(args, arm)
+            results[name][0].append(memory)
+            results[name][1].append(time)
+
+    device = cpu_name() if args.device == "cpu" else "cuda"
+    print(f"# bench/memory.py on {device}, {args.threads} threads, batch {args.batch}, "
+          f"{args.steps} steps ({args.warmup} warm-up), {args.repeats} runs per arm")
+    print(f"# (a) resnet small preact, width {args.width}, {args.blocks} blocks x 3 stages, "
+          f"3x32x32; (b) mlp {args.depth} x {args.hidden} with norm, 1x28x28")
+    print(f"{'pair':<5}{'arm':<18}{'activation MiB':>26}{'step ms':>26}")
+    for pair, name, _ in chosen:
+        memory, time = results[name]
+        print(f"{pair:<5}{name:<18}{spread(memory):>26}{spread([t * 1e3 for t in time]):>26}")
+    print()
+    print(f"{'pair':<5}{'ratio':<36}{'memory':>8}{'time':>8}{'target':>22}")
+    for pair, (base, test), target in (("a", ("BN + LeakyReLU", "InPlace-ABN"), "<= 0.70, <= 1.10"),
+                                       ("b", ("checkpoint none", "checkpoint sqrt"),
+                                        "<= 0.40, <= 1.40")):
+        mem = statistics.median(results[test][0]) / statistics.median(results[base][0])
+        time = statistics.median(results[test][1]) / statistics.median(results[base][1])
+        print(f"{pair:<5}{test + ' / ' + base:<36}{mem:8.3f}{time:8.3f}{target:>22}")
+
+
+if __name__ == "__main__":
+    main()
