@@ -10,12 +10,14 @@ the arms alternating run by run:
       (one tensor: the output, written over the input);
   (b) activation checkpointing "sqrt" against "none" on a deep network: the `mlp` model with
       --depth hidden layers (Linear, BatchNorm, ReLU), memory.checkpoint = "sqrt" keeping only
-      the inputs of sqrt(n) segments and recomputing the rest in backward.
+      the inputs of sqrt(n) segments and recomputing the rest in backward. The batch is large
+      against the width, as in the memory-bound runs checkpointing is for: activations, not
+      weights, fill the memory.
 
 Measured per optimizer step from Kiln's --metrics records: `activation_mb` (the peak of live
-tensor storage during the step above what the step leaves live: weights, gradients and optimizer
-state excluded; counted by Kiln's CPU allocator counter, or the CUDA caching allocator's
-statistics on a GPU) and `step_time` (forward, backward, optimizer). A run's value is the median
+tensor storage during the step above what was live when it began: weights and optimizer state
+excluded, the gradients backward creates included, as both arms of a pair create the same;
+counted by Kiln's CPU allocator counter, or the CUDA caching allocator's statistics on a GPU) and `step_time` (forward, backward, optimizer). A run's value is the median
 over the steps after --warmup; the table gives the median over --repeats runs with the min–max
 in brackets, and each pair's ratio of medians.
 
@@ -42,8 +44,8 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
 def pipeline(args, arm, work):
-    image = arm["image"]
-    samples = args.batch * (args.steps + 2)
+    image, batch = arm["image"], arm["batch"]
+    samples = batch * (args.steps + 2)
     cfg = {
         "run": {"device": args.device, "seed": 0, "max_steps": args.steps, "epochs": 2,
                 "log_interval": args.steps, "threads": args.threads, "eval": False,
@@ -51,7 +53,7 @@ def pipeline(args, arm, work):
                 "output_dir": os.path.join(work, "out")},
         "data": {"dataset": "synthetic", "synthetic_train": samples, "synthetic_test": 16,
                  "synthetic_classes": 10, "channels": image[0], "height": image[1],
-                 "width": image[2], "batch_size": args.batch, "workers": 0},
+                 "width": image[2], "batch_size": batch, "workers": 0},
         "model": arm["model"],
         "optimizer": {"name": "sgd", "lr": 0.01, "momentum": 0.9},
         "lr_policy": {"name": "constant"},
@@ -92,10 +94,14 @@ def arms(args):
               "width": args.width, "blocks": [args.blocks] * 3}
     mlp = {"name": "mlp", "hidden": [args.hidden] * args.depth, "norm_layers": True}
     return [
-        ("a", "BN + LeakyReLU", {"model": dict(resnet, norm="batchnorm"), "image": (3, 32, 32)}),
-        ("a", "InPlace-ABN", {"model": dict(resnet, norm="inplace_abn"), "image": (3, 32, 32)}),
-        ("b", "checkpoint none", {"model": mlp, "image": (1, 28, 28), "checkpoint": "none"}),
-        ("b", "checkpoint sqrt", {"model": mlp, "image": (1, 28, 28), "checkpoint": "sqrt"}),
+        ("a", "BN + LeakyReLU", {"model": dict(resnet, norm="batchnorm"), "image": (3, 32, 32),
+                                     "batch": args.batch}),
+        ("a", "InPlace-ABN", {"model": dict(resnet, norm="inplace_abn"), "image": (3, 32, 32),
+                              "batch": args.batch}),
+        ("b", "checkpoint none", {"model": mlp, "image": (1, 28, 28), "checkpoint": "none",
+                                  "batch": args.mlp_batch}),
+        ("b", "checkpoint sqrt", {"model": mlp, "image": (1, 28, 28), "checkpoint": "sqrt",
+                                  "batch": args.mlp_batch}),
     ]
 
 
@@ -107,10 +113,11 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     p.add_argument("--kiln", default=os.path.join(REPO, "build", "release", "bin", "kiln"))
     p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
-    p.add_argument("--batch", type=int, default=32)
+    p.add_argument("--batch", type=int, default=32, help="resnet batch")
+    p.add_argument("--mlp-batch", type=int, default=1024)
     p.add_argument("--width", type=int, default=32, help="resnet: channels of the first stage")
-    p.add_argument("--blocks", type=int, default=2, help="resnet: blocks per stage (3 stages)")
-    p.add_argument("--hidden", type=int, default=1024, help="mlp: width of every hidden layer")
+    p.add_argument("--blocks", type=int, default=3, help="resnet: blocks per stage (3 stages)")
+    p.add_argument("--hidden", type=int, default=256, help="mlp: width of every hidden layer")
     p.add_argument("--depth", type=int, default=36, help="mlp: hidden layers")
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
@@ -120,7 +127,7 @@ def main():
     p.add_argument("--quick", action="store_true", help="small and short: a smoke run")
     args = p.parse_args()
     if args.quick:
-        args.steps, args.warmup, args.repeats, args.depth, args.hidden = 4, 1, 1, 16, 256
+        args.steps, args.warmup, args.repeats, args.depth, args.mlp_batch = 4, 1, 1, 16, 256
     if not os.path.exists(args.kiln):
         sys.exit(f"no kiln binary at {args.kiln}; build it (scripts/build.sh) or pass --kiln")
 
@@ -133,10 +140,11 @@ def main():
             results[name][1].append(time)
 
     device = cpu_name() if args.device == "cpu" else "cuda"
-    print(f"# bench/memory.py on {device}, {args.threads} threads, batch {args.batch}, "
-          f"{args.steps} steps ({args.warmup} warm-up), {args.repeats} runs per arm")
+    print(f"# bench/memory.py on {device}, {args.threads} threads, {args.steps} steps "
+          f"({args.warmup} warm-up), {args.repeats} runs per arm")
     print(f"# (a) resnet small preact, width {args.width}, {args.blocks} blocks x 3 stages, "
-          f"3x32x32; (b) mlp {args.depth} x {args.hidden} with norm, 1x28x28")
+          f"3x32x32, batch {args.batch}; (b) mlp {args.depth} x {args.hidden} with norm layers, "
+          f"1x28x28, batch {args.mlp_batch}")
     print(f"{'pair':<5}{'arm':<18}{'activation MiB':>26}{'step ms':>26}")
     for pair, name, _ in chosen:
         memory, time = results[name]

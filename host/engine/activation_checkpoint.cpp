@@ -17,6 +17,7 @@
 
 #include "config/suggest.hpp"
 #include "engine/checks.hpp"
+#include "plugin/norm_layer.hpp"
 
 namespace kiln::engine {
 namespace {
@@ -111,13 +112,17 @@ std::vector<at::Tensor> segment_tensors(const BlockChain& chain, Segment segment
   return out;
 }
 
-// Whether blocks [first, end) hold a norm layer, the one module here that may overwrite its
-// input in place (make_norm_layer's may_overwrite_input). Such a segment runs on a copy of its
-// input, so the input kept for backward (and anyone else's saved view of it) stays intact.
+// Whether blocks [first, end) hold an in-place norm layer allowed to overwrite its input
+// (layout.in_place with make_norm_layer's may_overwrite_input): the one module here that writes
+// over its input. Such a segment runs on a copy of its input, so the input kept for backward
+// (and anyone else's saved view of it) stays intact; other segments need no copy.
 bool may_overwrite_input(const BlockChain& chain, Segment segment) {
   for (size_t i = segment.first; i < segment.second; ++i) {
     for (const auto& m : chain.block(i)->modules(/*include_self=*/true)) {
-      if (dynamic_cast<const kiln::NormLayer*>(m.get()) != nullptr) return true;
+      const auto* norm = dynamic_cast<const plugin::PluginNormLayer*>(m.get());
+      if (norm != nullptr && norm->layout().in_place != 0 && norm->may_overwrite_input()) {
+        return true;
+      }
     }
   }
   return false;

@@ -331,6 +331,7 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
       const double scale = scaler.scale();
       optimizer_step.zero_grad();
       io::reset_peak_tensor_memory(device);
+      const int64_t resting_bytes = io::tensor_memory(device).current_bytes;
       const int64_t allreduces_before = ddp ? ddp->allreduce_calls() : 0;
       double data_time = 0.0;
       at::Tensor loss_sum;
@@ -415,7 +416,7 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
       const io::TensorMemory tensors = io::tensor_memory(device);
       record.tensor_mb = mib(tensors.current_bytes);
       record.tensor_peak_mb = mib(tensors.peak_bytes);
-      record.activation_mb = mib(tensors.peak_bytes - tensors.current_bytes);
+      record.activation_mb = mib(tensors.peak_bytes - resting_bytes);
       record.allreduces = ddp ? ddp->allreduce_calls() - allreduces_before : 0;
       metrics.write(record);
       if (tensorboard) {

@@ -23,8 +23,10 @@ struct StepRecord {
   int64_t micro_batches = 1;  // accumulated into this step
   double memory_mb = 0.0;     // peak memory so far, MiB (io/memory.hpp says of what)
   // Tensor storage on the run's device, MiB (counted by Kiln: io/memory.hpp): live at the end
-  // of the step (weights, gradients, optimizer state), the step's peak, and the peak above what
-  // the step left live, i.e. what forward and backward held at their worst (activations).
+  // of the step (weights, gradients, optimizer state), the step's peak, and that peak above
+  // what was live when the step began (weights and optimizer state; gradients are released
+  // between steps): the activations forward and backward held at their worst, with the
+  // gradients backward had created by then.
   double tensor_mb = 0.0;
   double tensor_peak_mb = 0.0;
   double activation_mb = 0.0;

@@ -33,7 +33,8 @@ const plugin::Registry& registry() {
   static plugin::Loader loader(plugin::host_api());
   static plugin::Registry r = [] {
     plugin::Registry reg;
-    for (const char* lib : {"libkiln_mlp.so", "libkiln_vit.so", "libkiln_batchnorm.so"}) {
+    for (const char* lib : {"libkiln_mlp.so", "libkiln_vit.so", "libkiln_resnet.so",
+                            "libkiln_batchnorm.so", "libkiln_inplace_abn.so"}) {
       loader.load_library(std::string(KILN_PLUGIN_DIR) + "/" + lib, reg);
     }
     return reg;
@@ -60,15 +61,15 @@ Value bool_value(bool v) {
   return x;
 }
 
-// A model from its plugin, norm layers (if any) from the batchnorm plugin, in training mode.
+// A model from its plugin, norm layers (if any) from `norm_name`, in training mode.
 std::shared_ptr<kiln::Model> build(const std::string& name, const OptionSet& options, int64_t c,
-                                   int64_t hw) {
+                                   int64_t hw, const std::string& norm_name = "batchnorm") {
   OptionSet bn;
   bn.set("momentum", float_value(0.1));
   bn.set("eps", float_value(1e-5));
   bn.set("affine", bool_value(true));
   bn.set("track_running_stats", bool_value(true));
-  const plugin::Component& norm = *registry().find(KILN_COMPONENT_NORM, "batchnorm");
+  const plugin::Component& norm = *registry().find(KILN_COMPONENT_NORM, norm_name);
   plugin::set_norm_factory([&](const kiln_norm_request& request) {
     return std::make_shared<plugin::PluginNormLayer>(norm, bn, request);
   });
@@ -218,6 +219,31 @@ TEST(CheckpointModels, VitWithDropoutMatchesPlain) {
   EXPECT_EQ(whole.segments, 1u);
   expect_same_step(whole, plain, "blocks");
   EXPECT_GT(grad_gap(stepper.step({}, 12), plain), 1e-4);
+}
+
+// A pre-activation resnet with InPlace-ABN: projection blocks let their first norm overwrite the
+// block input, which is also a checkpointed segment's saved input. Such segments run on a copy,
+// so recomputing from the saved input gives the plain gradients.
+TEST(CheckpointModels, PreactResnetWithInPlaceAbnMatchesPlain) {
+  OptionSet o;
+  Value text;
+  text.type = KILN_OPT_STRING;
+  text.string_value = "leaky_relu";
+  o.set("activation", text);
+  o.set("preact", bool_value(true));
+  o.set("width", int_value(4));
+  Value blocks;
+  blocks.type = KILN_OPT_INT_LIST;
+  blocks.int_list = {2, 2};
+  o.set("blocks", blocks);
+  at::manual_seed(2);
+  Stepper stepper(build("resnet", o, 3, 8, "inplace_abn"), at::randn({6, 3, 8, 8}));
+  const Step plain = stepper.step({"none"}, 5);
+  const Step sqrt = stepper.step({"sqrt"}, 5);
+  EXPECT_EQ(sqrt.segments, 2u);  // n = 4, k = 2: one segment per stage
+  expect_same_step(sqrt, plain, "sqrt");
+  const Step named = stepper.step({"layer2.0", "layer1.1"}, 5);
+  expect_same_step(named, plain, "layer1.1, layer2.0");
 }
 
 TEST(CheckpointModels, ModelsExposeTheirChainBlocks) {
