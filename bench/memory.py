@@ -26,6 +26,10 @@ in brackets, and each pair's ratio of medians.
   ~/.cache/kiln/venv/bin/python bench/memory.py --quick      # smoke run, under a minute
   ~/.cache/kiln/venv/bin/python bench/memory.py --device cuda
 
+The same run times PyTorch twins (bench/memory_reference.py: the same networks and batches,
+BatchNorm + LeakyReLU, and torch.utils.checkpoint.checkpoint_sequential with the same segment
+count), for a time reference: PyTorch has no InPlace-ABN and no CPU tensor-memory counter.
+
 Targets: InPlace-ABN <= 0.7x the activation memory of BN + LeakyReLU at <= 1.10x the time;
 checkpointing sqrt <= 0.4x the activation memory of none at <= 1.4x the time.
 """
@@ -89,6 +93,18 @@ def run_arm(args, arm):
                 statistics.median(r["step_time"] for r in kept))
 
 
+def run_reference(args, arm, batch):
+    cmd = [sys.executable, os.path.join(REPO, "bench", "memory_reference.py"), "--arm", arm,
+           "--batch", str(batch), "--width", str(args.width), "--blocks", str(args.blocks),
+           "--hidden", str(args.hidden), "--depth", str(args.depth), "--steps", str(args.steps),
+           "--warmup", str(args.warmup), "--threads", str(args.threads)]
+    env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
+    proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    return json.loads(proc.stdout.strip().splitlines()[-1])["step_ms"] / 1e3
+
+
 def arms(args):
     resnet = {"name": "resnet", "depth": "small", "preact": True, "activation": "leaky_relu",
               "width": args.width, "blocks": [args.blocks] * 3}
@@ -132,12 +148,18 @@ def main():
         sys.exit(f"no kiln binary at {args.kiln}; build it (scripts/build.sh) or pass --kiln")
 
     chosen = arms(args)
+    references = [("a", "PyTorch BN + LeakyReLU", "resnet", args.batch),
+                  ("b", "PyTorch none", "mlp", args.mlp_batch),
+                  ("b", "PyTorch sqrt", "mlp-sqrt", args.mlp_batch)]
     results = {name: ([], []) for _, name, _ in chosen}
+    results.update({name: ([], []) for _, name, _, _ in references})
     for _ in range(args.repeats):
         for _, name, arm in chosen:  # alternating: every repeat runs each arm once
             memory, time = run_arm(args, arm)
             results[name][0].append(memory)
             results[name][1].append(time)
+        for _, name, arm, batch in references:
+            results[name][1].append(run_reference(args, arm, batch))
 
     device = cpu_name() if args.device == "cpu" else "cuda"
     print(f"# bench/memory.py on {device}, {args.threads} threads, {args.steps} steps "
@@ -145,10 +167,12 @@ def main():
     print(f"# (a) resnet small preact, width {args.width}, {args.blocks} blocks x 3 stages, "
           f"3x32x32, batch {args.batch}; (b) mlp {args.depth} x {args.hidden} with norm layers, "
           f"1x28x28, batch {args.mlp_batch}")
-    print(f"{'pair':<5}{'arm':<18}{'activation MiB':>26}{'step ms':>26}")
-    for pair, name, _ in chosen:
+    print(f"{'pair':<5}{'arm':<24}{'activation MiB':>20}{'step ms':>26}")
+    rows = [(pair, name) for pair, name, _ in chosen] + [(p, n) for p, n, _, _ in references]
+    for pair, name in sorted(rows, key=lambda r: r[0]):
         memory, time = results[name]
-        print(f"{pair:<5}{name:<18}{spread(memory):>26}{spread([t * 1e3 for t in time]):>26}")
+        shown = spread(memory) if memory else "-"
+        print(f"{pair:<5}{name:<24}{shown:>20}{spread([t * 1e3 for t in time]):>26}")
     print()
     print(f"{'pair':<5}{'ratio':<36}{'memory':>8}{'time':>8}{'target':>22}")
     for pair, (base, test), target in (("a", ("BN + LeakyReLU", "InPlace-ABN"), "<= 0.70, <= 1.10"),
@@ -157,6 +181,15 @@ def main():
         mem = statistics.median(results[test][0]) / statistics.median(results[base][0])
         time = statistics.median(results[test][1]) / statistics.median(results[base][1])
         print(f"{pair:<5}{test + ' / ' + base:<36}{mem:8.3f}{time:8.3f}{target:>22}")
+    med = {name: statistics.median(results[name][1]) for name in results}
+    print(f"{'a':<5}{'Kiln BN + LeakyReLU / PyTorch':<36}{'-':>8}"
+          f"{med['BN + LeakyReLU'] / med['PyTorch BN + LeakyReLU']:8.3f}{'reference':>22}")
+    print(f"{'a':<5}{'Kiln InPlace-ABN / PyTorch BN':<36}{'-':>8}"
+          f"{med['InPlace-ABN'] / med['PyTorch BN + LeakyReLU']:8.3f}{'reference':>22}")
+    print(f"{'b':<5}{'Kiln none / PyTorch none':<36}{'-':>8}"
+          f"{med['checkpoint none'] / med['PyTorch none']:8.3f}{'reference':>22}")
+    print(f"{'b':<5}{'PyTorch sqrt / PyTorch none':<36}{'-':>8}"
+          f"{med['PyTorch sqrt'] / med['PyTorch none']:8.3f}{'reference':>22}")
 
 
 if __name__ == "__main__":
