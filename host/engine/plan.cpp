@@ -1,6 +1,7 @@
 #include "engine/plan.hpp"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
@@ -45,7 +46,8 @@ void check_model(const config::Pipeline& p) {
     throw PipelineError("the model cannot be built with norm '" +
                         std::string(p.norm.component->name()) + "': " + e.what());
   }
-  (void)apply_activation_checkpointing(*model, p.memory.get_string_list("checkpoint"));
+  (void)apply_activation_checkpointing(*model, p.memory.get_string_list("checkpoint"),
+                                       std::string(p.model.component->name()));
 }
 
 namespace {
@@ -122,6 +124,13 @@ std::string describe_plan(const config::Pipeline& p) {
       "# batch: {} per step = batch_size {} (global: split over the ranks of a distributed run) "
       "x accumulation {}\n",
       frame.effective_batch, p.data.get_int("batch_size"), p.run.get_int("accumulation_steps"));
+  const std::vector<std::string> blocks = model->block_names();
+  out += blocks.empty()
+             ? std::string("# blocks for memory.checkpoint: none (the model has no chains)\n")
+             : fmt::format("# blocks for memory.checkpoint: {}\n", fmt::join(blocks, ", "));
+  const std::string checkpointing = apply_activation_checkpointing(
+      *model, p.memory.get_string_list("checkpoint"), std::string(p.model.component->name()));
+  if (!checkpointing.empty()) out += "# activation checkpointing: " + checkpointing + "\n";
   out += memory_table(p, *model, groups);
   return out;
 }

@@ -199,8 +199,8 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
   plugin::set_norm_factory(nullptr);
   if (!p.model.core.get_string("init").empty())
     load_weights(*model, p.model.core.get_string("init"));
-  const std::string checkpointing =
-      apply_activation_checkpointing(*model, p.memory.get_string_list("checkpoint"));
+  const std::string checkpointing = apply_activation_checkpointing(
+      *model, p.memory.get_string_list("checkpoint"), std::string(p.model.component->name()));
   if (!checkpointing.empty()) spdlog::info("activation checkpointing: {}", checkpointing);
   model->to(device);
   cast_model(*model, plan);
