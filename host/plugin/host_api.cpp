@@ -196,8 +196,9 @@ kiln_status* create_norm_layer(const kiln_norm_request* request, kiln_torch_modu
     *out = kiln::release_norm_layer(factory(*request));
     return nullptr;
   } catch (const std::exception& e) {
-    // The model sees only the code; the reason goes to the log so it is not lost.
-    spdlog::error("norm layer: {}", e.what());
+    // The status carries the reason to the model, whose error repeats it (kiln::make_norm_layer);
+    // logging it here too would print it twice.
+    spdlog::debug("norm layer: {}", e.what());
     return make_status(KILN_ERR_FAILED_PRECONDITION, e.what());
   }
 }
