@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
-# Installs Kiln into a temporary prefix, builds examples/lr_policy_c from that prefix alone
-# (find_package(Kiln), and pkg-config for a build without CMake), and trains a pipeline with the
-# installed kiln and the example policy: its lr must follow base_lr * min(1, sqrt(offset/iter)).
-# Usage: install_example.sh <kiln build dir> <kiln source dir>
+# Installs Kiln into a temporary prefix, builds the examples from that prefix alone —
+# examples/lr_policy_c (find_package(Kiln), and pkg-config for a build without CMake) and
+# examples/optimizer_cpp (find_package(Kiln) + the LibTorch the host runs) — and trains a
+# pipeline with the installed kiln and both: the lr must follow base_lr * min(1, sqrt(offset /
+# iter)) and the loss must fall.
+# Usage: install_example.sh <kiln build dir> <kiln source dir> <torch cmake prefix>
 set -euo pipefail
 build=$1
 src=$2
+torch_prefix=$3
 work=$(mktemp -d /tmp/kiln-install-test.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 prefix=$work/prefix
@@ -23,6 +26,12 @@ cmake --build "$work/example" >"$work/build.log"
 # Only the two entry points are exported.
 exported=$(nm -D --defined-only "$work/example/libinverse_sqrt.so" | awk '{print $3}' | grep kiln_ | sort | tr '\n' ' ')
 [ "$exported" = "kiln_plugin_abi kiln_plugin_get " ] || { echo "exports: $exported"; exit 1; }
+
+# The C++ optimizer: the installed SDK plus LibTorch.
+cmake -S "$src/examples/optimizer_cpp" -B "$work/signum" -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix" \
+  -DCMAKE_BUILD_TYPE=Release >"$work/configure-signum.log" 2>&1 ||
+  { tail -30 "$work/configure-signum.log"; exit 1; }
+cmake --build "$work/signum" >"$work/build-signum.log" 2>&1 || { tail -30 "$work/build-signum.log"; exit 1; }
 
 # And without CMake, from pkg-config's flags.
 mkdir -p "$work/pc"
@@ -49,13 +58,14 @@ workers = 0
 name = "mlp"
 hidden = [32]
 [optimizer]
-name = "sgd"
-lr = 0.5
+name = "signum"
+lr = 0.01
+beta = 0.9
 [lr_policy]
 name = "inverse_sqrt"
 offset = 4
 [plugins]
-paths = ["$work/example"]
+paths = ["$work/example", "$work/signum"]
 TOML
 "$prefix/bin/kiln" run "$work/pipeline.toml" --metrics "$work/metrics.jsonl" >"$work/run.log" 2>&1 ||
   { cat "$work/run.log"; exit 1; }
@@ -64,9 +74,11 @@ import json, math, sys
 steps = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "step"]
 assert len(steps) == 12, len(steps)
 for r in steps:
-    want = 0.5 * min(1.0, math.sqrt(4 / r["step"]))
+    want = 0.01 * min(1.0, math.sqrt(4 / r["step"]))
     assert all(abs(lr - want) < 1e-12 for lr in r["lr"]), (r["step"], r["lr"], want)
-print("lr follows inverse_sqrt over", len(steps), "steps")
+first, last = steps[0]["loss"], sum(r["loss"] for r in steps[-3:]) / 3
+assert last < first - 0.1, f"signum did not train: loss {first} -> {last}"
+print(f"lr follows inverse_sqrt over {len(steps)} steps; signum: loss {first:.3f} -> {last:.3f}")
 PY
 # The pkg-config build is the same plugin.
 sed -i "s|$work/example|$work/pc|" "$work/pipeline.toml"
