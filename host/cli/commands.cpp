@@ -277,6 +277,10 @@ int plugins_describe(const std::string& name, const std::vector<std::string>& ex
              d->version.minor, d->version.patch);
   if (d->summary != nullptr) fmt::print("  {}\n", d->summary);
   fmt::print("  library:      {}\n", c->library_path);
+  // The ABI the library was built for (older minors load; the host reads what they filled).
+  fmt::print("  plugin:       {} {}.{}.{}, abi {}.{}\n", c->plugin->name, c->plugin->version.major,
+             c->plugin->version.minor, c->plugin->version.patch, c->plugin->abi_major,
+             c->plugin->abi_minor);
   fmt::print("  capabilities: {}\n", caps_text(d->capabilities->flags));
   for (size_t i = 0; i < d->capabilities->attribute_count; ++i) {
     fmt::print("  {}: {}\n", d->capabilities->attributes[i].name,

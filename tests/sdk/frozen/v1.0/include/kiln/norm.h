@@ -1,0 +1,101 @@
+/*
+ * kiln/norm.h — the normalisation component. The host owns parameters, running statistics and
+ * autograd; the plugin computes forward and backward on borrowed DLTensor views. The input is
+ * laid out N×C×(spatial…) with C = kiln_norm_setup.num_features.
+ */
+#ifndef KILN_NORM_H_
+#define KILN_NORM_H_
+
+#include "kiln/host.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Which tensor the plugin needs in backward (int32_t). */
+enum {
+  KILN_NORM_SAVE_INPUT = 1, /* the host keeps the forward input for backward */
+  KILN_NORM_SAVE_OUTPUT = 2 /* the host keeps the forward output (in-place layers) */
+};
+
+/* One layer's configuration, passed to create (borrowed for the call). */
+typedef struct kiln_norm_setup {
+  size_t struct_size;      /* sizeof(kiln_norm_setup) as the host knows it */
+  int64_t num_features;    /* channels */
+  int32_t activation;      /* KILN_ACT_* the model wants after the norm */
+  int32_t reserved;        /* zero */
+  double activation_param; /* leaky_relu slope / elu alpha */
+} kiln_norm_setup;
+
+/* What the plugin tells the host about a created layer (filled by the plugin in create). */
+typedef struct kiln_norm_layout {
+  size_t struct_size;       /* set by the host to the size it knows; the plugin fills up to it */
+  int32_t affine;           /* nonzero: host allocates weight (ones) and bias (zeros), [C] */
+  int32_t running_stats;    /* nonzero: host allocates running_mean (0), running_var (1), [C] */
+  int32_t saves;            /* KILN_NORM_SAVE_* */
+  int32_t fused_activation; /* nonzero: the plugin applies setup.activation itself */
+} kiln_norm_layout;
+
+/* Forward arguments. Tensors borrowed for the call; optional ones NULL when absent. */
+typedef struct kiln_norm_forward_args {
+  size_t struct_size;     /* sizeof(kiln_norm_forward_args) as the host knows it */
+  int32_t training;       /* nonzero: batch statistics (and running-stat update) */
+  int32_t reserved;       /* zero */
+  const DLTensor* input;  /* N×C×… */
+  DLTensor* output;       /* same shape; may alias input for in-place layers */
+  const DLTensor* weight; /* [C] or NULL */
+  const DLTensor* bias;   /* [C] or NULL */
+  DLTensor* running_mean; /* [C] float32, updated in training, or NULL */
+  DLTensor* running_var;  /* [C] float32 (unbiased), updated in training, or NULL */
+  DLTensor* save_mean;    /* [C] float32 written by the plugin for backward */
+  DLTensor* save_invstd;  /* [C] float32 written by the plugin for backward */
+  void* stream;           /* device stream or NULL */
+} kiln_norm_forward_args;
+
+/* Backward arguments. Tensors borrowed for the call; optional ones NULL when not wanted. */
+typedef struct kiln_norm_backward_args {
+  size_t struct_size;           /* sizeof(kiln_norm_backward_args) as the host knows it */
+  int32_t training;             /* value the forward ran with */
+  int32_t reserved;             /* zero */
+  const DLTensor* grad_output;  /* N×C×… */
+  const DLTensor* saved;        /* the forward input or output, per layout.saves */
+  const DLTensor* weight;       /* [C] or NULL */
+  const DLTensor* bias;         /* [C] or NULL */
+  const DLTensor* running_mean; /* [C] or NULL (used when not training) */
+  const DLTensor* running_var;  /* [C] or NULL (used when not training) */
+  const DLTensor* save_mean;    /* [C] from forward */
+  const DLTensor* save_invstd;  /* [C] from forward */
+  DLTensor* grad_input;         /* N×C×… written by the plugin */
+  DLTensor* grad_weight;        /* [C] or NULL */
+  DLTensor* grad_bias;          /* [C] or NULL */
+  void* stream;                 /* device stream or NULL */
+} kiln_norm_backward_args;
+
+/* The norm vtable (kiln_component_descriptor.vtable for KILN_COMPONENT_NORM). */
+typedef struct kiln_norm_vtable {
+  size_t struct_size; /* sizeof(kiln_norm_vtable) as the plugin knows it */
+
+  /* Required. Creates one layer's instance; fills `*layout`. `*out` is plugin-owned state. */
+  kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
+                         const kiln_norm_setup* setup, kiln_norm_layout* layout, void** out);
+
+  /* Required. Releases an instance. NULL is ignored. */
+  void (*destroy)(void* instance);
+
+  /* Required. Normalises (and activates when layout.fused_activation). `ctx` gives collectives.
+   * Called from the thread running the model; never concurrently for one instance. */
+  kiln_status* (*forward)(void* instance, kiln_call_context* ctx,
+                          const kiln_norm_forward_args* args);
+
+  /* Required. Gradients for input, weight and bias. Same threading as forward. */
+  kiln_status* (*backward)(void* instance, kiln_call_context* ctx,
+                           const kiln_norm_backward_args* args);
+} kiln_norm_vtable;
+
+#define KILN_NORM_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_norm_vtable, backward)
+
+#ifdef __cplusplus
+} /* extern "C" */
+#endif
+
+#endif /* KILN_NORM_H_ */
