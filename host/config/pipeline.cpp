@@ -160,13 +160,14 @@ std::optional<std::string> component_name(const Document& doc, const std::string
 // model.norm, when set, names the norm component behind every norm layer and wins over
 // norm.name: one key (or one --set) swaps them all, as convert_sync_batchnorm does.
 std::optional<std::string> swapped_norm(const Document& doc, std::optional<std::string> name,
-                                        Where& name_where) {
+                                        Where& name_where, std::string& name_key) {
   const Section* model = doc.find("model");
   if (model == nullptr) return name;
   for (const auto& entry : model->entries) {
     const auto* value = entry.key == "norm" ? entry.node->as_string() : nullptr;
     if (value == nullptr || value->get().empty()) continue;  // resolve_entries reports types
     name_where = entry.value_where;
+    name_key = "model.norm";
     return value->get();
   }
   return name;
@@ -211,14 +212,15 @@ ComponentChoice component_section(const Document& doc, const std::string& sectio
   const auto& core = core_schema(section);
   Where name_where;
   auto name = component_name(doc, section, name_where);
-  if (section == "norm") name = swapped_norm(doc, name, name_where);
+  std::string name_key = section + ".name";  // the key an unknown name is reported under
+  if (section == "norm") name = swapped_norm(doc, name, name_where, name_key);
   if (name) choice.component = registry.find(kind, *name);
   if (name && choice.component == nullptr) {
     std::vector<std::string> available;
     for (const auto* c : registry.of_kind(kind)) available.emplace_back(c->name());
     const auto best = nearest(*name, available);
     diagnostics.add(name_where,
-                    section + ".name: unknown " + plugin::kind_name(kind) + " '" + *name + "'; " +
+                    name_key + ": unknown " + plugin::kind_name(kind) + " '" + *name + "'; " +
                         (best ? "did you mean '" + *best + "'? " : std::string()) +
                         "available: " + (available.empty() ? "(none)" : join(available)));
   }

@@ -13,8 +13,6 @@
 #include <array>
 #include <atomic>
 #include <cstring>
-#include <memory>
-#include <utility>
 
 namespace kiln::io {
 namespace {
