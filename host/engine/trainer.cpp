@@ -1,5 +1,6 @@
-// The training loop, top to bottom: build the components, then for each epoch and batch run
-// forward, loss, backward and the optimizer step, log, and evaluate at the end of the epoch.
+// The training loop, top to bottom: build the components (Impl::build), take one optimizer step
+// over a window of micro-batches (Impl::step: forward, loss, backward, the optimizer, log,
+// checkpoints), and run them epoch after epoch with an evaluation at each end (Trainer::run).
 #include "engine/trainer.hpp"
 
 #include <ATen/Context.h>
@@ -12,6 +13,8 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <atomic>
+#include <tuple>
 #include <boost/filesystem.hpp>
 #include <chrono>
 #include <cmath>
@@ -105,7 +108,7 @@ struct Evaluation {
 
 // Test-set accuracy and loss, the forward run as in training (dtype, autocast). In a
 // distributed run each rank evaluates its shard and the sums are all-reduced.
-Evaluation evaluate(kiln::Model& model, data::Loader& loader, at::Device device,
+Evaluation evaluate_model(kiln::Model& model, data::Loader& loader, at::Device device,
                     const PrecisionPlan& plan, dist::ProcessGroup* group) {
   at::NoGradGuard no_grad;
   model.eval();
@@ -165,26 +168,154 @@ std::string join(const std::vector<std::string>& names) {
   return out;
 }
 
-// The run once the device and the process group are settled; `group` is null in a
-// single-process run.
-RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Device device,
-                   dist::ProcessGroup* group, dist::Heartbeat* heartbeat) {
-  // ---- set-up ----------------------------------------------------------------------------------
+// Plugins' collectives (synced norm layers) run on the run's group while it trains.
+struct GroupForPlugins {
+  explicit GroupForPlugins(dist::ProcessGroup* g) { plugin::set_collective_group(g); }
+  ~GroupForPlugins() { plugin::set_collective_group(nullptr); }
+  GroupForPlugins(const GroupForPlugins&) = delete;
+  GroupForPlugins& operator=(const GroupForPlugins&) = delete;
+};
+
+}  // namespace
+
+// Everything a run holds, in the order it is built (and torn down in reverse): the process
+// group, precision, data, model, optimizer, schedule, loss scale, data parallelism, outputs;
+// then where the loop is.
+struct Trainer::Impl {
+  const config::Pipeline& p;
+  RunOptions options;
+  at::Device device{at::kCPU};
+  std::unique_ptr<dist::ProcessGroup> group;  // null in a single-process run
+  std::unique_ptr<dist::Heartbeat> heartbeat;
+  std::optional<GroupForPlugins> group_for_plugins;
+  int rank = 0, world = 1;
+  uint64_t seed = 0;
+
+  std::optional<plugin::PrecisionAdapter> precision;
+  PrecisionPlan plan;
+  data::Dataset train_set, test_set;
+  std::optional<data::Loader> train_loader, test_loader;
+  std::shared_ptr<kiln::Model> model;
+  std::vector<ParamGroup> groups;
+  std::optional<plugin::OptimizerAdapter> optimizer;
+  int64_t epochs = 0, accumulation = 1, batches_per_epoch = 0;
+  ScheduleFrame frame;
+  std::optional<plugin::LrPolicyAdapter> lr_policy;
+  std::optional<LrDriver> lr_driver;
+  std::optional<LossScaler> scaler;
+  std::optional<OptimizerStep> optimizer_step;
+  std::unique_ptr<dist::DataParallel> ddp;
+  bool sync_every_micro_step = false;
+
+  RunResult result;
+  std::string out_dir, checkpoint_root;
+  bool writer = true;  // rank 0 alone writes checkpoints, metrics, TensorBoard and weights
+  int64_t checkpoint_every = 0, checkpointed_step = -1, log_interval = 1;
+  std::optional<StopSignals> signals;
+  std::unique_ptr<io::TensorBoardWriter> tensorboard;
+  std::optional<io::MetricsWriter> metrics;
+
+  // ---- where the loop is ----
+  TrainerState state = TrainerState::kReady;
+  RunPosition position;      // the next step's place: epoch and batches of it already consumed
+  RunPosition last;          // where the run is after its latest step (what a checkpoint saves)
+  bool epoch_open = false;   // the loader has started position.epoch
+  bool epoch_ended = false;  // the latest step finished its epoch
+  int64_t step_epoch = 0;    // the epoch of the latest step
+  bool bar = false;          // a progress bar on the terminal
+  Clock::time_point start;
+  double window_loss = 0.0, window_samples = 0.0;
+  Clock::time_point window_start;
+  std::atomic<bool> cancel_requested{false};
+
+  Impl(const config::Pipeline& pipeline, const RunOptions& run_options);
+  void join_group();
+  void build();
+  void step();
+  io::EvalRecord evaluate();
+  void checkpoint(const RunPosition& at, bool even_if_off = false);
+  void end_epoch();
+  void finish();
+  // Runs `f`; in a distributed run a failure names the rank to blame, not only a closed socket.
+  template <typename F>
+  auto blame(F&& f) -> decltype(f());
+};
+
+Trainer::Impl::Impl(const config::Pipeline& pipeline, const RunOptions& run_options)
+    : p(pipeline), options(run_options) {
+  // Before any tensor the run keeps: the metrics' tensor_* fields come from this counter.
+  io::count_cpu_tensor_memory();
+  if (p.run.get_int("threads") > 0) at::set_num_threads(static_cast<int>(p.run.get_int("threads")));
+  device = resolve_device(p.run.get_string("device"));
+  check_pipeline(p, device);
+  join_group();
+  if (p.run.get_string("tf32") != "default") {
+    const bool tf32 = p.run.get_string("tf32") == "on";
+    at::globalContext().setAllowTF32CuBLAS(tf32);
+    at::globalContext().setAllowTF32CuDNN(tf32);
+  }
+  if (group) group_for_plugins.emplace(group.get());
+  blame([&] { build(); });
+}
+
+// Every rank of a distributed run joins the process group before anything else.
+void Trainer::Impl::join_group() {
+  if (!options.launch) return;
+  const dist::LaunchEnv& env = *options.launch;
+  if (device.is_cuda()) {
+    // One GPU per local rank, among those CUDA_VISIBLE_DEVICES leaves visible.
+    device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
+    c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
+  }
+  const int64_t batch = p.data.get_int("batch_size");
+  if (batch % env.world_size != 0) {
+    throw std::invalid_argument(fmt::format(
+        "data.batch_size = {} is the global batch and must be a multiple of the world size {} "
+        "(each rank takes batch_size / world size)",
+        batch, env.world_size));
+  }
+  dist::GroupOptions g;
+  const std::string backend = p.dist.get_string("backend");
+  g.backend = backend != "auto" ? backend : device.is_cuda() ? "nccl" : "gloo";
+  g.master_addr = env.master_addr;
+  g.port = env.master_port;
+  g.rank = env.rank;
+  g.world_size = env.world_size;
+  g.device_index = env.local_rank;
+  g.timeout =
+      std::chrono::milliseconds(static_cast<int64_t>(1000.0 * p.dist.get_float("timeout_s")));
+  group = std::make_unique<dist::ProcessGroup>(g);
+  heartbeat = std::make_unique<dist::Heartbeat>(group->store(), env.rank, env.world_size);
+  rank = env.rank;
+  world = env.world_size;
+  spdlog::info("rank {} of {} joined the {} group at {}:{} ({})", rank, world, g.backend,
+               env.master_addr, env.master_port, env.source);
+}
+
+template <typename F>
+auto Trainer::Impl::blame(F&& f) -> decltype(f()) {
+  if (!group) return f();
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    throw std::runtime_error(
+        fmt::format("rank {}: {}\n  ranks: {}", group->rank(), e.what(), heartbeat->diagnose()));
+  }
+}
+
+// ---- set-up: data, model, optimizer, schedule, loss scale, data parallelism, outputs ---------
+void Trainer::Impl::build() {
   const auto& run = p.run;
-  const auto seed = static_cast<uint64_t>(run.get_int("seed"));
+  seed = static_cast<uint64_t>(run.get_int("seed"));
   at::manual_seed(seed);
-  const int rank = group ? group->rank() : 0;
-  const int world = group ? group->world_size() : 1;
+  precision.emplace(*p.precision.component, p.precision.options, device.type());
+  plan = plan_precision(precision->policy(), precision->name());
 
-  plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
-  const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());
+  std::tie(train_set, test_set) = load_data(p.data, seed);
+  train_loader.emplace(train_set, loader_options(p.data, seed, true, device, rank, world));
+  test_loader.emplace(test_set, loader_options(p.data, seed, false, device, rank, world));
 
-  // ---- data ------------------------------------------------------------------------------------
-  auto [train_set, test_set] = load_data(p.data, seed);
-  data::Loader train_loader(train_set, loader_options(p.data, seed, true, device, rank, world));
-  data::Loader test_loader(test_set, loader_options(p.data, seed, false, device, rank, world));
-
-  // ---- model, with the pipeline's norm plugin behind every norm layer --------------------------
+  // The model, with the pipeline's norm plugin behind every norm layer.
   plugin::set_norm_factory([&](const kiln_norm_request& request) {
     return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request);
   });
@@ -194,8 +325,12 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
   input.height = train_set.images.size(2);
   input.width = train_set.images.size(3);
   input.num_classes = train_set.num_classes;
-  std::shared_ptr<kiln::Model> model =
-      plugin::create_model(*p.model.component, p.model.options, input);
+  try {
+    model = plugin::create_model(*p.model.component, p.model.options, input);
+  } catch (...) {
+    plugin::set_norm_factory(nullptr);
+    throw;
+  }
   plugin::set_norm_factory(nullptr);
   if (!p.model.core.get_string("init").empty())
     load_weights(*model, p.model.core.get_string("init"));
@@ -207,45 +342,45 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
   check_model_precision(*model, plan);
   model->train();
 
-  // ---- optimizer, schedule, loss scale ---------------------------------------------------------
-  std::vector<ParamGroup> groups = build_param_groups(*model, group_rules(p));
-  plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options);
-  const int64_t epochs = run.get_int("epochs");
-  const int64_t accumulation = run.get_int("accumulation_steps");
-  const int64_t batches_per_epoch = train_loader.batches_per_epoch();
+  // Optimizer, schedule, loss scale.
+  groups = build_param_groups(*model, group_rules(p));
+  optimizer.emplace(*p.optimizer.component, p.optimizer.options);
+  epochs = run.get_int("epochs");
+  accumulation = run.get_int("accumulation_steps");
+  batches_per_epoch = train_loader->batches_per_epoch();
   const int64_t steps_per_epoch = (batches_per_epoch + accumulation - 1) / accumulation;
   // data.batch_size is already the global batch, so the world size does not multiply it again.
-  const ScheduleFrame frame = schedule_frame(p, steps_per_epoch, /*world_size=*/1, accumulation);
-  const int64_t max_steps = frame.max_iters;
-  plugin::LrPolicyAdapter lr_policy(*p.lr_policy.component, p.lr_policy.options,
-                                    to_policy_schedule(frame));
-  LrDriver lr_driver(frame, lr_policy);
-  LossScaler scaler(plan, precision, run.get_int("max_nonfinite_steps"));
+  frame = schedule_frame(p, steps_per_epoch, /*world_size=*/1, accumulation);
+  lr_policy.emplace(*p.lr_policy.component, p.lr_policy.options, to_policy_schedule(frame));
+  lr_driver.emplace(frame, *lr_policy);
+  scaler.emplace(plan, *precision, run.get_int("max_nonfinite_steps"));
   ClipSettings clip;
   clip.max_norm = p.optimizer.core.get_float("clip_grad_norm");
   clip.norm_type = p.optimizer.core.get_float("clip_norm_type");
   clip.max_value = p.optimizer.core.get_float("clip_grad_value");
-  OptimizerStep optimizer_step(groups, plan, optimizer, scaler, lr_driver, clip);
+  optimizer_step.emplace(groups, plan, *optimizer, *scaler, *lr_driver, clip);
 
-  // ---- resume, checkpoints, signals, TensorBoard ----------------------------------------------
-  RunResult result;
-  const std::string out_dir = output_dir(p);
-  const std::string checkpoint_root = out_dir + "/checkpoints";
-  RunPosition position;
+  // Resume.
+  out_dir = output_dir(p);
+  checkpoint_root = out_dir + "/checkpoints";
   if (!options.resume.empty()) {
     std::string chosen;
     if (auto data = choose_checkpoint(options.resume, checkpoint_root, config_hash(p),
                                       run.get_string("resume_fallback") == "previous", &chosen)) {
-      position = restore(*data, *model, optimizer_step, optimizer, lr_driver, scaler, device);
+      position =
+          restore(*data, *model, *optimizer_step, *optimizer, *lr_driver, *scaler, device);
       spdlog::info("resumed from {}: step {}, epoch {}, batch {}", chosen, position.step,
                    position.epoch, position.batches_in_epoch);
     }
   }
+  last = position;
+  checkpointed_step = position.step > 0 ? position.step : -1;
   // Ranks draw different dropout masks; the weights above were drawn alike (and are
   // broadcast from rank 0 below anyway).
   if (world > 1 && options.resume.empty()) at::manual_seed(seed + static_cast<uint64_t>(rank));
-  std::unique_ptr<dist::DataParallel> ddp;
-  const bool sync_every_micro_step = p.dist.get_bool("sync_every_micro_step");
+
+  // Data parallelism.
+  sync_every_micro_step = p.dist.get_bool("sync_every_micro_step");
   if (group) {
     std::vector<at::Tensor> params, buffers;
     for (const auto& t : model->parameters()) {
@@ -263,33 +398,23 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
                  d.bucket_cap_mb,
                  d.compression == "none" ? "" : ", " + d.compression + " on the wire");
   }
-  // Rank 0 alone writes checkpoints, metrics, TensorBoard and weights; the ranks hold the same
-  // state, so one copy is the run's.
-  const bool writer = rank == 0;
 
-  int64_t checkpointed_step = position.step > 0 ? position.step : -1;
-  auto checkpoint = [&](const RunPosition& at) {
-    if (!writer || !run.get_bool("checkpoints") || at.step == checkpointed_step) return;
-    result.last_checkpoint = io::write_checkpoint(
-        checkpoint_root, capture(at, *model, optimizer_step, optimizer, lr_driver, scaler, p),
-        run.get_int("checkpoint_keep"));
-    checkpointed_step = at.step;
-    spdlog::info("checkpoint {}", result.last_checkpoint);
-  };
-  const int64_t checkpoint_every = run.get_int("checkpoint_every");
-  StopSignals signals;
-  std::unique_ptr<io::TensorBoardWriter> tensorboard;
+  // Outputs: checkpoints, signals, TensorBoard, metrics. The ranks hold the same state, so
+  // rank 0's copy is the run's.
+  writer = rank == 0;
+  checkpoint_every = run.get_int("checkpoint_every");
+  log_interval = run.get_int("log_interval");
+  if (options.handle_signals) signals.emplace();
   if (writer && run.get_bool("tensorboard")) {
     tensorboard = std::make_unique<io::TensorBoardWriter>(out_dir + "/tensorboard");
   }
-  io::MetricsWriter metrics(writer ? options.metrics_path : std::string(),
-                            /*append=*/position.step > 0);
-  const int64_t log_interval = run.get_int("log_interval");
+  metrics.emplace(writer ? options.metrics_path : std::string(), /*append=*/position.step > 0);
+
   size_t trainable = 0;
   for (const auto& g : groups) trainable += g.params.size();
   spdlog::info("training {} ({} parameter tensors in {} group(s)) on {} for {} steps of {} samples",
                std::string(p.model.component->name()), trainable, groups.size(), device.str(),
-               max_steps, frame.effective_batch);
+               frame.max_iters, frame.effective_batch);
   if (plan.half_model() || plan.autocast || plan.loss_scaling != KILN_SCALE_NONE) {
     spdlog::info("precision {}: model {}{}{}{}{}", plan.name, dtype_name(plan.model_dtype),
                  plan.half_model() && plan.norm_fp32 ? " (norm layers float32)" : "",
@@ -312,258 +437,304 @@ RunResult train_on(const config::Pipeline& p, const RunOptions& options, at::Dev
                  p.lr_scaling.get_int("base_batch"), frame.base_lr);
   }
 
-  // ---- the loop --------------------------------------------------------------------------------
   result.test_accuracy = NAN;
-  const auto start = Clock::now();
-  const bool bar = writer && io::stderr_is_terminal();
-  int64_t step = position.step;
-  RunPosition last = position;  // where the run is after its latest step
-  double window_loss = 0.0, window_samples = 0.0;
-  auto window_start = Clock::now();
-  for (int64_t epoch = position.epoch; epoch <= epochs && step < max_steps; ++epoch) {
-    // A resumed run continues its epoch at the batch after the checkpoint.
-    int64_t batches_done = epoch == position.epoch ? position.batches_in_epoch : 0;
-    train_loader.start_epoch(epoch - 1, batches_done);
-    while (step < max_steps && batches_done < batches_per_epoch) {
-      // One optimizer step over a window of micro-batches; the last window of an epoch may be
-      // shorter and is averaged over its own length. The loss scale is fixed inside the window.
-      const int64_t window = std::min(accumulation, batches_per_epoch - batches_done);
-      const double scale = scaler.scale();
-      optimizer_step.zero_grad();
-      io::reset_peak_tensor_memory(device);
-      const int64_t resting_bytes = io::tensor_memory(device).current_bytes;
-      const int64_t allreduces_before = ddp ? ddp->allreduce_calls() : 0;
-      double data_time = 0.0;
-      at::Tensor loss_sum;
-      int64_t samples = 0, micro = 0;
-      const auto step_start = Clock::now();
-      for (; micro < window; ++micro) {
-        const auto fetch_start = Clock::now();
-        std::optional<data::Batch> batch = train_loader.next();
-        data_time += seconds_since(fetch_start);
-        if (!batch) break;
-        at::Tensor x = batch->images.to(device, /*non_blocking=*/true);
-        at::Tensor y = batch->labels.to(device, /*non_blocking=*/true);
-        if (plan.half_model()) x = x.to(plan.model_dtype);
-        // The window's last backward all-reduces (the Reducer averages over the ranks); the
-        // ones before only accumulate, as under DDP's no_sync().
-        const bool sync = sync_every_micro_step || micro == window - 1;
-        if (ddp) ddp->before_forward(/*window_start=*/micro == 0, sync);
-        at::Tensor loss;
-        {
-          // Forward and loss under autocast, as torch.amp recommends; backward outside it.
-          AutocastScope autocast(device.type(), plan.autocast_dtype, plan.autocast);
-          at::Tensor logits = model->forward(x);
-          loss = at::cross_entropy_loss(
-              logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat), y);
-        }
-        const double factor = scale / static_cast<double>(window);
-        if (ddp) ddp->before_backward(sync, loss);
-        (factor == 1.0 ? loss : loss * factor).backward();
-        at::Tensor weighted = loss.detach() * static_cast<double>(y.size(0));
-        loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
-        samples += y.size(0);
-      }
-      batches_done += window;
-      if (samples == 0) break;
-      ++step;
-
-      // Unscale, check, clip, scale update; then the optimizer, or a skip that touches nothing.
-      const StepOutcome outcome = optimizer_step.run(step);
-      if (bar) io::clear_progress_bar(stderr);  // log lines below start on a clean line
-      const std::vector<double>& group_lrs = outcome.group_lrs;
-      if (lr_driver.changed_notably(outcome.lr))
-        spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
-      if (outcome.verdict != StepVerdict::kApply) {
-        spdlog::warn("step {}: non-finite gradients (loss scale {}) in {}; step skipped{}", step,
-                     scale, join(outcome.check.non_finite),
-                     plan.loss_scaling == KILN_SCALE_DYNAMIC
-                         ? fmt::format(", loss scale now {}", scaler.scale())
-                         : "");
-      }
-
-      double loss_total = loss_sum.item<double>();
-      double samples_total = static_cast<double>(samples);
-      int stop_signal = StopSignals::received();
-      if (group) {
-        // One small all-reduce: the loss over every rank for the log, and a signal any rank
-        // received, so that all ranks stop after the same step.
-        at::Tensor sums = at::tensor(std::vector<double>{loss_total, samples_total,
-                                                         stop_signal == SIGINT ? 1.0 : 0.0,
-                                                         stop_signal == SIGTERM ? 1.0 : 0.0});
-        group->allreduce(sums, "sum");
-        loss_total = sums[0].item<double>();
-        samples_total = sums[1].item<double>();
-        stop_signal = sums[3].item<double>() > 0   ? SIGTERM
-                      : sums[2].item<double>() > 0 ? SIGINT
-                                                   : stop_signal;
-      }
-      const double loss_value = loss_total / samples_total;
-      const double step_time = seconds_since(step_start) - data_time;
-      io::StepRecord record{step,
-                            epoch,
-                            loss_value,
-                            group_lrs,
-                            step_time,
-                            data_time,
-                            samples_total / (step_time + data_time)};
-      record.loss_scale = scale;
-      record.grad_norm = outcome.check.norm;
-      record.skipped = outcome.verdict != StepVerdict::kApply;
-      record.skipped_total = scaler.skipped_total();
-      record.micro_batches = micro;
-      record.memory_mb = io::peak_memory_mib(device);
-      const io::TensorMemory tensors = io::tensor_memory(device);
-      record.tensor_mb = mib(tensors.current_bytes);
-      record.tensor_peak_mb = mib(tensors.peak_bytes);
-      record.activation_mb = mib(tensors.peak_bytes - resting_bytes);
-      record.allreduces = ddp ? ddp->allreduce_calls() - allreduces_before : 0;
-      metrics.write(record);
-      if (tensorboard) {
-        tensorboard->scalar("train/loss", loss_value, step);
-        for (size_t g = 0; g < groups.size(); ++g) {
-          tensorboard->scalar("lr/" + groups[g].name, group_lrs[g], step);
-        }
-        tensorboard->scalar("train/loss_scale", scale, step);
-        tensorboard->scalar("train/grad_norm", outcome.check.norm, step);
-        tensorboard->scalar("train/skipped_steps", static_cast<double>(scaler.skipped_total()),
-                            step);
-        tensorboard->scalar("perf/samples_per_s", record.samples_per_s, step);
-        tensorboard->scalar("perf/data_time", data_time, step);
-        tensorboard->scalar("perf/memory_mb", record.memory_mb, step);
-      }
-      const RunPosition here{step, epoch, batches_done};
-      if (heartbeat) heartbeat->set_step(step);
-      last = here;
-      if (outcome.verdict == StepVerdict::kStop) {
-        result.stopped = fmt::format("step {}: {}", step, scaler.stop_reason());
-        if (writer) {
-          result.saved_weights = save_weights(*model, out_dir, step, result.stopped);
-          spdlog::error("{}; weights saved to {}", result.stopped, result.saved_weights);
-        }
-        checkpoint(here);
-        break;
-      }
-      if (checkpoint_every > 0 && step % checkpoint_every == 0) checkpoint(here);
-      if (const int sig = stop_signal) {
-        spdlog::warn("signal {}: stopping after step {}", sig, step);
-        checkpoint(here);
-        result.signal = sig;
-        break;
-      }
-      window_loss += loss_total;
-      window_samples += samples_total;
-      io::ProgressState s;
-      s.epoch = epoch;
-      s.epochs = epochs;
-      s.step = step;
-      s.total_steps = max_steps;
-      s.loss = window_loss / window_samples;
-      s.lr = group_lrs[0];
-      s.samples_per_s = window_samples / seconds_since(window_start);
-      s.elapsed = seconds_since(start);
-      // A terminal gets a bar redrawn every step; logs get a line every log_interval steps.
-      if (bar) io::draw_progress_bar(stderr, s);
-      if (step % log_interval == 0 || step == max_steps) {
-        if (bar) io::clear_progress_bar(stderr);
-        spdlog::info("{}", io::format_progress(s));
-        window_loss = window_samples = 0.0;
-        window_start = Clock::now();
-      }
-    }
-    if (bar) io::clear_progress_bar(stderr);
-    if (!result.stopped.empty() || result.signal != 0) break;
-    if (run.get_bool("eval")) {
-      Evaluation e = evaluate(*model, test_loader, device, plan, group);
-      metrics.write(io::EvalRecord{epoch, step, e.accuracy, e.loss});
-      spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  loss {:.4f}", epoch,
-                   100.0 * e.accuracy, e.loss);
-      result.test_accuracy = e.accuracy;
-      result.test_loss = e.loss;
-      if (tensorboard) {
-        tensorboard->scalar("eval/accuracy", e.accuracy, step);
-        tensorboard->scalar("eval/loss", e.loss, step);
-      }
-    }
-    if (batches_done == batches_per_epoch) {
-      last = {step, epoch + 1, 0};
-      if (checkpoint_every == 0) checkpoint(last);
-    }
-  }
-  // The run's end is always checkpointed (a no-op when the last step already was).
-  if (result.stopped.empty() && result.signal == 0) {
-    checkpoint(last);
-  }
-  if (scaler.skipped_total() > 0) {
-    spdlog::info("{} of {} steps skipped for non-finite gradients", scaler.skipped_total(), step);
-  }
-  result.steps = step;
-  result.skipped_steps = scaler.skipped_total();
-  result.train_seconds = seconds_since(start);
-  return result;
+  result.steps = position.step;
+  start = window_start = Clock::now();
+  bar = writer && io::stderr_is_terminal();
+  // A run resumed at its very end (or with nothing to do) has no step left.
+  if (position.step >= frame.max_iters || position.epoch > epochs) state = TrainerState::kFinished;
 }
 
-}  // namespace
+void Trainer::Impl::checkpoint(const RunPosition& at, bool even_if_off) {
+  if (!writer || (!even_if_off && !p.run.get_bool("checkpoints")) || at.step == checkpointed_step)
+    return;
+  result.last_checkpoint = io::write_checkpoint(
+      checkpoint_root, capture(at, *model, *optimizer_step, *optimizer, *lr_driver, *scaler, p),
+      p.run.get_int("checkpoint_keep"));
+  checkpointed_step = at.step;
+  spdlog::info("checkpoint {}", result.last_checkpoint);
+}
+
+// ---- one optimizer step ------------------------------------------------------------------------
+void Trainer::Impl::step() {
+  if (state != TrainerState::kReady) throw std::logic_error("the run has no step left");
+  const int64_t max_steps = frame.max_iters;
+  // A stop asked for between steps (cancel, an observer) is honoured before any work.
+  if (cancel_requested.load() && !group) {
+    spdlog::warn("cancelled: stopping after step {}", position.step);
+    if (last.step > 0) checkpoint(last);
+    state = TrainerState::kCancelled;
+    return;
+  }
+  if (!epoch_open) {
+    // A resumed run continues its epoch at the batch after the checkpoint.
+    train_loader->start_epoch(position.epoch - 1, position.batches_in_epoch);
+    epoch_open = true;
+  }
+  const int64_t epoch = position.epoch;
+  // One optimizer step over a window of micro-batches; the last window of an epoch may be
+  // shorter and is averaged over its own length. The loss scale is fixed inside the window.
+  const int64_t window = std::min(accumulation, batches_per_epoch - position.batches_in_epoch);
+  const double scale = scaler->scale();
+  optimizer_step->zero_grad();
+  io::reset_peak_tensor_memory(device);
+  const int64_t resting_bytes = io::tensor_memory(device).current_bytes;
+  const int64_t allreduces_before = ddp ? ddp->allreduce_calls() : 0;
+  double data_time = 0.0;
+  at::Tensor loss_sum;
+  int64_t samples = 0, micro = 0;
+  const auto step_start = Clock::now();
+  for (; micro < window; ++micro) {
+    const auto fetch_start = Clock::now();
+    std::optional<data::Batch> batch = train_loader->next();
+    data_time += seconds_since(fetch_start);
+    if (!batch) break;
+    at::Tensor x = batch->images.to(device, /*non_blocking=*/true);
+    at::Tensor y = batch->labels.to(device, /*non_blocking=*/true);
+    if (plan.half_model()) x = x.to(plan.model_dtype);
+    // The window's last backward all-reduces (the Reducer averages over the ranks); the
+    // ones before only accumulate, as under DDP's no_sync().
+    const bool sync = sync_every_micro_step || micro == window - 1;
+    if (ddp) ddp->before_forward(/*window_start=*/micro == 0, sync);
+    at::Tensor loss;
+    {
+      // Forward and loss under autocast, as torch.amp recommends; backward outside it.
+      AutocastScope autocast(device.type(), plan.autocast_dtype, plan.autocast);
+      at::Tensor logits = model->forward(x);
+      loss = at::cross_entropy_loss(
+          logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat), y);
+    }
+    const double factor = scale / static_cast<double>(window);
+    if (ddp) ddp->before_backward(sync, loss);
+    (factor == 1.0 ? loss : loss * factor).backward();
+    at::Tensor weighted = loss.detach() * static_cast<double>(y.size(0));
+    loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
+    samples += y.size(0);
+  }
+  position.batches_in_epoch += window;
+  epoch_ended = position.batches_in_epoch >= batches_per_epoch;
+  if (samples == 0) {
+    // The loader ran dry before the epoch's count: nothing to step on, the epoch is over.
+    epoch_ended = true;
+    end_epoch();
+    return;
+  }
+  const int64_t step = ++position.step;
+  step_epoch = epoch;
+
+  // Unscale, check, clip, scale update; then the optimizer, or a skip that touches nothing.
+  const StepOutcome outcome = optimizer_step->run(step);
+  if (bar) io::clear_progress_bar(stderr);  // log lines below start on a clean line
+  const std::vector<double>& group_lrs = outcome.group_lrs;
+  if (lr_driver->changed_notably(outcome.lr)) spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
+  if (outcome.verdict != StepVerdict::kApply) {
+    spdlog::warn("step {}: non-finite gradients (loss scale {}) in {}; step skipped{}", step, scale,
+                 join(outcome.check.non_finite),
+                 plan.loss_scaling == KILN_SCALE_DYNAMIC
+                     ? fmt::format(", loss scale now {}", scaler->scale())
+                     : "");
+  }
+
+  double loss_total = loss_sum.item<double>();
+  double samples_total = static_cast<double>(samples);
+  int stop_signal = signals ? StopSignals::received() : 0;
+  bool cancel = cancel_requested.load();
+  if (group) {
+    // One small all-reduce: the loss over every rank for the log, and a signal or a cancel any
+    // rank received, so that all ranks stop after the same step.
+    at::Tensor sums = at::tensor(std::vector<double>{
+        loss_total, samples_total, stop_signal == SIGINT ? 1.0 : 0.0,
+        stop_signal == SIGTERM ? 1.0 : 0.0, cancel ? 1.0 : 0.0});
+    group->allreduce(sums, "sum");
+    loss_total = sums[0].item<double>();
+    samples_total = sums[1].item<double>();
+    stop_signal = sums[3].item<double>() > 0   ? SIGTERM
+                  : sums[2].item<double>() > 0 ? SIGINT
+                                               : stop_signal;
+    cancel = sums[4].item<double>() > 0;
+  }
+  const double loss_value = loss_total / samples_total;
+  const double step_time = seconds_since(step_start) - data_time;
+  io::StepRecord record{step,      epoch,     loss_value,
+                        group_lrs, step_time, data_time,
+                        samples_total / (step_time + data_time)};
+  record.loss_scale = scale;
+  record.grad_norm = outcome.check.norm;
+  record.skipped = outcome.verdict != StepVerdict::kApply;
+  record.skipped_total = scaler->skipped_total();
+  record.micro_batches = micro;
+  record.memory_mb = io::peak_memory_mib(device);
+  const io::TensorMemory tensors = io::tensor_memory(device);
+  record.tensor_mb = mib(tensors.current_bytes);
+  record.tensor_peak_mb = mib(tensors.peak_bytes);
+  record.activation_mb = mib(tensors.peak_bytes - resting_bytes);
+  record.allreduces = ddp ? ddp->allreduce_calls() - allreduces_before : 0;
+  metrics->write(record);
+  // An observer's stop counts from the next step on every rank: a cancel flag, all-reduced then.
+  if (options.on_step && options.on_step(record)) cancel_requested = true;
+  if (tensorboard) {
+    tensorboard->scalar("train/loss", loss_value, step);
+    for (size_t g = 0; g < groups.size(); ++g) {
+      tensorboard->scalar("lr/" + groups[g].name, group_lrs[g], step);
+    }
+    tensorboard->scalar("train/loss_scale", scale, step);
+    tensorboard->scalar("train/grad_norm", outcome.check.norm, step);
+    tensorboard->scalar("train/skipped_steps", static_cast<double>(scaler->skipped_total()), step);
+    tensorboard->scalar("perf/samples_per_s", record.samples_per_s, step);
+    tensorboard->scalar("perf/data_time", data_time, step);
+    tensorboard->scalar("perf/memory_mb", record.memory_mb, step);
+  }
+  if (heartbeat) heartbeat->set_step(step);
+  last = position;
+  result.steps = step;
+  result.skipped_steps = scaler->skipped_total();
+  if (outcome.verdict == StepVerdict::kStop) {
+    result.stopped = fmt::format("step {}: {}", step, scaler->stop_reason());
+    if (writer) {
+      result.saved_weights = save_weights(*model, out_dir, step, result.stopped);
+      spdlog::error("{}; weights saved to {}", result.stopped, result.saved_weights);
+    }
+    checkpoint(last);
+    state = TrainerState::kStopped;
+    return;
+  }
+  if (checkpoint_every > 0 && step % checkpoint_every == 0) checkpoint(last);
+  if (stop_signal != 0 || cancel) {
+    if (stop_signal != 0) {
+      spdlog::warn("signal {}: stopping after step {}", stop_signal, step);
+      result.signal = stop_signal;
+    } else {
+      spdlog::warn("cancelled: stopping after step {}", step);
+    }
+    checkpoint(last);
+    state = TrainerState::kCancelled;
+    return;
+  }
+  window_loss += loss_total;
+  window_samples += samples_total;
+  io::ProgressState s;
+  s.epoch = epoch;
+  s.epochs = epochs;
+  s.step = step;
+  s.total_steps = max_steps;
+  s.loss = window_loss / window_samples;
+  s.lr = group_lrs[0];
+  s.samples_per_s = window_samples / seconds_since(window_start);
+  s.elapsed = seconds_since(start);
+  // A terminal gets a bar redrawn every step; logs get a line every log_interval steps.
+  if (bar) io::draw_progress_bar(stderr, s);
+  if (step % log_interval == 0 || step == max_steps) {
+    if (bar) io::clear_progress_bar(stderr);
+    spdlog::info("{}", io::format_progress(s));
+    window_loss = window_samples = 0.0;
+    window_start = Clock::now();
+  }
+  if (epoch_ended) end_epoch();
+  if (step >= max_steps) finish();
+}
+
+// The epoch's batches are consumed: the next step opens the next epoch.
+void Trainer::Impl::end_epoch() {
+  if (bar) io::clear_progress_bar(stderr);
+  epoch_open = false;
+  last = {position.step, position.epoch + 1, 0};
+  position = last;
+  if (checkpoint_every == 0) checkpoint(last);
+  if (position.epoch > epochs) finish();
+}
+
+// Every step is taken: the run's end is always checkpointed (a no-op when the last step already
+// was).
+void Trainer::Impl::finish() {
+  if (state != TrainerState::kReady) return;
+  state = TrainerState::kFinished;
+  checkpoint(last);
+  if (scaler->skipped_total() > 0) {
+    spdlog::info("{} of {} steps skipped for non-finite gradients", scaler->skipped_total(),
+                 position.step);
+  }
+}
+
+io::EvalRecord Trainer::Impl::evaluate() {
+  const Evaluation e = evaluate_model(*model, *test_loader, device, plan, group.get());
+  // The epoch just trained: the open one, or the one before the next to open (0 before any).
+  const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
+  const io::EvalRecord record{epoch, position.step, e.accuracy, e.loss};
+  metrics->write(record);
+  spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  loss {:.4f}", record.epoch,
+               100.0 * e.accuracy, e.loss);
+  result.test_accuracy = e.accuracy;
+  result.test_loss = e.loss;
+  if (tensorboard) {
+    tensorboard->scalar("eval/accuracy", e.accuracy, position.step);
+    tensorboard->scalar("eval/loss", e.loss, position.step);
+  }
+  if (options.on_eval && options.on_eval(record)) cancel_requested = true;
+  return record;
+}
+
+// ---- the public face ---------------------------------------------------------------------------
+
+Trainer::Trainer(const config::Pipeline& pipeline, const RunOptions& options)
+    : impl_(std::make_unique<Impl>(pipeline, options)) {}
+
+Trainer::~Trainer() = default;
+
+void Trainer::step() {
+  impl_->blame([&] { impl_->step(); });
+  if (impl_->options.on_progress) impl_->options.on_progress(progress());
+}
+
+io::EvalRecord Trainer::evaluate() {
+  io::EvalRecord record = impl_->blame([&] { return impl_->evaluate(); });
+  if (impl_->options.on_progress) impl_->options.on_progress(progress());
+  return record;
+}
+
+std::string Trainer::save_checkpoint() {
+  impl_->blame([&] { impl_->checkpoint(impl_->last, /*even_if_off=*/true); });
+  return impl_->writer ? impl_->result.last_checkpoint : std::string();
+}
+
+// ---- the loop: steps, and an evaluation at each epoch's end -----------------------------------
+RunResult Trainer::run() {
+  Impl& t = *impl_;
+  while (t.state == TrainerState::kReady) {
+    step();
+    // At an epoch's end, and at the run's end mid-epoch; not after a stop or a cancel. A stop
+    // an evaluation's observer asks for is honoured by the next step.
+    const bool running = t.state == TrainerState::kReady || t.state == TrainerState::kFinished;
+    if (running && (t.epoch_ended || t.state == TrainerState::kFinished) &&
+        t.p.run.get_bool("eval")) {
+      evaluate();
+    }
+  }
+  t.result.train_seconds = seconds_since(t.start);
+  return t.result;
+}
+
+void Trainer::cancel() { impl_->cancel_requested = true; }
+
+TrainerProgress Trainer::progress() const {
+  const Impl& t = *impl_;
+  TrainerProgress out;
+  out.state = t.state;
+  out.step = t.position.step;
+  out.max_steps = t.frame.max_iters;
+  out.epoch = t.step_epoch;
+  out.epochs = t.epochs;
+  out.batches_in_epoch = t.epoch_ended ? t.batches_per_epoch : t.position.batches_in_epoch;
+  out.batches_per_epoch = t.batches_per_epoch;
+  out.epoch_ended = t.epoch_ended;
+  out.rank = t.rank;
+  out.world_size = t.world;
+  return out;
+}
+
+const RunResult& Trainer::result() const { return impl_->result; }
 
 RunResult train(const config::Pipeline& p, const RunOptions& options) {
-  // Before any tensor the run keeps: the metrics' tensor_* fields come from this counter.
-  io::count_cpu_tensor_memory();
-  if (p.run.get_int("threads") > 0) at::set_num_threads(static_cast<int>(p.run.get_int("threads")));
-  at::Device device = resolve_device(p.run.get_string("device"));
-  check_pipeline(p, device);
-
-  // ---- process group: every rank of a distributed run joins before anything else -------------
-  std::unique_ptr<dist::ProcessGroup> group;
-  std::unique_ptr<dist::Heartbeat> heartbeat;
-  if (options.launch) {
-    const dist::LaunchEnv& env = *options.launch;
-    if (device.is_cuda()) {
-      // One GPU per local rank, among those CUDA_VISIBLE_DEVICES leaves visible.
-      device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
-      c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
-    }
-    const int rank = env.rank, world = env.world_size;
-    const int64_t batch = p.data.get_int("batch_size");
-    if (batch % world != 0) {
-      throw std::invalid_argument(fmt::format(
-          "data.batch_size = {} is the global batch and must be a multiple of the world size {} "
-          "(each rank takes batch_size / world size)",
-          batch, world));
-    }
-    dist::GroupOptions g;
-    const std::string backend = p.dist.get_string("backend");
-    g.backend = backend != "auto" ? backend : device.is_cuda() ? "nccl" : "gloo";
-    g.master_addr = env.master_addr;
-    g.port = env.master_port;
-    g.rank = rank;
-    g.world_size = world;
-    g.device_index = env.local_rank;
-    g.timeout =
-        std::chrono::milliseconds(static_cast<int64_t>(1000.0 * p.dist.get_float("timeout_s")));
-    group = std::make_unique<dist::ProcessGroup>(g);
-    heartbeat = std::make_unique<dist::Heartbeat>(group->store(), rank, world);
-    spdlog::info("rank {} of {} joined the {} group at {}:{} ({})", rank, world, g.backend,
-                 env.master_addr, env.master_port, env.source);
-  }
-  if (p.run.get_string("tf32") != "default") {
-    const bool tf32 = p.run.get_string("tf32") == "on";
-    at::globalContext().setAllowTF32CuBLAS(tf32);
-    at::globalContext().setAllowTF32CuDNN(tf32);
-  }
-  if (!group) return train_on(p, options, device, nullptr, nullptr);
-  // Plugins' collectives (synced norm layers) run on the run's group while it trains.
-  struct GroupForPlugins {
-    explicit GroupForPlugins(dist::ProcessGroup* g) { plugin::set_collective_group(g); }
-    ~GroupForPlugins() { plugin::set_collective_group(nullptr); }
-  } group_for_plugins(group.get());
-  try {
-    return train_on(p, options, device, group.get(), heartbeat.get());
-  } catch (const std::exception& e) {
-    // A collective that failed or timed out: say which rank is to blame, not only that a
-    // socket closed.
-    throw std::runtime_error(
-        fmt::format("rank {}: {}\n  ranks: {}", group->rank(), e.what(), heartbeat->diagnose()));
-  }
+  return Trainer(p, options).run();
 }
 
 }  // namespace kiln::engine
