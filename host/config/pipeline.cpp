@@ -378,7 +378,12 @@ void emit(std::string& out, const OptionSet& set) {
 
 std::vector<std::string> read_plugin_paths(const std::string& path,
                                            const std::vector<std::string>& overrides) {
-  Document doc(read_file(path), path);
+  return read_plugin_paths_text(read_file(path), path, overrides);
+}
+
+std::vector<std::string> read_plugin_paths_text(const std::string& text, const std::string& name,
+                                                const std::vector<std::string>& overrides) {
+  Document doc(text, name);
   Diagnostics diagnostics;
   doc.apply_overrides(overrides, diagnostics, "plugins");
   const auto values = resolve_entries(doc, "plugins", doc.find("plugins"),

@@ -48,6 +48,9 @@ struct Pipeline {
 // so pipelines can bring their own plugins). Throws ConfigError.
 std::vector<std::string> read_plugin_paths(const std::string& path,
                                            const std::vector<std::string>& overrides);
+// The same from TOML text (`name` is used in messages as the file name).
+std::vector<std::string> read_plugin_paths_text(const std::string& text, const std::string& name,
+                                                const std::vector<std::string>& overrides);
 
 // Loads, overrides and validates. `overrides` are "dotted.key=value" strings (value parsed as a
 // TOML value, falling back to a bare string). Throws ConfigError with file:line:column and key.

@@ -14,12 +14,12 @@
 
 #include <algorithm>
 #include <atomic>
-#include <tuple>
 #include <boost/filesystem.hpp>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <stdexcept>
+#include <tuple>
 
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
@@ -109,7 +109,7 @@ struct Evaluation {
 // Test-set accuracy and loss, the forward run as in training (dtype, autocast). In a
 // distributed run each rank evaluates its shard and the sums are all-reduced.
 Evaluation evaluate_model(kiln::Model& model, data::Loader& loader, at::Device device,
-                    const PrecisionPlan& plan, dist::ProcessGroup* group) {
+                          const PrecisionPlan& plan, dist::ProcessGroup* group) {
   at::NoGradGuard no_grad;
   model.eval();
   loader.start_epoch(0);
@@ -367,8 +367,7 @@ void Trainer::Impl::build() {
     std::string chosen;
     if (auto data = choose_checkpoint(options.resume, checkpoint_root, config_hash(p),
                                       run.get_string("resume_fallback") == "previous", &chosen)) {
-      position =
-          restore(*data, *model, *optimizer_step, *optimizer, *lr_driver, *scaler, device);
+      position = restore(*data, *model, *optimizer_step, *optimizer, *lr_driver, *scaler, device);
       spdlog::info("resumed from {}: step {}, epoch {}, batch {}", chosen, position.step,
                    position.epoch, position.batches_in_epoch);
     }
@@ -461,7 +460,7 @@ void Trainer::Impl::step() {
   const int64_t max_steps = frame.max_iters;
   // A stop asked for between steps (cancel, an observer) is honoured before any work.
   if (cancel_requested.load() && !group) {
-    spdlog::warn("cancelled: stopping after step {}", position.step);
+    spdlog::info("cancelled: stopping after step {}", position.step);
     if (last.step > 0) checkpoint(last);
     state = TrainerState::kCancelled;
     return;
@@ -542,9 +541,9 @@ void Trainer::Impl::step() {
   if (group) {
     // One small all-reduce: the loss over every rank for the log, and a signal or a cancel any
     // rank received, so that all ranks stop after the same step.
-    at::Tensor sums = at::tensor(std::vector<double>{
-        loss_total, samples_total, stop_signal == SIGINT ? 1.0 : 0.0,
-        stop_signal == SIGTERM ? 1.0 : 0.0, cancel ? 1.0 : 0.0});
+    at::Tensor sums =
+        at::tensor(std::vector<double>{loss_total, samples_total, stop_signal == SIGINT ? 1.0 : 0.0,
+                                       stop_signal == SIGTERM ? 1.0 : 0.0, cancel ? 1.0 : 0.0});
     group->allreduce(sums, "sum");
     loss_total = sums[0].item<double>();
     samples_total = sums[1].item<double>();
@@ -555,8 +554,12 @@ void Trainer::Impl::step() {
   }
   const double loss_value = loss_total / samples_total;
   const double step_time = seconds_since(step_start) - data_time;
-  io::StepRecord record{step,      epoch,     loss_value,
-                        group_lrs, step_time, data_time,
+  io::StepRecord record{step,
+                        epoch,
+                        loss_value,
+                        group_lrs,
+                        step_time,
+                        data_time,
                         samples_total / (step_time + data_time)};
   record.loss_scale = scale;
   record.grad_norm = outcome.check.norm;
@@ -570,8 +573,10 @@ void Trainer::Impl::step() {
   record.activation_mb = mib(tensors.peak_bytes - resting_bytes);
   record.allreduces = ddp ? ddp->allreduce_calls() - allreduces_before : 0;
   metrics->write(record);
-  // An observer's stop counts from the next step on every rank: a cancel flag, all-reduced then.
+  // A stop asked for during the step (by the observer too) ends a one-process run after it;
+  // ranks of a distributed run agree on one through the next step's all-reduce.
   if (options.on_step && options.on_step(record)) cancel_requested = true;
+  if (!group && cancel_requested.load()) cancel = true;
   if (tensorboard) {
     tensorboard->scalar("train/loss", loss_value, step);
     for (size_t g = 0; g < groups.size(); ++g) {
@@ -604,7 +609,7 @@ void Trainer::Impl::step() {
       spdlog::warn("signal {}: stopping after step {}", stop_signal, step);
       result.signal = stop_signal;
     } else {
-      spdlog::warn("cancelled: stopping after step {}", step);
+      spdlog::info("cancelled: stopping after step {}", step);
     }
     checkpoint(last);
     state = TrainerState::kCancelled;

@@ -1,5 +1,6 @@
 #include "plugin/loader.hpp"
 
+#include <dlfcn.h>
 #include <torch/version.h>
 
 #include <algorithm>
@@ -255,11 +256,23 @@ void Loader::load_directory(const std::string& dir, Registry& registry,
 
 std::string builtin_plugin_dir() {
   boost::system::error_code ec;
+  // The file holding this code: the kiln executable, or libkiln for a program using the C API.
+  std::vector<fs::path> homes;
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&builtin_plugin_dir), &info) != 0 &&
+      info.dli_fname != nullptr && std::strchr(info.dli_fname, '/') != nullptr) {
+    homes.push_back(fs::canonical(info.dli_fname, ec).parent_path());
+  }
   fs::path exe = fs::read_symlink("/proc/self/exe", ec);
-  if (ec) return {};
-  fs::path bin = exe.parent_path();
-  for (fs::path candidate : {bin / ".." / "plugins", bin / ".." / "lib" / "kiln" / "plugins"}) {
-    if (fs::is_directory(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
+  if (!ec) homes.push_back(exe.parent_path());
+  // Build tree: bin/ or lib/ beside plugins/. Installed: bin/../lib/kiln/plugins, or
+  // lib/kiln/plugins beside libkiln.
+  for (const fs::path& home : homes) {
+    if (home.empty()) continue;
+    for (fs::path candidate : {home / ".." / "plugins", home / ".." / "lib" / "kiln" / "plugins",
+                               home / "kiln" / "plugins"}) {
+      if (fs::is_directory(candidate, ec)) return fs::weakly_canonical(candidate, ec).string();
+    }
   }
   return {};
 }

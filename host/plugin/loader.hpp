@@ -40,8 +40,9 @@ class Loader {
   const kiln_host_api* host_;
 };
 
-// The built-in plugin folder next to the executable (<exe>/../plugins, or
-// <exe>/../lib/kiln/plugins when installed); empty when there is none.
+// The built-in plugin folder beside the file holding the host: <bin>/../plugins (build tree),
+// <bin>/../lib/kiln/plugins (installed kiln) or <lib>/kiln/plugins (installed libkiln); empty
+// when there is none.
 std::string builtin_plugin_dir();
 
 // Where plugins are looked for: the built-in folder next to the executable

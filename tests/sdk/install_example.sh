@@ -15,7 +15,8 @@ prefix=$work/prefix
 
 cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 for f in bin/kiln include/kiln/abi.h include/kiln/torch.hpp lib/cmake/Kiln/KilnConfig.cmake \
-  lib/pkgconfig/kiln-sdk.pc lib/kiln/plugins/libkiln_sgd.so lib/kiln/plugins/libkiln_mlp.so; do
+  lib/pkgconfig/kiln-sdk.pc lib/kiln/plugins/libkiln_sgd.so lib/kiln/plugins/libkiln_mlp.so \
+  include/kiln/kiln.h lib/libkiln.so lib/pkgconfig/kiln.pc; do
   [ -e "$prefix/$f" ] || { echo "not installed: $f"; exit 1; }
 done
 
@@ -83,3 +84,21 @@ PY
 # The pkg-config build is the same plugin.
 sed -i "s|$work/example|$work/pc|" "$work/pipeline.toml"
 "$prefix/bin/kiln" validate "$work/pipeline.toml"
+
+# The C API from the installed package alone: the C program of tests/capi built with pkg-config
+# (kiln.pc) against the installed header and libkiln, which finds the installed plugins beside
+# itself; and the Python binding over the installed libkiln training the same pipeline.
+mkdir -p "$work/capi"
+cc -std=c99 -Wall -Wextra -Werror "$src/tests/capi/capi_test.c" \
+  $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs kiln) -lpthread -lm \
+  -o "$work/capi/capi_test"
+"$work/capi/capi_test" "$src" "$work/capi/run" >"$work/capi.log" 2>&1 || { cat "$work/capi.log"; exit 1; }
+KILN_LIBRARY="$prefix/lib/libkiln.so" PYTHONPATH="$src/bindings/python" python3 - "$work/pipeline.toml" <<'PY'
+import sys, kiln
+with kiln.Session.from_file(sys.argv[1], log_level="warn") as s:
+    s.run()
+    p = s.progress()
+    assert p.state == "finished" and p.step == 12, p
+print(f"installed libkiln ({kiln.version()}) trained {sys.argv[1]}: {p.step} steps")
+PY
+echo "install_example: ok"

@@ -1,0 +1,242 @@
+"""ctypes declarations of sdk/include/kiln/kiln.h (C API version 1) and the loading of libkiln.
+
+Every struct and every slot of the function table mirrors the header field for field, in the
+header's order: the table is read by offset, so one slot out of place would call the wrong
+function. Only `kiln_get_api` is bound by name; everything else comes through the table.
+"""
+
+import ctypes
+import ctypes.util
+import os
+import threading
+
+CAPI_VERSION = 1
+
+# kiln/abi.h status codes, and kiln.h's own.
+OK = 0
+ERR_INVALID_ARGUMENT = 1
+ERR_UNSUPPORTED = 2
+ERR_FAILED_PRECONDITION = 3
+ERR_OUT_OF_MEMORY = 4
+ERR_INTERNAL = 5
+ERR_CANCELLED = 6
+ERR_CONFIG = 16
+ERR_PLUGIN_REFUSED = 17
+ERR_RUN_FAILED = 18
+
+LOG_DEFAULT, LOG_DEBUG, LOG_INFO, LOG_WARN, LOG_ERROR, LOG_OFF = range(6)
+
+SESSION_READY = 0
+SESSION_FINISHED = 1
+SESSION_CANCELLED = 2
+SESSION_STOPPED = 3
+SESSION_FAILED = 4
+
+METRICS_STEP = 1
+METRICS_EVAL = 2
+
+c_size_t = ctypes.c_size_t
+c_int32 = ctypes.c_int32
+c_uint32 = ctypes.c_uint32
+c_int64 = ctypes.c_int64
+c_double = ctypes.c_double
+c_char_p = ctypes.c_char_p
+# Opaque handles (kiln_status*, kiln_session*, kiln_plugin_list*) travel as plain addresses.
+c_handle = ctypes.c_void_p
+
+
+class kiln_version(ctypes.Structure):
+    _fields_ = [("major", c_uint32), ("minor", c_uint32), ("patch", c_uint32)]
+
+
+class kiln_session_options(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("overrides", ctypes.POINTER(c_char_p)),
+        ("override_count", c_size_t),
+        ("plugin_paths", ctypes.POINTER(c_char_p)),
+        ("plugin_path_count", c_size_t),
+        ("metrics_path", c_char_p),
+        ("resume", c_char_p),
+        ("log_level", c_int32),
+        ("distributed", c_int32),
+    ]
+
+
+class kiln_progress(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("state", c_int32),
+        ("epoch_ended", c_int32),
+        ("step", c_int64),
+        ("max_steps", c_int64),
+        ("epoch", c_int64),
+        ("epochs", c_int64),
+        ("batches_in_epoch", c_int64),
+        ("batches_per_epoch", c_int64),
+        ("rank", c_int32),
+        ("world_size", c_int32),
+        ("stop_reason", c_char_p),
+        ("last_checkpoint", c_char_p),
+    ]
+
+
+class kiln_metrics(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("kind", c_int32),
+        ("skipped", c_int32),
+        ("step", c_int64),
+        ("epoch", c_int64),
+        ("loss", c_double),
+        ("accuracy", c_double),
+        ("lr", c_double),
+        ("grad_norm", c_double),
+        ("loss_scale", c_double),
+        ("step_seconds", c_double),
+        ("data_seconds", c_double),
+        ("samples_per_second", c_double),
+        ("tensor_mb", c_double),
+        ("tensor_peak_mb", c_double),
+        ("activation_mb", c_double),
+    ]
+
+
+class kiln_plugin_info(ctypes.Structure):
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("name", c_char_p),
+        ("kind", c_char_p),
+        ("summary", c_char_p),
+        ("library", c_char_p),
+        ("version", kiln_version),
+        ("abi_major", c_uint32),
+        ("abi_minor", c_uint32),
+    ]
+
+
+# typedef int32_t (*kiln_metrics_callback)(void* user_data, const kiln_metrics* metrics);
+metrics_callback = ctypes.CFUNCTYPE(c_int32, ctypes.c_void_p, ctypes.POINTER(kiln_metrics))
+
+_F = ctypes.CFUNCTYPE
+_P = ctypes.POINTER
+
+
+class kiln_api(ctypes.Structure):
+    # CFUNCTYPE (not PYFUNCTYPE): ctypes releases the GIL for the length of every call, so
+    # session_cancel, session_progress and Python threads keep running while a step trains.
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("version", c_uint32),
+        ("reserved", c_uint32),
+        # versions
+        ("version_string", _F(c_char_p)),
+        ("plugin_abi", _F(None, _P(c_uint32), _P(c_uint32))),
+        # statuses
+        ("status_code", _F(c_int32, c_handle)),
+        ("status_message", _F(c_char_p, c_handle)),
+        ("status_release", _F(None, c_handle)),
+        # sessions
+        ("session_create_from_file",
+         _F(c_handle, c_char_p, _P(kiln_session_options), _P(c_handle))),
+        ("session_create_from_string",
+         _F(c_handle, c_char_p, c_char_p, _P(kiln_session_options), _P(c_handle))),
+        ("session_destroy", _F(None, c_handle)),
+        ("session_set_metrics_callback", _F(c_handle, c_handle, metrics_callback, c_handle)),
+        ("session_run", _F(c_handle, c_handle)),
+        ("session_step", _F(c_handle, c_handle)),
+        ("session_evaluate", _F(c_handle, c_handle, _P(kiln_metrics))),
+        ("session_save_checkpoint", _F(c_handle, c_handle, _P(c_char_p))),
+        ("session_cancel", _F(None, c_handle)),
+        ("session_progress", _F(c_handle, c_handle, _P(kiln_progress))),
+        ("session_last_metrics", _F(c_handle, c_handle, c_int32, _P(kiln_metrics))),
+        # plugins
+        ("plugins_list", _F(c_handle, _P(c_char_p), c_size_t, _P(c_handle))),
+        ("plugins_count", _F(c_size_t, c_handle)),
+        ("plugins_get", _F(c_handle, c_handle, c_size_t, _P(kiln_plugin_info))),
+        ("plugins_refused_count", _F(c_size_t, c_handle)),
+        ("plugins_refused", _F(c_char_p, c_handle, c_size_t)),
+        ("plugins_release", _F(None, c_handle)),
+    ]
+
+
+def v1_size(struct):
+    """KILN_SIZE_UP_TO(struct, <last field>): the smallest struct_size the library accepts."""
+    name = struct._fields_[-1][0]
+    field = getattr(struct, name)
+    return field.offset + field.size
+
+
+KILN_API_V1_SIZE = v1_size(kiln_api)
+
+_SLOTS = [name for name, _ in kiln_api._fields_[3:]]
+
+
+class Library:
+    """A loaded libkiln and its version-1 function table.
+
+    The slots are copied out of the table once (attribute access on a ctypes Structure builds a
+    new function object each time).
+    """
+
+    def __init__(self, path):
+        self.path = path
+        try:
+            self.dll = ctypes.CDLL(path)
+        except OSError as e:
+            raise OSError(f"cannot load libkiln from {path!r}: {e}") from e
+        try:
+            get_api = self.dll.kiln_get_api
+        except AttributeError:
+            raise OSError(f"{path}: no kiln_get_api symbol; is this libkiln?") from None
+        get_api.argtypes = [c_uint32]
+        get_api.restype = _P(kiln_api)
+        table = get_api(CAPI_VERSION)
+        if not table:
+            raise OSError(f"{path}: kiln_get_api({CAPI_VERSION}) returned NULL: the library does "
+                          f"not serve C API version {CAPI_VERSION}")
+        self.table = table.contents  # library-owned, static while the library stays loaded
+        if self.table.struct_size < KILN_API_V1_SIZE:
+            raise OSError(f"{path}: kiln_api.struct_size is {self.table.struct_size}, smaller "
+                          f"than the version-1 table ({KILN_API_V1_SIZE} bytes)")
+        if self.table.version != CAPI_VERSION:
+            raise OSError(f"{path}: kiln_get_api({CAPI_VERSION}) returned a table of version "
+                          f"{self.table.version}")
+        for name in _SLOTS:
+            fn = getattr(self.table, name)
+            if not fn:
+                raise OSError(f"{path}: kiln_api.{name} is NULL (every slot must be set)")
+            setattr(self, name, fn)
+
+
+_lock = threading.Lock()
+_library = None
+
+
+def default_path():
+    path = os.environ.get("KILN_LIBRARY")
+    if path:
+        return path
+    path = ctypes.util.find_library("kiln")
+    if path:
+        return path
+    raise OSError("libkiln not found: set the environment variable KILN_LIBRARY to its path "
+                  "(e.g. build/release/lib/libkiln.so), or call kiln.load(path)")
+
+
+def load(path=None):
+    """Loads libkiln once per process; later calls return the same library."""
+    global _library
+    with _lock:
+        if _library is not None:
+            if path is not None and os.fspath(path) != _library.path and \
+                    os.path.realpath(path) != os.path.realpath(_library.path):
+                raise OSError(f"libkiln is already loaded from {_library.path}; cannot load "
+                              f"{os.fspath(path)} as well")
+            return _library
+        _library = Library(os.fspath(path) if path is not None else default_path())
+        return _library
+
+
+def library():
+    return _library if _library is not None else load()

@@ -1,0 +1,269 @@
+//! Raw declarations mirroring `sdk/include/kiln/kiln.h` and the parts of `kiln/abi.h` it uses.
+//!
+//! Every struct is `#[repr(C)]` with the header's fields in the header's order and types, and
+//! the function table keeps the header's slot order: a slot's position is its ABI. Slots are
+//! `Option<fn>` because the C side is a plain pointer; the safe layer checks them once in
+//! [`crate::Api::load`]. `tests/layout.rs` pins sizes and offsets against the C compiler.
+
+use std::os::raw::{c_char, c_void};
+
+/// `KILN_CAPI_VERSION`: the C API version these declarations describe.
+pub const KILN_CAPI_VERSION: u32 = 1;
+
+// Status codes: kiln/abi.h's, then kiln.h's own.
+pub const KILN_OK: i32 = 0;
+pub const KILN_ERR_INVALID_ARGUMENT: i32 = 1;
+pub const KILN_ERR_UNSUPPORTED: i32 = 2;
+pub const KILN_ERR_FAILED_PRECONDITION: i32 = 3;
+pub const KILN_ERR_OUT_OF_MEMORY: i32 = 4;
+pub const KILN_ERR_INTERNAL: i32 = 5;
+pub const KILN_ERR_CANCELLED: i32 = 6;
+pub const KILN_ERR_CONFIG: i32 = 16;
+pub const KILN_ERR_PLUGIN_REFUSED: i32 = 17;
+pub const KILN_ERR_RUN_FAILED: i32 = 18;
+
+// kiln_session_options.log_level
+pub const KILN_LOG_DEFAULT: i32 = 0;
+pub const KILN_LOG_DEBUG: i32 = 1;
+pub const KILN_LOG_INFO: i32 = 2;
+pub const KILN_LOG_WARN: i32 = 3;
+pub const KILN_LOG_ERROR: i32 = 4;
+pub const KILN_LOG_OFF: i32 = 5;
+
+// kiln_progress.state
+pub const KILN_SESSION_READY: i32 = 0;
+pub const KILN_SESSION_FINISHED: i32 = 1;
+pub const KILN_SESSION_CANCELLED: i32 = 2;
+pub const KILN_SESSION_STOPPED: i32 = 3;
+pub const KILN_SESSION_FAILED: i32 = 4;
+
+// kiln_metrics.kind
+pub const KILN_METRICS_STEP: i32 = 1;
+pub const KILN_METRICS_EVAL: i32 = 2;
+
+// The KILN_*_V1_SIZE macros (KILN_SIZE_UP_TO(type, last v1 field)) on LP64 targets, where
+// size_t and pointers are 8 bytes. They differ from size_of only where the struct has tail
+// padding (kiln_plugin_info: 60 vs 64). tests/layout.rs checks them against the compiler.
+#[cfg(not(target_pointer_width = "64"))]
+compile_error!("the kiln crate mirrors kiln.h for 64-bit targets only (LibTorch's platforms)");
+
+pub const KILN_SESSION_OPTIONS_V1_SIZE: usize = 64;
+pub const KILN_PROGRESS_V1_SIZE: usize = 88;
+pub const KILN_METRICS_V1_SIZE: usize = 120;
+pub const KILN_PLUGIN_INFO_V1_SIZE: usize = 60;
+pub const KILN_API_V1_SIZE: usize = 192;
+
+/// Opaque `kiln_status` (kiln/abi.h).
+#[repr(C)]
+pub struct KilnStatus {
+    _private: [u8; 0],
+}
+
+/// Opaque `kiln_session`.
+#[repr(C)]
+pub struct KilnSession {
+    _private: [u8; 0],
+}
+
+/// Opaque `kiln_plugin_list`.
+#[repr(C)]
+pub struct KilnPluginList {
+    _private: [u8; 0],
+}
+
+/// `kiln_version` (kiln/abi.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct KilnVersion {
+    pub major: u32,
+    pub minor: u32,
+    pub patch: u32,
+}
+
+/// `kiln_session_options`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnSessionOptions {
+    pub struct_size: usize,
+    pub overrides: *const *const c_char,
+    pub override_count: usize,
+    pub plugin_paths: *const *const c_char,
+    pub plugin_path_count: usize,
+    pub metrics_path: *const c_char,
+    pub resume: *const c_char,
+    pub log_level: i32,
+    pub distributed: i32,
+}
+
+/// `kiln_progress`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnProgress {
+    pub struct_size: usize,
+    pub state: i32,
+    pub epoch_ended: i32,
+    pub step: i64,
+    pub max_steps: i64,
+    pub epoch: i64,
+    pub epochs: i64,
+    pub batches_in_epoch: i64,
+    pub batches_per_epoch: i64,
+    pub rank: i32,
+    pub world_size: i32,
+    pub stop_reason: *const c_char,
+    pub last_checkpoint: *const c_char,
+}
+
+/// `kiln_metrics`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnMetrics {
+    pub struct_size: usize,
+    pub kind: i32,
+    pub skipped: i32,
+    pub step: i64,
+    pub epoch: i64,
+    pub loss: f64,
+    pub accuracy: f64,
+    pub lr: f64,
+    pub grad_norm: f64,
+    pub loss_scale: f64,
+    pub step_seconds: f64,
+    pub data_seconds: f64,
+    pub samples_per_second: f64,
+    pub tensor_mb: f64,
+    pub tensor_peak_mb: f64,
+    pub activation_mb: f64,
+}
+
+/// `kiln_metrics_callback`: return 0 to go on, nonzero to stop after this step.
+pub type KilnMetricsCallback =
+    Option<unsafe extern "C" fn(user_data: *mut c_void, metrics: *const KilnMetrics) -> i32>;
+
+/// `kiln_plugin_info`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnPluginInfo {
+    pub struct_size: usize,
+    pub name: *const c_char,
+    pub kind: *const c_char,
+    pub summary: *const c_char,
+    pub library: *const c_char,
+    pub version: KilnVersion,
+    pub abi_major: u32,
+    pub abi_minor: u32,
+}
+
+/// `kiln_api`, version 1: the function table returned by [`kiln_get_api`].
+#[repr(C)]
+pub struct KilnApi {
+    pub struct_size: usize,
+    pub version: u32,
+    pub reserved: u32,
+
+    // ---- versions ----
+    pub version_string: Option<unsafe extern "C" fn() -> *const c_char>,
+    pub plugin_abi: Option<unsafe extern "C" fn(major: *mut u32, minor: *mut u32)>,
+
+    // ---- statuses ----
+    pub status_code: Option<unsafe extern "C" fn(status: *const KilnStatus) -> i32>,
+    pub status_message: Option<unsafe extern "C" fn(status: *const KilnStatus) -> *const c_char>,
+    pub status_release: Option<unsafe extern "C" fn(status: *mut KilnStatus)>,
+
+    // ---- sessions ----
+    pub session_create_from_file: Option<
+        unsafe extern "C" fn(
+            path: *const c_char,
+            options: *const KilnSessionOptions,
+            out: *mut *mut KilnSession,
+        ) -> *mut KilnStatus,
+    >,
+    pub session_create_from_string: Option<
+        unsafe extern "C" fn(
+            toml: *const c_char,
+            name: *const c_char,
+            options: *const KilnSessionOptions,
+            out: *mut *mut KilnSession,
+        ) -> *mut KilnStatus,
+    >,
+    pub session_destroy: Option<unsafe extern "C" fn(session: *mut KilnSession)>,
+    pub session_set_metrics_callback: Option<
+        unsafe extern "C" fn(
+            session: *mut KilnSession,
+            callback: KilnMetricsCallback,
+            user_data: *mut c_void,
+        ) -> *mut KilnStatus,
+    >,
+    pub session_run: Option<unsafe extern "C" fn(session: *mut KilnSession) -> *mut KilnStatus>,
+    pub session_step: Option<unsafe extern "C" fn(session: *mut KilnSession) -> *mut KilnStatus>,
+    pub session_evaluate: Option<
+        unsafe extern "C" fn(session: *mut KilnSession, out: *mut KilnMetrics) -> *mut KilnStatus,
+    >,
+    pub session_save_checkpoint: Option<
+        unsafe extern "C" fn(
+            session: *mut KilnSession,
+            path: *mut *const c_char,
+        ) -> *mut KilnStatus,
+    >,
+    pub session_cancel: Option<unsafe extern "C" fn(session: *mut KilnSession)>,
+    pub session_progress: Option<
+        unsafe extern "C" fn(
+            session: *const KilnSession,
+            out: *mut KilnProgress,
+        ) -> *mut KilnStatus,
+    >,
+    pub session_last_metrics: Option<
+        unsafe extern "C" fn(
+            session: *const KilnSession,
+            kind: i32,
+            out: *mut KilnMetrics,
+        ) -> *mut KilnStatus,
+    >,
+
+    // ---- plugins ----
+    pub plugins_list: Option<
+        unsafe extern "C" fn(
+            extra_dirs: *const *const c_char,
+            extra_dir_count: usize,
+            out: *mut *mut KilnPluginList,
+        ) -> *mut KilnStatus,
+    >,
+    pub plugins_count: Option<unsafe extern "C" fn(list: *const KilnPluginList) -> usize>,
+    pub plugins_get: Option<
+        unsafe extern "C" fn(
+            list: *const KilnPluginList,
+            index: usize,
+            out: *mut KilnPluginInfo,
+        ) -> *mut KilnStatus,
+    >,
+    pub plugins_refused_count: Option<unsafe extern "C" fn(list: *const KilnPluginList) -> usize>,
+    pub plugins_refused:
+        Option<unsafe extern "C" fn(list: *const KilnPluginList, index: usize) -> *const c_char>,
+    pub plugins_release: Option<unsafe extern "C" fn(list: *mut KilnPluginList)>,
+}
+
+// Zero-filled structs with struct_size set to this binding's size, as the header asks callers
+// to prepare them. All-zero bytes are valid for every field (integers, floats, raw pointers).
+macro_rules! sized_default {
+    ($($t:ident),*) => {$(
+        impl Default for $t {
+            fn default() -> Self {
+                // SAFETY: every field is an integer, a float or a raw pointer.
+                let mut v: Self = unsafe { std::mem::zeroed() };
+                v.struct_size = std::mem::size_of::<Self>();
+                v
+            }
+        }
+    )*};
+}
+sized_default!(
+    KilnSessionOptions,
+    KilnProgress,
+    KilnMetrics,
+    KilnPluginInfo
+);
+
+extern "C" {
+    /// The table of API `version`, or NULL when the library does not serve it. Static.
+    pub fn kiln_get_api(version: u32) -> *const KilnApi;
+}

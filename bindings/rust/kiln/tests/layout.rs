@@ -1,0 +1,389 @@
+//! The `#[repr(C)]` mirrors in `kiln::sys` must match kiln.h byte for byte.
+//!
+//! Two checks:
+//!  1. Hand-pinned x86_64/aarch64 (LP64) values, worked out from the header: size_t, pointers,
+//!     int64_t and double are 8 bytes with 8-byte alignment, int32_t/uint32_t 4 bytes with
+//!     4-byte alignment; each field sits at the next multiple of its alignment after the
+//!     previous one, and a struct's size is rounded up to its largest alignment (8). For
+//!     example kiln_plugin_info: struct_size 0, four strings 8..40, kiln_version (3 x uint32)
+//!     40..52, abi_major 52, abi_minor 56..60, size 64 (4 bytes of tail padding), so its
+//!     KILN_PLUGIN_INFO_V1_SIZE is 60, not 64.
+//!  2. The C compiler's own answer: a small C program including kiln/kiln.h prints sizeof,
+//!     offsetof and the KILN_*_V1_SIZE macros, compared field by field. Skipped (with a note)
+//!     only when no C compiler ($CC or cc) runs.
+use std::mem::{size_of, MaybeUninit};
+use std::path::PathBuf;
+use std::process::Command;
+
+use kiln::sys::*;
+
+/// Offset of `$field` in `$t`, without a value of `$t` (std's offset_of! needs Rust 1.77).
+macro_rules! offset {
+    ($t:ty, $field:ident) => {{
+        let u = MaybeUninit::<$t>::uninit();
+        let base = u.as_ptr();
+        // SAFETY: addr_of! computes the address without reading the uninitialised value.
+        let f = unsafe { std::ptr::addr_of!((*base).$field) };
+        f as usize - base as usize
+    }};
+}
+
+/// Size of `$field` in `$t`.
+macro_rules! field_size {
+    ($t:ty, $field:ident) => {{
+        fn pointee_size<T>(_: *const T) -> usize {
+            size_of::<T>()
+        }
+        let u = MaybeUninit::<$t>::uninit();
+        let base = u.as_ptr();
+        // SAFETY: as in offset!.
+        pointee_size(unsafe { std::ptr::addr_of!((*base).$field) })
+    }};
+}
+
+/// (C name "struct.field", offset, size) for every listed field of `$t`.
+macro_rules! fields {
+    ($t:ty, $c:literal, [$($field:ident),* $(,)?]) => {
+        vec![$((
+            concat!($c, ".", stringify!($field)).to_string(),
+            offset!($t, $field),
+            field_size!($t, $field),
+        )),*]
+    };
+}
+
+type Field = (String, usize, usize);
+
+fn all_fields() -> Vec<Field> {
+    let mut v: Vec<Field> = Vec::new();
+    v.extend(fields!(KilnVersion, "kiln_version", [major, minor, patch]));
+    v.extend(fields!(
+        KilnSessionOptions,
+        "kiln_session_options",
+        [
+            struct_size,
+            overrides,
+            override_count,
+            plugin_paths,
+            plugin_path_count,
+            metrics_path,
+            resume,
+            log_level,
+            distributed,
+        ]
+    ));
+    v.extend(fields!(
+        KilnProgress,
+        "kiln_progress",
+        [
+            struct_size,
+            state,
+            epoch_ended,
+            step,
+            max_steps,
+            epoch,
+            epochs,
+            batches_in_epoch,
+            batches_per_epoch,
+            rank,
+            world_size,
+            stop_reason,
+            last_checkpoint,
+        ]
+    ));
+    v.extend(fields!(
+        KilnMetrics,
+        "kiln_metrics",
+        [
+            struct_size,
+            kind,
+            skipped,
+            step,
+            epoch,
+            loss,
+            accuracy,
+            lr,
+            grad_norm,
+            loss_scale,
+            step_seconds,
+            data_seconds,
+            samples_per_second,
+            tensor_mb,
+            tensor_peak_mb,
+            activation_mb,
+        ]
+    ));
+    v.extend(fields!(
+        KilnPluginInfo,
+        "kiln_plugin_info",
+        [
+            struct_size,
+            name,
+            kind,
+            summary,
+            library,
+            version,
+            abi_major,
+            abi_minor,
+        ]
+    ));
+    v.extend(fields!(
+        KilnApi,
+        "kiln_api",
+        [
+            struct_size,
+            version,
+            reserved,
+            version_string,
+            plugin_abi,
+            status_code,
+            status_message,
+            status_release,
+            session_create_from_file,
+            session_create_from_string,
+            session_destroy,
+            session_set_metrics_callback,
+            session_run,
+            session_step,
+            session_evaluate,
+            session_save_checkpoint,
+            session_cancel,
+            session_progress,
+            session_last_metrics,
+            plugins_list,
+            plugins_count,
+            plugins_get,
+            plugins_refused_count,
+            plugins_refused,
+            plugins_release,
+        ]
+    ));
+    v
+}
+
+fn struct_sizes() -> Vec<(&'static str, usize)> {
+    vec![
+        ("kiln_version", size_of::<KilnVersion>()),
+        ("kiln_session_options", size_of::<KilnSessionOptions>()),
+        ("kiln_progress", size_of::<KilnProgress>()),
+        ("kiln_metrics", size_of::<KilnMetrics>()),
+        ("kiln_plugin_info", size_of::<KilnPluginInfo>()),
+        ("kiln_api", size_of::<KilnApi>()),
+    ]
+}
+
+fn v1_sizes() -> Vec<(&'static str, usize)> {
+    vec![
+        ("KILN_SESSION_OPTIONS_V1_SIZE", KILN_SESSION_OPTIONS_V1_SIZE),
+        ("KILN_PROGRESS_V1_SIZE", KILN_PROGRESS_V1_SIZE),
+        ("KILN_METRICS_V1_SIZE", KILN_METRICS_V1_SIZE),
+        ("KILN_PLUGIN_INFO_V1_SIZE", KILN_PLUGIN_INFO_V1_SIZE),
+        ("KILN_API_V1_SIZE", KILN_API_V1_SIZE),
+    ]
+}
+
+fn offset_of(fields: &[Field], name: &str) -> usize {
+    fields
+        .iter()
+        .find(|f| f.0 == name)
+        .unwrap_or_else(|| panic!("no field {}", name))
+        .1
+}
+
+#[test]
+#[cfg(target_pointer_width = "64")]
+fn layout_matches_hand_computed_lp64_values() {
+    assert_eq!(size_of::<KilnVersion>(), 12);
+    assert_eq!(size_of::<KilnSessionOptions>(), 64);
+    assert_eq!(size_of::<KilnProgress>(), 88);
+    assert_eq!(size_of::<KilnMetrics>(), 120);
+    assert_eq!(size_of::<KilnPluginInfo>(), 64);
+    // struct_size, version, reserved (16 bytes), then 22 slots of 8.
+    assert_eq!(size_of::<KilnApi>(), 16 + 22 * 8);
+
+    let f = all_fields();
+    let pinned: &[(&str, usize)] = &[
+        ("kiln_session_options.overrides", 8),
+        ("kiln_session_options.override_count", 16),
+        ("kiln_session_options.plugin_paths", 24),
+        ("kiln_session_options.plugin_path_count", 32),
+        ("kiln_session_options.metrics_path", 40),
+        ("kiln_session_options.resume", 48),
+        ("kiln_session_options.log_level", 56),
+        ("kiln_session_options.distributed", 60),
+        ("kiln_progress.state", 8),
+        ("kiln_progress.epoch_ended", 12),
+        ("kiln_progress.step", 16),
+        ("kiln_progress.max_steps", 24),
+        ("kiln_progress.epoch", 32),
+        ("kiln_progress.epochs", 40),
+        ("kiln_progress.batches_in_epoch", 48),
+        ("kiln_progress.batches_per_epoch", 56),
+        ("kiln_progress.rank", 64),
+        ("kiln_progress.world_size", 68),
+        ("kiln_progress.stop_reason", 72),
+        ("kiln_progress.last_checkpoint", 80),
+        ("kiln_metrics.kind", 8),
+        ("kiln_metrics.skipped", 12),
+        ("kiln_metrics.step", 16),
+        ("kiln_metrics.epoch", 24),
+        ("kiln_metrics.loss", 32),
+        ("kiln_metrics.accuracy", 40),
+        ("kiln_metrics.lr", 48),
+        ("kiln_metrics.grad_norm", 56),
+        ("kiln_metrics.loss_scale", 64),
+        ("kiln_metrics.step_seconds", 72),
+        ("kiln_metrics.data_seconds", 80),
+        ("kiln_metrics.samples_per_second", 88),
+        ("kiln_metrics.tensor_mb", 96),
+        ("kiln_metrics.tensor_peak_mb", 104),
+        ("kiln_metrics.activation_mb", 112),
+        ("kiln_plugin_info.name", 8),
+        ("kiln_plugin_info.kind", 16),
+        ("kiln_plugin_info.summary", 24),
+        ("kiln_plugin_info.library", 32),
+        ("kiln_plugin_info.version", 40),
+        ("kiln_plugin_info.abi_major", 52),
+        ("kiln_plugin_info.abi_minor", 56),
+        ("kiln_api.version", 8),
+        ("kiln_api.reserved", 12),
+        ("kiln_api.version_string", 16),
+        ("kiln_api.session_create_from_file", 56),
+        ("kiln_api.session_destroy", 72),
+        ("kiln_api.session_cancel", 120),
+        ("kiln_api.plugins_release", 184),
+    ];
+    for (name, off) in pinned {
+        assert_eq!(offset_of(&f, name), *off, "offset of {}", name);
+    }
+    // The slots follow each other with no gap, in the header's order.
+    let slots: Vec<&Field> = f
+        .iter()
+        .filter(|x| x.0.starts_with("kiln_api.") && x.1 >= 16)
+        .collect();
+    assert_eq!(slots.len(), 22);
+    for (i, s) in slots.iter().enumerate() {
+        assert_eq!(s.1, 16 + 8 * i, "{}", s.0);
+        assert_eq!(s.2, 8, "{}", s.0);
+    }
+    // A V1 size is the end of the struct's last version-1 field.
+    let end = |name: &str| f.iter().find(|x| x.0 == name).map(|x| x.1 + x.2).unwrap();
+    assert_eq!(
+        KILN_SESSION_OPTIONS_V1_SIZE,
+        end("kiln_session_options.distributed")
+    );
+    assert_eq!(KILN_PROGRESS_V1_SIZE, end("kiln_progress.last_checkpoint"));
+    assert_eq!(KILN_METRICS_V1_SIZE, end("kiln_metrics.activation_mb"));
+    assert_eq!(KILN_PLUGIN_INFO_V1_SIZE, end("kiln_plugin_info.abi_minor"));
+    assert_eq!(KILN_API_V1_SIZE, end("kiln_api.plugins_release"));
+}
+
+fn source_dir() -> PathBuf {
+    match std::env::var_os("KILN_SOURCE_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.."),
+    }
+}
+
+#[test]
+fn layout_matches_the_c_compiler() {
+    let include = source_dir().join("sdk/include");
+    assert!(
+        include.join("kiln/kiln.h").exists(),
+        "kiln.h not under {}",
+        include.display()
+    );
+
+    let mut c = String::from(
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"kiln/kiln.h\"\nint main(void) {\n",
+    );
+    for (name, _, _) in all_fields() {
+        let (ty, field) = name.split_once('.').unwrap();
+        c.push_str(&format!(
+            "  printf(\"{n} %zu %zu\\n\", offsetof({t}, {f}), sizeof((({t}*)0)->{f}));\n",
+            n = name,
+            t = ty,
+            f = field
+        ));
+    }
+    for (ty, _) in struct_sizes() {
+        c.push_str(&format!(
+            "  printf(\"sizeof({t}) %zu 0\\n\", sizeof({t}));\n",
+            t = ty
+        ));
+    }
+    for (m, _) in v1_sizes() {
+        c.push_str(&format!(
+            "  printf(\"{m} %zu 0\\n\", (size_t)({m}));\n",
+            m = m
+        ));
+    }
+    c.push_str("  return 0;\n}\n");
+
+    let dir = std::env::temp_dir().join(format!("kiln-rust-layout-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let src = dir.join("layout.c");
+    let exe = dir.join("layout");
+    std::fs::write(&src, c).unwrap();
+    let cc = std::env::var("CC").unwrap_or_else(|_| "cc".to_string());
+    // A sanitizer runtime preloaded for this test (see tests/capi/rust_test.sh) is not for cc.
+    let compiled = Command::new(&cc)
+        .env_remove("LD_PRELOAD")
+        .arg("-std=c11")
+        .arg("-I")
+        .arg(&include)
+        .arg(&src)
+        .arg("-o")
+        .arg(&exe)
+        .output();
+    let compiled = match compiled {
+        Ok(o) => o,
+        Err(e) => {
+            eprintln!(
+                "note: skipping the C layout check: cannot run {}: {}",
+                cc, e
+            );
+            let _ = std::fs::remove_dir_all(&dir);
+            return;
+        }
+    };
+    if !compiled.status.success() {
+        let _ = std::fs::remove_dir_all(&dir);
+    }
+    assert!(
+        compiled.status.success(),
+        "{} failed on the layout program:\n{}",
+        cc,
+        String::from_utf8_lossy(&compiled.stderr)
+    );
+    let out = Command::new(&exe)
+        .env_remove("LD_PRELOAD")
+        .output()
+        .expect("run the layout program");
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+
+    let mut expected: Vec<(String, usize, usize)> = all_fields();
+    expected.extend(
+        struct_sizes()
+            .into_iter()
+            .map(|(t, s)| (format!("sizeof({})", t), s, 0)),
+    );
+    expected.extend(v1_sizes().into_iter().map(|(m, s)| (m.to_string(), s, 0)));
+    let got: Vec<(String, usize, usize)> = text
+        .lines()
+        .map(|l| {
+            let p: Vec<&str> = l.split(' ').collect();
+            (
+                p[0].to_string(),
+                p[1].parse().unwrap(),
+                p[2].parse().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(got.len(), expected.len());
+    for (g, e) in got.iter().zip(expected.iter()) {
+        assert_eq!(g, e, "C (left) and Rust (right) disagree");
+    }
+}

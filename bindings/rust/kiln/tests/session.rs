@@ -1,0 +1,405 @@
+//! Integration tests against the real libkiln: small synthetic pipelines (an MLP on 8x8 images,
+//! a fraction of a second per run on a CPU), each writing under its own temporary folder.
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::mpsc;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use kiln::{code, LogLevel, MetricsKind, Options, Session, State};
+
+fn source_dir() -> PathBuf {
+    match std::env::var_os("KILN_SOURCE_DIR") {
+        Some(d) if !d.is_empty() => PathBuf::from(d),
+        _ => PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../.."),
+    }
+}
+
+/// A folder under the system temp dir, removed on drop (also when the test fails).
+struct TempDir(PathBuf);
+
+impl TempDir {
+    fn new(tag: &str) -> TempDir {
+        static COUNTER: AtomicUsize = AtomicUsize::new(0);
+        let nanos = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .subsec_nanos();
+        let dir = std::env::temp_dir().join(format!(
+            "kiln-rust-{}-{}-{}-{}",
+            tag,
+            std::process::id(),
+            COUNTER.fetch_add(1, Ordering::SeqCst),
+            nanos
+        ));
+        fs::create_dir_all(&dir).unwrap();
+        TempDir(dir)
+    }
+    fn path(&self) -> &Path {
+        &self.0
+    }
+}
+
+impl Drop for TempDir {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A TOML basic string holding `s`.
+fn toml_string(s: &str) -> String {
+    format!("\"{}\"", s.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// A synthetic pipeline: 512 training and 256 test images of 8x8, batches of 32 (16 steps per
+/// epoch), no checkpoints or TensorBoard unless `extra_run` turns them on.
+fn pipeline(out: &Path, epochs: u32, extra_run: &str) -> String {
+    format!(
+        r#"[run]
+device = "cpu"
+epochs = {epochs}
+seed = 1
+log_interval = 1000
+checkpoints = false
+tensorboard = false
+output_dir = {out}
+{extra_run}
+
+[data]
+dataset = "synthetic"
+synthetic_train = 512
+synthetic_test = 256
+height = 8
+width = 8
+batch_size = 32
+workers = 0
+
+[model]
+name = "mlp"
+hidden = [32]
+
+[optimizer]
+name = "sgd"
+lr = 0.02
+momentum = 0.9
+
+[precision]
+name = "fp32"
+"#,
+        epochs = epochs,
+        out = toml_string(out.to_str().unwrap()),
+        extra_run = extra_run
+    )
+}
+
+fn quiet() -> Options {
+    Options::new().log_level(LogLevel::Warn)
+}
+
+#[test]
+fn version_and_plugins() {
+    let v = kiln::version().unwrap();
+    assert!(v.contains("C API 1"), "version string: {}", v);
+    let (major, minor) = kiln::plugin_abi().unwrap();
+    assert_eq!(major, 1, "plugin ABI {}.{}", major, minor);
+
+    let none: [&str; 0] = [];
+    let (plugins, refused) = kiln::plugins(&none).unwrap();
+    assert!(refused.is_empty(), "refused: {:?}", refused);
+    let sgd = plugins
+        .iter()
+        .find(|p| p.name == "sgd")
+        .expect("the built-in sgd optimizer");
+    assert_eq!(sgd.kind, "optimizer");
+    assert_eq!(sgd.abi_major, 1);
+    assert!(sgd.library.contains("sgd"), "library {}", sgd.library);
+    assert!(plugins.iter().any(|p| p.name == "mlp" && p.kind == "model"));
+
+    // A folder without plugins adds nothing and refuses nothing.
+    let dir = TempDir::new("plugins");
+    let (more, refused) = kiln::plugins(&[dir.path()]).unwrap();
+    assert_eq!(more.len(), plugins.len());
+    assert!(refused.is_empty());
+}
+
+#[test]
+fn misspelt_key_is_a_config_error_with_position_and_suggestion() {
+    let dir = TempDir::new("config");
+    let text = pipeline(dir.path(), 1, "").replace("lr = 0.02", "lrr = 0.02");
+    let line = text.lines().position(|l| l.starts_with("lrr")).unwrap() + 1;
+    let file = dir.path().join("misspelt.toml");
+    fs::write(&file, &text).unwrap();
+
+    let err = Session::from_file(&file, &quiet()).unwrap_err();
+    assert_eq!(err.code, code::CONFIG, "{}", err);
+    let at = format!("misspelt.toml:{}:1", line);
+    assert!(err.message.contains(&at), "no {} in: {}", at, err.message);
+    assert!(err.message.contains("lrr"), "{}", err.message);
+    assert!(
+        err.message.contains("'lr'"),
+        "no suggestion in: {}",
+        err.message
+    );
+    // Display keeps the library's message unchanged.
+    assert!(err.to_string().contains(&err.message));
+
+    // From text, the name stands for the file.
+    let err = Session::from_str(&text, "inline.toml", &quiet()).unwrap_err();
+    assert_eq!(err.code, code::CONFIG);
+    assert!(
+        err.message.contains(&format!("inline.toml:{}:1", line)),
+        "{}",
+        err.message
+    );
+
+    // A misspelt override is a config error too.
+    let good = pipeline(dir.path(), 1, "");
+    let err = Session::from_str(&good, "p.toml", &quiet().set("optimizer.lrr=0.1")).unwrap_err();
+    assert_eq!(err.code, code::CONFIG, "{}", err);
+    assert!(err.message.contains("'lr'"), "{}", err.message);
+}
+
+#[test]
+fn bad_strings_are_refused_before_reaching_c() {
+    let err =
+        Session::from_str("[run]\n", "p.toml", &Options::new().set("run.epochs=1\0")).unwrap_err();
+    assert_eq!(err.code, code::INVALID_ARGUMENT);
+    assert!(err.message.contains("NUL"), "{}", err.message);
+}
+
+#[test]
+fn stepwise_training_raises_accuracy() {
+    let dir = TempDir::new("steps");
+    let mut s = Session::from_str(&pipeline(dir.path(), 3, ""), "steps.toml", &quiet()).unwrap();
+    let p = s.progress().unwrap();
+    assert_eq!(p.state, State::Ready);
+    assert_eq!((p.step, p.epoch, p.epochs), (0, 0, 3));
+    assert_eq!(p.batches_per_epoch, 16);
+    assert_eq!(p.max_steps, 48);
+    assert_eq!((p.rank, p.world_size), (0, 1));
+    assert_eq!(s.last_metrics(MetricsKind::Eval).unwrap(), None);
+
+    let mut accuracies = Vec::new();
+    while s.progress().unwrap().state == State::Ready {
+        s.step().unwrap();
+        let p = s.progress().unwrap();
+        let last = s
+            .last_metrics(MetricsKind::Step)
+            .unwrap()
+            .expect("a step record");
+        assert_eq!(last.kind, MetricsKind::Step);
+        assert_eq!(last.step, p.step);
+        assert!(last.loss.is_finite() && last.lr > 0.0);
+        if p.epoch_ended {
+            assert_eq!(p.step, 16 * p.epoch);
+            let m = s.evaluate().unwrap();
+            assert_eq!(m.kind, MetricsKind::Eval);
+            assert_eq!(m.epoch, p.epoch);
+            assert!((0.0..=1.0).contains(&m.accuracy), "accuracy {}", m.accuracy);
+            // The same record (compared by field: the step-only fields are NaN).
+            let last = s
+                .last_metrics(MetricsKind::Eval)
+                .unwrap()
+                .expect("an eval record");
+            assert_eq!(
+                (last.kind, last.step, last.epoch),
+                (m.kind, m.step, m.epoch)
+            );
+            assert_eq!((last.loss, last.accuracy), (m.loss, m.accuracy));
+            assert!(
+                m.lr.is_nan() && m.grad_norm.is_nan(),
+                "step fields of an eval record: {:?}",
+                m
+            );
+            accuracies.push(m.accuracy);
+        }
+    }
+    eprintln!("test accuracy per epoch: {:?}", accuracies);
+    let p = s.progress().unwrap();
+    assert_eq!(p.state, State::Finished);
+    assert_eq!(p.step, 48);
+    assert_eq!(accuracies.len(), 3, "{:?}", accuracies);
+    assert!(
+        accuracies[2] > accuracies[0] && accuracies[0] < 0.99,
+        "accuracy did not rise: {:?}",
+        accuracies
+    );
+
+    // Finished: no more steps.
+    let err = s.step().unwrap_err();
+    assert_eq!(err.code, code::FAILED_PRECONDITION, "{}", err);
+    assert_eq!(s.progress().unwrap().state, State::Finished);
+}
+
+#[test]
+fn run_to_the_end_then_step_is_failed_precondition() {
+    let dir = TempDir::new("finished");
+    let mut s =
+        Session::from_str(&pipeline(dir.path(), 1, "eval = false"), "f.toml", &quiet()).unwrap();
+    s.run().unwrap();
+    let p = s.progress().unwrap();
+    assert_eq!(p.state, State::Finished);
+    assert_eq!(p.step, p.max_steps);
+    let err = s.step().unwrap_err();
+    assert_eq!(err.code, code::FAILED_PRECONDITION, "{}", err);
+    assert_eq!(err.code_name(), "FAILED_PRECONDITION");
+}
+
+#[test]
+fn callback_sees_every_record_and_true_cancels() {
+    let dir = TempDir::new("callback");
+    let mut s = Session::from_str(&pipeline(dir.path(), 3, ""), "cb.toml", &quiet()).unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let seen_in = Arc::clone(&seen);
+    s.set_metrics_callback(move |m| {
+        seen_in.lock().unwrap().push((m.kind, m.step));
+        m.kind == MetricsKind::Step && m.step == 20
+    })
+    .unwrap();
+    s.run().unwrap();
+    let p = s.progress().unwrap();
+    assert_eq!(p.state, State::Cancelled);
+    assert_eq!(p.step, 20);
+    let seen = seen.lock().unwrap().clone();
+    // Steps 1..=20 and the evaluation at the end of epoch 1 (step 16), in order.
+    let steps: Vec<i64> = seen
+        .iter()
+        .filter(|r| r.0 == MetricsKind::Step)
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(steps, (1..=20).collect::<Vec<i64>>());
+    let evals: Vec<i64> = seen
+        .iter()
+        .filter(|r| r.0 == MetricsKind::Eval)
+        .map(|r| r.1)
+        .collect();
+    assert_eq!(evals, vec![16]);
+
+    // A cancelled session takes no more steps.
+    assert_eq!(s.step().unwrap_err().code, code::FAILED_PRECONDITION);
+}
+
+#[test]
+fn callback_panic_stops_and_is_reported() {
+    let dir = TempDir::new("panic");
+    let mut s = Session::from_str(&pipeline(dir.path(), 2, ""), "panic.toml", &quiet()).unwrap();
+    s.set_metrics_callback(|m| {
+        if m.step == 3 {
+            panic!("deliberate test panic at step {}", m.step);
+        }
+        false
+    })
+    .unwrap();
+    let err = s.run().unwrap_err();
+    assert_eq!(err.code, code::INTERNAL, "{}", err);
+    assert!(
+        err.message.contains("deliberate test panic at step 3"),
+        "{}",
+        err.message
+    );
+    let p = s.progress().unwrap();
+    assert_eq!(p.state, State::Cancelled);
+    assert_eq!(p.step, 3);
+}
+
+#[test]
+fn canceller_from_another_thread_stops_run() {
+    let dir = TempDir::new("cancel");
+    // Long enough (200 epochs, 3200 steps) that only the cancel can end it within the test.
+    let mut s = Session::from_str(
+        &pipeline(dir.path(), 200, "eval = false"),
+        "c.toml",
+        &quiet(),
+    )
+    .unwrap();
+    let canceller = s.canceller();
+    let (tx, rx) = mpsc::channel();
+    s.set_metrics_callback(move |m| {
+        if m.step == 5 {
+            let _ = tx.send(());
+        }
+        false
+    })
+    .unwrap();
+    let watcher = thread::spawn(move || {
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("training started");
+        assert!(canceller.cancel());
+        canceller
+    });
+    s.run().unwrap();
+    let canceller = watcher.join().unwrap();
+    let p = s.progress().unwrap();
+    assert_eq!(p.state, State::Cancelled);
+    assert!(
+        p.step >= 5 && p.step < p.max_steps,
+        "step {} of {}",
+        p.step,
+        p.max_steps
+    );
+
+    // A canceller never outlives its session: after the drop it reports that it did nothing.
+    drop(s);
+    assert!(!canceller.cancel());
+}
+
+#[test]
+fn from_file_with_overrides_checkpoint_and_metrics_file() {
+    let dir = TempDir::new("file");
+    let metrics = dir.path().join("metrics.jsonl");
+    let file = source_dir().join("tests/pipelines/synthetic_mlp.toml");
+    let options = quiet()
+        .set("run.epochs=1")
+        .set(format!(
+            "run.output_dir={}",
+            toml_string(dir.path().to_str().unwrap())
+        ))
+        .set("run.checkpoints=false")
+        .set("run.tensorboard=false")
+        .set("data.synthetic_train=256")
+        .set("data.workers=0")
+        .metrics_path(&metrics);
+    let mut s = Session::from_file(&file, &options).unwrap();
+    let p = s.progress().unwrap();
+    assert_eq!(p.epochs, 1, "override run.epochs=1 not applied");
+    assert_eq!(p.batches_per_epoch, 4); // 256 samples in batches of 64
+    s.step().unwrap();
+    s.step().unwrap();
+
+    let ckpt = s.save_checkpoint().unwrap();
+    assert!(!ckpt.is_empty());
+    assert!(
+        Path::new(&ckpt).is_dir(),
+        "checkpoint {} is not a folder",
+        ckpt
+    );
+    assert!(
+        ckpt.starts_with(dir.path().to_str().unwrap()),
+        "{} outside output_dir",
+        ckpt
+    );
+
+    s.run().unwrap();
+    assert_eq!(s.progress().unwrap().state, State::Finished);
+    drop(s);
+
+    let text = fs::read_to_string(&metrics).unwrap();
+    let lines: Vec<&str> = text.lines().collect();
+    // Four steps and the end-of-epoch evaluation, one JSON object each.
+    assert!(lines.len() >= 5, "metrics file:\n{}", text);
+    assert!(
+        lines.iter().all(|l| l.starts_with('{') && l.ends_with('}')),
+        "{}",
+        text
+    );
+}
+
+#[test]
+fn missing_pipeline_file_is_an_error() {
+    let dir = TempDir::new("missing");
+    let err = Session::from_file(dir.path().join("nope.toml"), &quiet()).unwrap_err();
+    assert_ne!(err.code, code::OK);
+    assert!(err.message.contains("nope.toml"), "{}", err.message);
+}

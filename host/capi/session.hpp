@@ -1,0 +1,24 @@
+// The C functions behind kiln_api's session_* slots: a kiln_session holds its plugins, the
+// resolved pipeline and an engine::Trainer, plus a snapshot other threads may read.
+#pragma once
+
+#include "kiln/kiln.h"
+
+namespace kiln::capi {
+
+kiln_status* session_create_from_file(const char* path, const kiln_session_options* options,
+                                      kiln_session** out);
+kiln_status* session_create_from_string(const char* toml, const char* name,
+                                        const kiln_session_options* options, kiln_session** out);
+void session_destroy(kiln_session* session);
+kiln_status* session_set_metrics_callback(kiln_session* session, kiln_metrics_callback callback,
+                                          void* user_data);
+kiln_status* session_run(kiln_session* session);
+kiln_status* session_step(kiln_session* session);
+kiln_status* session_evaluate(kiln_session* session, kiln_metrics* out);
+kiln_status* session_save_checkpoint(kiln_session* session, const char** path);
+void session_cancel(kiln_session* session);
+kiln_status* session_progress(const kiln_session* session, kiln_progress* out);
+kiln_status* session_last_metrics(const kiln_session* session, int32_t kind, kiln_metrics* out);
+
+}  // namespace kiln::capi
