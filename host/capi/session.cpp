@@ -302,6 +302,12 @@ kiln_status* session_create_from_string(const char* toml, const char* name,
 
 void session_destroy(kiln_session* session) {
   if (session == nullptr) return;
+  // Inside the callback this thread holds the training lock and the session is mid-step:
+  // destroying it there would deadlock or pull the trainer from under itself.
+  if (in_callback()) {
+    spdlog::error("session_destroy inside a metrics callback is ignored; destroy after the call");
+    return;
+  }
   try {
     std::lock_guard<std::mutex> lock(training_lock());
     delete session;

@@ -232,7 +232,8 @@ typedef struct kiln_api {
                                              const kiln_session_options* options,
                                              kiln_session** out);
   /* Frees the session and everything it holds. Writes nothing (call session_save_checkpoint
-   * first to keep the state). NULL is a no-op. */
+   * first to keep the state). NULL is a no-op; so is a call from inside the metrics callback
+   * (destroy after the call that ran it returns). */
   void (*session_destroy)(kiln_session* session);
 
   /* Sets (or with callback NULL, clears) the metrics callback. `user_data` is passed back
