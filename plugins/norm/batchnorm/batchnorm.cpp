@@ -94,11 +94,27 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
       running_mean = optional_view(args->running_mean);
       running_var = optional_view(args->running_var);
     }
+    at::Tensor output = kiln::as_tensor(*args->output);
+    const at::Tensor weight = optional_view(args->weight);
+    // Batch statistics with every tensor in the input's dtype (fp32 training): ATen's out kernel
+    // writes straight into the host's output and saved statistics, with no copy at the boundary.
+    if (batch_stats && args->save_mean != nullptr && args->save_invstd != nullptr &&
+        output.is_contiguous() && (!weight.defined() || weight.scalar_type() == x.scalar_type())) {
+      at::Tensor save_mean = kiln::as_tensor(*args->save_mean);
+      at::Tensor save_invstd = kiln::as_tensor(*args->save_invstd);
+      if (save_mean.scalar_type() == x.scalar_type() &&
+          save_invstd.scalar_type() == x.scalar_type()) {
+        at::native_batch_norm_out(output, save_mean, save_invstd, x, weight,
+                                  optional_view(args->bias), running_mean, running_var, true,
+                                  bn.momentum, bn.eps);
+        return;
+      }
+    }
     // Updates running_mean/running_var in place (unbiased variance) when training with them.
     auto [y, mean, invstd] =
-        at::native_batch_norm(x, optional_view(args->weight), optional_view(args->bias),
-                              running_mean, running_var, batch_stats, bn.momentum, bn.eps);
-    kiln::as_tensor(*args->output).copy_(y);
+        at::native_batch_norm(x, weight, optional_view(args->bias), running_mean, running_var,
+                              batch_stats, bn.momentum, bn.eps);
+    output.copy_(y);
     if (!batch_stats) {
       // Eval with running statistics: record the statistics that were actually applied.
       mean = running_mean;
