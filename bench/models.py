@@ -212,3 +212,65 @@ def build(model_options):
                    depth=o.get("depth", 6), heads=o.get("heads", 4),
                    mlp_ratio=o.get("mlp_ratio", 2.0), pool=o.get("pool", "cls"))
     raise ValueError(f"bench models: no Python twin for model '{name}'")
+
+
+# ---- additions for bench/train_throughput.py -----------------------------------------------------
+# - MlpClassifier: plugins/model/mlp without norm layers or dropout (flatten, [linear, relu]
+#   per hidden layer, linear head); names layers.<i>.linear.{weight,bias}, head.{weight,bias}.
+# - ResNet depth "18" on images under 64 pixels: the plugin then keeps the conv3x3/1 stem without
+#   max-pool (imagenet_stem needs height >= 64) and builds stages of [2, 2, 2, 2] BasicBlocks of
+#   64, 128, 256, 512 channels, strided 1, 2, 2, 2 -- ResNetSmall with width 64, blocks
+#   (2, 2, 2, 2), same parameter names.
+
+
+class MlpHidden(nn.Module):
+    def __init__(self, fin, fout):
+        super().__init__()
+        self.linear = nn.Linear(fin, fout)  # torch.nn's init, as the plugin's Linear
+
+    def forward(self, x):
+        return F.relu(self.linear(x))
+
+
+class MlpClassifier(nn.Module):
+    def __init__(self, in_features, num_classes=10, hidden=(256, 128)):
+        super().__init__()
+        self.layers = nn.Sequential()
+        fin = in_features
+        for i, width in enumerate(hidden):
+            self.layers.add_module(str(i), MlpHidden(fin, width))
+            fin = width
+        self.head = nn.Linear(fin, num_classes)
+
+    def forward(self, x):
+        return self.head(self.layers(x.flatten(1)))
+
+
+def build_for_input(model_options, channels, height, width, num_classes=10):
+    """The model a Kiln [model] section describes for inputs of the given shape (build() assumes
+    Fashion-MNIST's 1 x 28 x 28); adds mlp and resnet depth 18 on small images."""
+    o = dict(model_options)
+    name = o.pop("name")
+    o.pop("init", None)
+    if name == "mlp":
+        if o.get("dropout", 0.0) != 0.0 or o.get("norm_layers", False):
+            raise ValueError("bench models: mlp dropout and norm_layers are not mirrored")
+        return MlpClassifier(channels * height * width, num_classes,
+                             tuple(o.get("hidden", (256, 128))))
+    if name == "resnet":
+        if o.get("activation", "relu") != "relu" or o.get("preact", False):
+            raise ValueError("bench models: only relu, non-preact resnets are mirrored")
+        depth = o.get("depth", "small")
+        if depth == "small":
+            return ResNetSmall(channels, num_classes, o.get("width", 16),
+                               tuple(o.get("blocks", (1, 1, 1))))
+        if depth == "18" and height < 64:
+            return ResNetSmall(channels, num_classes, 64, (2, 2, 2, 2))
+        raise ValueError(f"bench models: resnet depth '{depth}' at {height} pixels is not mirrored")
+    if name == "vit":
+        if o.get("dropout", 0.0) != 0.0 or height != width:
+            raise ValueError("bench models: vit dropout and non-square images are not mirrored")
+        return Vit(channels, height, num_classes, patch_size=o.get("patch_size", 4),
+                   dim=o.get("dim", 128), depth=o.get("depth", 6), heads=o.get("heads", 4),
+                   mlp_ratio=o.get("mlp_ratio", 2.0), pool=o.get("pool", "cls"))
+    raise ValueError(f"bench models: no Python twin for model '{name}'")

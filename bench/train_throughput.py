@@ -1,0 +1,533 @@
+"""Training throughput on the CPU: Kiln (`kiln run`) vs a plain PyTorch loop, side by side.
+
+Each case trains the same model for a few dozen steps in both arms and reports steps/s,
+samples/s and data time per step; Kiln ÷ PyTorch is the ratio of steps/s (above 1: Kiln is
+faster). What the two arms share, per case:
+
+- the torch build: Kiln links the LibTorch of the Python venv's torch; the bench checks that
+  `ldd kiln` resolves libtorch_cpu.so to the file in --python's torch/lib and says so with the
+  table;
+- the model: Python twins of Kiln's model plugins (bench/models.py, same parameter names), and
+  the same initial weights: bench/train_reference.py --save-init writes the twin's seeded
+  initialisation to a safetensors file that Kiln loads through model.init and the PyTorch arm
+  through load_state_dict;
+- the data, in memory as uint8 on both sides: Fashion-MNIST's IDX files (Kiln's own reader; the
+  reference reads the same files), or for 3-channel images Kiln's synthetic dataset, which
+  train_reference.py regenerates bit for bit (Kiln's IDX reader takes 1-channel images only);
+  no shuffling (data.shuffle = false: both arms walk the set in order, so they see the same
+  batches), no augmentation, Kiln's normalisation (x / 255, minus mean, over std, on the batch);
+- batch size, SGD (momentum 0.9; lr, Nesterov, weight decay and the parameter-group rules from
+  the case's pipeline), a constant lr without warm-up, fp32, seed 0;
+- threads: run.threads = --threads for Kiln, which makes it call at::set_num_threads and nothing
+  else (host/engine/trainer.cpp), and torch.set_num_threads(--threads) alone in the reference:
+  the inter-op pool is left at torch's default on both sides. Kiln's loader runs with
+  data.workers = 0 (batches assembled on the training thread, inside its data_time), so no
+  extra thread competes with the compute threads, as in the reference loop;
+- the optimizer kernel: Kiln's sgd plugin steps fp32 parameters with ATen's fused SGD kernel, so
+  the reference uses torch.optim.SGD(fused=True) by default (--torch-optim default gives torch's
+  own choice, the per-parameter for-loop on the CPU).
+
+Not shared by default: the C heap. `kiln run` raises glibc's mmap and trim thresholds for itself
+(host/io/heap.cpp), so step-sized blocks are not handed back to the kernel and faulted in again
+every step; the PyTorch arm runs with glibc's defaults, as a Python user gets them.
+--torch-malloc kiln gives it the same settings through MALLOC_MMAP_THRESHOLD_ and
+MALLOC_TRIM_THRESHOLD_, which leaves the host's own cost in the ratio.
+
+Timing. Kiln: the per-step records of `kiln run --metrics F`, step_time + data_time (step_time
+spans fetching the batch to the loss read back after the optimizer, minus data_time; Kiln's
+zero_grad and its bookkeeping after the step, such as writing the record, fall outside it).
+PyTorch (train_reference.py): time.perf_counter around the batch gather + normalisation (data
+time) and around zero_grad, forward, loss, backward, optimizer.step and loss.item() (step time).
+Per run, the first --warmup steps are dropped; steps/s = measured steps / sum(step_time +
+data_time), samples/s = steps/s x batch, data ms/step = mean data_time. Every run is a fresh
+process; per case, one discarded warm-up run per arm (--warmup-runs), then --repeats runs per
+arm with the order reversed every repetition (Kiln first, then PyTorch first, ...). Ratios are
+per pair of runs of the same repetition; the table gives their median and min–max. The bench
+waits for the 1-minute load average to fall below --max-load before it starts: on 2 cores any
+other busy process stalls 2-thread steps (a preempted worker holds up the whole op).
+
+Twin check. The first step's loss comes before any update, so with the same weights and batch it
+must agree between the arms to about 1e-4 (fp32 reduction order): the table prints it per case
+and a mismatch is flagged loudly, since a twin that is not the same model voids the comparison.
+The largest loss gap over the first steps (after updates: checks the optimizer too) is printed
+next to it.
+
+Cases (default steps / warm-up steps; --steps and --warmup override them):
+  cnn       the quickstart's small ResNet (width 16, blocks [1, 1, 1], batchnorm) on
+            Fashion-MNIST, batch 128, its SGD (lr 0.1, Nesterov, weight decay 5e-4)   60 / 10
+  tiny      dispatch-bound: mlp with 16 hidden layers of 64, Fashion-MNIST, batch 16,
+            SGD lr 0.01, momentum 0.9, weight decay 5e-4                               400 / 50
+  resnet18  resnet depth 18 (32-pixel input: conv3x3 stem, no max-pool) on synthetic
+            3x32x32 images, batch 32, the quickstart's SGD                             30 / 5
+  vit       configs/vit.toml's model on Fashion-MNIST, batch 128, SGD momentum 0.9 at
+            vit.toml's lr (1e-3) and weight decay 0.05 with its group rules          30 / 5
+--quick: cnn 12 / 4, tiny 60 / 20, resnet18 5 / 2, vit 5 / 2, one run per arm, no warm-up runs.
+
+--bare adds a third arm for cnn and tiny, build/release/bench/bench_bare_loop (a bare C++ loop
+of the same ATen ops, no plugins or host; bench/bare_loop.cpp), given the same init file, batch,
+SGD settings and unshuffled data (--shuffle 0) and running under Kiln's heap settings (its
+default); it takes its turn in the rotation (Kiln, PyTorch, bare; then reversed) and gets a
+second table, Kiln ÷ bare loop, and rows in the twin check (its --losses 1 per-step losses).
+
+  # the table (about 10 minutes on 2 cores; 11 with --bare):
+  ~/.cache/kiln/venv/bin/python bench/train_throughput.py
+  # smoke run (1 repeat, few steps, no warm-up runs; a few minutes):
+  ~/.cache/kiln/venv/bin/python bench/train_throughput.py --quick
+"""
+import argparse
+import json
+import math
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+
+from bench_common import cpu_name, toml_value
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+FMNIST = "/usr/share/datasets/fashion-mnist"
+TRAIN_SAMPLES = {"fashion-mnist": 60000}
+LOSS_TOL = 1e-4      # first-step loss, absolute
+LOSS_STEPS = 5       # the optimizer check compares the losses of this many first steps
+TINY_HIDDEN = [64] * 16
+# The glibc heap settings `kiln run` applies to itself (host/io/heap.cpp), for --torch-malloc kiln.
+KILN_HEAP = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
+
+
+def load_config(name):
+    with open(os.path.join(REPO, "configs", name), "rb") as f:
+        return tomllib.load(f)
+
+
+def case_spec(case):
+    """Model, optimizer, data, batch and step counts of a case: the parts of the pipeline that
+    both arms take."""
+    quick = load_config("quickstart.toml")
+    sgd = {k: v for k, v in quick["optimizer"].items()}  # lr 0.1, momentum 0.9, nesterov, wd 5e-4
+    fmnist = {"dataset": "fashion-mnist", "root": FMNIST}
+    if case == "cnn":
+        return dict(model=quick["model"], optimizer=sgd, data=fmnist, batch=128, steps=60,
+                    warmup=10, quick=(12, 4))
+    if case == "tiny":
+        return dict(model={"name": "mlp", "hidden": TINY_HIDDEN},
+                    optimizer={"name": "sgd", "lr": 0.01, "momentum": 0.9, "weight_decay": 5e-4},
+                    data=fmnist, batch=16, steps=400, warmup=50, quick=(60, 20))
+    if case == "resnet18":
+        return dict(model={"name": "resnet", "depth": "18"}, optimizer=sgd,
+                    data={"dataset": "synthetic", "channels": 3, "height": 32, "width": 32,
+                          "synthetic_classes": 10, "synthetic_test": 32},
+                    batch=32, steps=30, warmup=5, quick=(5, 2))
+    if case == "vit":
+        vit = load_config("vit.toml")
+        opt = {k: v for k, v in vit["optimizer"].items()
+               if k not in ("name", "beta1", "beta2", "eps", "amsgrad")}
+        opt.update(name="sgd", momentum=0.9)
+        return dict(model=vit["model"], optimizer=opt, data=fmnist,
+                    batch=vit["data"]["batch_size"], steps=30, warmup=5, quick=(5, 2))
+    raise KeyError(case)
+
+
+CASES = ["cnn", "tiny", "resnet18", "vit"]
+BARE_CASES = ("cnn", "tiny")
+
+
+def pipeline(case, steps, args):
+    """The case's pipeline; the same dict goes to Kiln (TOML) and to train_reference.py (JSON)."""
+    spec = case_spec(case)
+    batch = args.batch or spec["batch"]
+    data = dict(spec["data"], batch_size=batch, workers=0, shuffle=False, drop_last=False,
+                random_crop=0, random_flip=False, mean=0.286, std=0.353)
+    if data["dataset"] == "synthetic":
+        # Room for every step without an epoch boundary (and its end-of-epoch work).
+        data["synthetic_train"] = steps * batch + batch
+        samples = data["synthetic_train"]
+    else:
+        data["root"] = args.data_root or data["root"]
+        samples = TRAIN_SAMPLES[data["dataset"]]
+    return {
+        "run": {"device": "cpu", "seed": 0, "max_steps": steps,
+                "epochs": max(1, math.ceil(steps / math.ceil(samples / batch))),
+                "log_interval": steps, "threads": args.threads, "eval": False,
+                "checkpoints": False, "tensorboard": False},
+        "data": data,
+        "model": dict(spec["model"]),
+        "norm": {"name": "batchnorm"},
+        "optimizer": dict(spec["optimizer"]),
+        "lr_policy": {"name": "constant", "warmup": "none"},
+        "precision": {"name": "fp32"},
+    }
+
+
+def to_toml(cfg):
+    out = []
+    for section, body in cfg.items():
+        out.append(f"[{section}]")
+        tables = []
+        for k, v in body.items():
+            if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
+                tables.append((k, v))
+            else:
+                out.append(f"{k} = {toml_value(v)}")
+        for k, v in tables:
+            out.append(f"\n[{section}.{k}]")
+            out += [f"{json.dumps(name)} = {toml_value(x)}" for name, x in v.items()]
+        out.append("")
+    return "\n".join(out)
+
+
+# ---- one run per arm ----------------------------------------------------------------------------
+
+
+def summarise(step_times, data_times, losses, warmup, batch):
+    st, dt = step_times[warmup:], data_times[warmup:]
+    total = sum(st) + sum(dt)
+    steps_per_s = len(st) / total
+    return {"steps_per_s": steps_per_s, "samples_per_s": steps_per_s * batch,
+            "data_ms": 1e3 * sum(dt) / len(dt), "first_loss": losses[0],
+            "losses": losses[:LOSS_STEPS], "steps": len(step_times)}
+
+
+def run_kiln(cfg, init, steps, warmup, args, work):
+    path = os.path.join(work, "pipeline.toml")
+    metrics = os.path.join(work, "kiln.jsonl")
+    cfg = dict(cfg, run=dict(cfg["run"], output_dir=os.path.join(work, "out")),
+               model=dict(cfg["model"], init=init))
+    with open(path, "w") as f:
+        f.write(to_toml(cfg))
+    proc = subprocess.run([args.kiln, "run", path, "--metrics", metrics], cwd=work,
+                          capture_output=True, text=True)
+    records = []
+    if os.path.exists(metrics):
+        with open(metrics) as f:
+            records = [r for r in map(json.loads, f) if r.get("type") == "step"]
+    if proc.returncode != 0 or len(records) != steps:
+        log = (proc.stdout + proc.stderr).strip().splitlines()
+        raise RuntimeError(f"kiln run {path} exited {proc.returncode} after {len(records)} of "
+                           f"{steps} steps:\n" + "\n".join(log[-15:]))
+    return summarise([r["step_time"] for r in records], [r["data_time"] for r in records],
+                     [r["loss"] for r in records], warmup, cfg["data"]["batch_size"])
+
+
+def run_torch(cfg, init, steps, warmup, args, work):
+    path = os.path.join(work, "pipeline.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    cmd = [args.python, os.path.join(HERE, "train_reference.py"), "--pipeline", path,
+           "--init", init, "--steps", str(steps), "--threads", str(args.threads),
+           "--optim-impl", args.torch_optim]
+    env = dict(os.environ)
+    if args.torch_malloc == "kiln":
+        env.update(KILN_HEAP)
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if proc.returncode != 0:
+        raise RuntimeError(f"train_reference.py exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    if out["threads"] != args.threads:
+        raise RuntimeError(f"train_reference.py ran {out['threads']} threads, not {args.threads}")
+    return summarise(out["step_time"], out["data_time"], out["loss"], warmup,
+                     cfg["data"]["batch_size"])
+
+
+def run_bare(case, cfg, init, steps, warmup, args, work):
+    """bench_bare_loop with the case's batch, SGD settings and unshuffled data; its heap is tuned
+    as Kiln's (its default)."""
+    opt, data = cfg["optimizer"], cfg["data"]
+    cmd = [args.bare_bin, "--case", case, "--steps", str(steps), "--warmup", str(warmup),
+           "--threads", str(args.threads), "--batch", str(data["batch_size"]),
+           "--init", init, "--data-root", data["root"], "--shuffle", "0",
+           "--lr", repr(opt["lr"]), "--momentum", repr(opt.get("momentum", 0.0)),
+           "--dampening", repr(opt.get("dampening", 0.0)),
+           "--nesterov", "1" if opt.get("nesterov", False) else "0",
+           "--weight-decay", repr(opt.get("weight_decay", 0.0)), "--losses", "1"]
+    if case == "tiny":
+        cmd += ["--hidden", ",".join(str(h) for h in cfg["model"]["hidden"])]
+    else:
+        cmd += ["--width", str(cfg["model"]["width"]),
+                "--blocks", ",".join(str(b) for b in cfg["model"]["blocks"])]
+    proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{shlex.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    out = json.loads(proc.stdout.strip().splitlines()[-1])
+    # --losses 1: "step N loss X" lines on stderr, for the same loss check as the PyTorch arm.
+    losses = [float(line.split()[3]) for line in proc.stderr.splitlines()
+              if line.startswith("step ") and " loss " in line]
+    out["losses"] = losses[:LOSS_STEPS] or [out["first_loss"]]
+    return out
+
+
+def make_init(cfg, args, work):
+    """The twin's initial weights, written once per case and loaded by every arm."""
+    path = os.path.join(work, "init.safetensors")
+    spec = os.path.join(work, "init-pipeline.json")
+    with open(spec, "w") as f:
+        json.dump(cfg, f)
+    proc = subprocess.run([args.python, os.path.join(HERE, "train_reference.py"), "--pipeline",
+                           spec, "--save-init", path], capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"train_reference.py --save-init exited {proc.returncode}:\n"
+                           f"{proc.stderr[-3000:]}")
+    return path
+
+
+# ---- the bench ---------------------------------------------------------------------------------
+
+
+def wait_for_quiet(args):
+    """Measurements on a busy machine say little: wait for the 1-minute load to drop."""
+    if args.max_load <= 0:
+        return
+    waited = 0
+    while os.getloadavg()[0] >= args.max_load:
+        if waited >= args.wait_load:
+            print(f"# WARNING: load {os.getloadavg()[0]:.2f} still >= {args.max_load} after "
+                  f"{waited} s; measuring anyway", file=sys.stderr, flush=True)
+            return
+        if waited == 0:
+            print(f"# load {os.getloadavg()[0]:.2f} >= {args.max_load}: waiting (up to "
+                  f"{args.wait_load} s)", file=sys.stderr, flush=True)
+        time.sleep(15)
+        waited += 15
+
+
+def bench_case(case, args, tmp):
+    spec = case_spec(case)
+    steps, warmup = spec["quick"] if args.quick else (spec["steps"], spec["warmup"])
+    steps = args.steps or steps
+    warmup = args.warmup if args.warmup is not None else warmup
+    if warmup >= steps:
+        raise SystemExit(f"{case}: --warmup {warmup} must be below the {steps} steps")
+    cfg = pipeline(case, steps, args)
+    root = os.path.join(tmp, case)
+    os.makedirs(root)
+    init = make_init(cfg, args, root)
+    arms = ["kiln", "torch"] + (["bare"] if args.bare_ok and case in BARE_CASES else [])
+    runners = {
+        "kiln": lambda w: run_kiln(cfg, init, steps, warmup, args, w),
+        "torch": lambda w: run_torch(cfg, init, steps, warmup, args, w),
+        "bare": lambda w: run_bare(case, cfg, init, steps, warmup, args, w),
+    }
+    results = {arm: [] for arm in arms}
+    schedule = [("warm-up", i, arms) for i in range(args.warmup_runs)]
+    schedule += [("rep", r, arms if r % 2 == 0 else arms[::-1]) for r in range(args.repeats)]
+    for kind, r, order in schedule:
+        for arm in order:
+            work = os.path.join(root, f"{kind}{r}-{arm}")
+            os.makedirs(work)
+            time.sleep(args.settle)
+            out = runners[arm](work)
+            label = "warm-up (discarded)" if kind == "warm-up" else f"rep {r + 1}/{args.repeats}"
+            print(f"# {case} {label} {arm}: {out['steps_per_s']:.2f} steps/s, data "
+                  f"{out['data_ms']:.2f} ms/step, first loss {out['first_loss']}",
+                  file=sys.stderr, flush=True)
+            if kind == "rep":
+                results[arm].append(out)
+    return dict(results=results, steps=steps, warmup=warmup, batch=cfg["data"]["batch_size"],
+                cfg=cfg)
+
+
+def fmt_spread(values, spec):
+    m = statistics.median(values)
+    if len(values) == 1:
+        return f"{m:{spec}}"
+    return f"{m:{spec}} ({min(values):{spec}}–{max(values):{spec}})"
+
+
+def loss_check(a_runs, b_runs):
+    """Largest first-step loss gap and largest gap over the first LOSS_STEPS steps over the
+    paired runs; a missing or non-finite loss counts as an infinite gap."""
+    def gap(x, y):
+        if x is None or y is None or not (math.isfinite(x) and math.isfinite(y)):
+            return math.inf
+        return abs(x - y)
+    first = max(gap(a["first_loss"], b["first_loss"]) for a, b in zip(a_runs, b_runs))
+    gaps = [gap(x, y) for a, b in zip(a_runs, b_runs) for x, y in zip(a["losses"], b["losses"])]
+    return first, max(gaps) if gaps else math.nan
+
+
+def torch_build(args):
+    """--python's Python and torch versions, and whether `kiln` loads that torch's
+    libtorch_cpu.so."""
+    probe = subprocess.run([args.python, "-c", "import os, platform, torch; "
+                            "print(platform.python_version(), torch.__version__, "
+                            "os.path.join(os.path.dirname(torch.__file__), 'lib'))"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise SystemExit(f"{args.python} cannot import torch:\n{probe.stderr[-2000:]}")
+    python, version, lib = probe.stdout.split()[-3:]
+    ldd = subprocess.run(["ldd", args.kiln], capture_output=True, text=True).stdout
+    linked = next((line.split("=>")[1].split()[0] for line in ldd.splitlines()
+                   if line.strip().startswith("libtorch_cpu.so")), None)
+    same = linked is not None and os.path.realpath(linked) == os.path.realpath(
+        os.path.join(lib, "libtorch_cpu.so"))
+    return version, same, linked, python
+
+
+def machine(args):
+    version, same, linked, python = args.torch_build
+    link = ("Kiln links the same libtorch_cpu.so" if same else
+            f"WARNING: Kiln links {linked or 'no libtorch_cpu.so'}, not this torch's")
+    return (f"{cpu_name()} ({os.cpu_count()} logical CPUs); torch {version} ({link}), "
+            f"Python {python}")
+
+
+def report(done, args):
+    ratio_note = "Kiln ÷ PyTorch: steps/s ratio, median (min–max) over the paired runs"
+    optim = "fused=True" if args.torch_optim == "fused" else f"({args.torch_optim})"
+    heap = "Kiln's heap settings" if args.torch_malloc == "kiln" else "glibc's default heap"
+    print(f"\nMachine: {machine(args)}. Device cpu, threads {args.threads} (intra-op; inter-op "
+          f"left at torch's default on both sides), fp32, {args.repeats} measured run(s) per arm "
+          f"after {args.warmup_runs} discarded warm-up run(s). PyTorch arm: torch.optim.SGD "
+          f"{optim}, {heap}. Load average at start {args.load_start:.2f}, at end "
+          f"{os.getloadavg()[0]:.2f}.\n")
+    print(f"Reproduce: `{args.command}`\n")
+    print("| case | batch | steps (warm-up) | Kiln steps/s | PyTorch steps/s | Kiln ÷ PyTorch "
+          "| Kiln samples/s | PyTorch samples/s | Kiln data ms/step | PyTorch data ms/step |")
+    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    checks = []
+    for case, d in done.items():
+        k, t = d["results"]["kiln"], d["results"]["torch"]
+        ratios = [a["steps_per_s"] / b["steps_per_s"] for a, b in zip(k, t)]
+        first, gap = loss_check(k, t)
+        void = "" if first <= LOSS_TOL else " VOID: twin mismatch"
+        col = lambda runs, key, spec: fmt_spread([r[key] for r in runs], spec)  # noqa: E731
+        print(f"| {case} | {d['batch']} | {d['steps']} ({d['warmup']}) "
+              f"| {col(k, 'steps_per_s', '.2f')} | {col(t, 'steps_per_s', '.2f')} "
+              f"| **{fmt_spread(ratios, '.3f')}**{void} | {col(k, 'samples_per_s', '.0f')} "
+              f"| {col(t, 'samples_per_s', '.0f')} | {col(k, 'data_ms', '.2f')} "
+              f"| {col(t, 'data_ms', '.2f')} |")
+        checks.append((case, "PyTorch", k[0]["first_loss"], t[0]["first_loss"], first, gap))
+    print(f"\n{ratio_note}; above 1 = Kiln faster. Other columns: median (min–max) over runs. "
+          f"steps/s = measured steps / sum(step_time + data_time); samples/s = steps/s × batch.")
+
+    bare = {c: d for c, d in done.items() if "bare" in d["results"]}
+    if args.bare:
+        print()
+        if not args.bare_ok:
+            print(f"Bare loop: no executable at {args.bare_bin}; the Kiln ÷ bare table is "
+                  f"skipped.")
+        elif bare:
+            print("| case | batch | steps (warm-up) | Kiln steps/s | bare loop steps/s "
+                  "| Kiln ÷ bare loop | bare samples/s | bare data ms/step |")
+            print("|---|---:|---:|---:|---:|---:|---:|---:|")
+            for case, d in bare.items():
+                k, b = d["results"]["kiln"], d["results"]["bare"]
+                ratios = [a["steps_per_s"] / c["steps_per_s"] for a, c in zip(k, b)]
+                first, gap = loss_check(k, b)
+                void = "" if first <= LOSS_TOL else " VOID: twin mismatch"
+                print(f"| {case} | {d['batch']} | {d['steps']} ({d['warmup']}) "
+                      f"| {fmt_spread([r['steps_per_s'] for r in k], '.2f')} "
+                      f"| {fmt_spread([r['steps_per_s'] for r in b], '.2f')} "
+                      f"| **{fmt_spread(ratios, '.3f')}**{void} "
+                      f"| {fmt_spread([r['samples_per_s'] for r in b], '.0f')} "
+                      f"| {fmt_spread([r['data_ms'] for r in b], '.2f')} |")
+                checks.append((case, "bare loop", k[0]["first_loss"], b[0]["first_loss"], first,
+                               gap))
+            print("\nKiln ÷ bare loop: steps/s ratio, median (min–max) over the paired runs "
+                  "(Kiln and bare loop alternated like Kiln and PyTorch); above 1 = Kiln faster.")
+
+    print("\nTwin check (same initial weights and batch, so the first-step losses must agree "
+          f"to {LOSS_TOL:g}):\n")
+    print(f"| case | arm | Kiln first loss | arm first loss | max abs gap, first step | "
+          f"max abs gap, first {LOSS_STEPS} steps | verdict |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    bad = []
+    for case, arm, kl, al, first, gap in checks:
+        ok = first <= LOSS_TOL
+        kl, al = (math.nan if v is None else v for v in (kl, al))
+        if not ok:
+            bad.append(f"{case} ({arm})")
+        print(f"| {case} | {arm} | {kl:.6f} | {al:.6f} | {first:.2e} "
+              f"| {'—' if gap is None else f'{gap:.2e}'} "
+              f"| {'ok' if ok else '**MISMATCH: comparison void**'} |")
+    if bad:
+        msg = (f"TWIN MISMATCH in {', '.join(bad)}: the first-step losses differ by more than "
+               f"{LOSS_TOL:g}, so the arms do not train the same model on the same data; those "
+               f"rows compare nothing.")
+        print(f"\n**{msg}**")
+        print(f"\n!!! {msg}", file=sys.stderr)
+    return 1 if bad else 0
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter,
+                                 epilog=__doc__.split("\n", 2)[2])
+    ap.add_argument("--cases", default=",".join(CASES),
+                    help=f"comma-separated cases (default: {','.join(CASES)})")
+    ap.add_argument("--steps", type=int, default=0,
+                    help="optimizer steps per run for every case (default: per case)")
+    ap.add_argument("--warmup", type=int, default=None,
+                    help="first steps of each run left out of the measurement (default: per case)")
+    ap.add_argument("--repeats", type=int, default=5, help="measured runs per arm and case")
+    ap.add_argument("--warmup-runs", type=int, default=None,
+                    help="discarded runs per arm at the start of each case (default 1; 0 "
+                         "with --quick)")
+    ap.add_argument("--threads", type=int, default=2, help="intra-op threads in every arm")
+    ap.add_argument("--batch", type=int, default=0, help="batch size for every case "
+                                                          "(default: per case)")
+    ap.add_argument("--quick", action="store_true",
+                    help="smoke run: 1 repeat, few steps, no warm-up runs")
+    ap.add_argument("--bare", action="store_true",
+                    help="third arm for cnn and tiny: the bare C++ loop (bench_bare_loop)")
+    ap.add_argument("--torch-optim", default="fused",
+                    choices=["default", "foreach", "fused", "loop"],
+                    help="torch.optim.SGD implementation of the PyTorch arm (default: fused, "
+                         "the kernel Kiln's sgd plugin calls)")
+    ap.add_argument("--torch-malloc", default="default", choices=["default", "kiln"],
+                    help="glibc heap of the PyTorch arm: default = glibc's, as a Python user gets "
+                         "it; kiln = the mmap/trim thresholds kiln run sets for itself")
+    ap.add_argument("--build-dir", default=os.path.join(REPO, "build", "release"),
+                    help="build tree holding bin/kiln and bench/bench_bare_loop")
+    ap.add_argument("--kiln", help="the kiln binary (default: BUILD_DIR/bin/kiln)")
+    ap.add_argument("--bare-bin", help="the bare loop (default: BUILD_DIR/bench/bench_bare_loop)")
+    ap.add_argument("--python", default=sys.executable,
+                    help="Python with torch for the PyTorch arm (default: this one)")
+    ap.add_argument("--data-root", help=f"Fashion-MNIST folder (default: {FMNIST})")
+    ap.add_argument("--settle", type=float, default=0.5, help="idle seconds before each run")
+    ap.add_argument("--max-load", type=float, default=1.0,
+                    help="wait until the 1-minute load average is below this before measuring "
+                         "(0: do not wait)")
+    ap.add_argument("--wait-load", type=int, default=600,
+                    help="seconds to wait for the load to drop before measuring anyway")
+    args = ap.parse_args()
+    # Run from the repository root.
+    args.command = shlex.join([args.python, os.path.relpath(os.path.abspath(__file__), REPO)]
+                              + sys.argv[1:])
+    args.kiln = args.kiln or os.path.join(args.build_dir, "bin", "kiln")
+    args.bare_bin = args.bare_bin or os.path.join(args.build_dir, "bench", "bench_bare_loop")
+    if not os.access(args.kiln, os.X_OK):
+        ap.error(f"no kiln binary at {args.kiln} (build it, or pass --kiln / --build-dir)")
+    cases = [c for c in args.cases.split(",") if c]
+    for c in cases:
+        if c not in CASES:
+            ap.error(f"unknown case '{c}' (known: {', '.join(CASES)})")
+    if args.quick:
+        args.repeats = 1
+    if args.warmup_runs is None:
+        args.warmup_runs = 0 if args.quick else 1
+    if args.repeats < 1 or args.threads < 1:
+        ap.error("--repeats and --threads must be >= 1")
+    args.bare_ok = args.bare and os.access(args.bare_bin, os.X_OK)
+    if args.bare and not args.bare_ok:
+        print(f"# no bare loop at {args.bare_bin}: its table is skipped", file=sys.stderr)
+
+    args.torch_build = torch_build(args)
+    if not args.torch_build[1]:
+        print(f"# WARNING: kiln links {args.torch_build[2]}, not the libtorch of {args.python}: "
+              f"the arms do not run the same torch build", file=sys.stderr)
+    wait_for_quiet(args)
+    args.load_start = os.getloadavg()[0]
+    done = {}
+    with tempfile.TemporaryDirectory(prefix="kiln-throughput-") as tmp:
+        for case in cases:
+            done[case] = bench_case(case, args, tmp)
+    sys.exit(report(done, args))
+
+
+if __name__ == "__main__":
+    main()
