@@ -26,3 +26,22 @@ def cpu_name():
             return next(l.split(":", 1)[1].strip() for l in f if l.startswith("model name"))
     except (OSError, StopIteration):
         return platform.processor() or platform.machine()
+
+
+def to_toml(cfg):
+    """A pipeline as TOML text: {section: {key: value}}; a non-empty dict of dicts becomes
+    [section.key] sub-tables (e.g. optimizer.custom_keys)."""
+    out = []
+    for section, body in cfg.items():
+        out.append(f"[{section}]")
+        tables = []
+        for k, v in body.items():
+            if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
+                tables.append((k, v))
+            else:
+                out.append(f"{k} = {toml_value(v)}")
+        for k, v in tables:
+            out.append(f"\n[{section}.{k}]")
+            out += [f"{json.dumps(name)} = {toml_value(x)}" for name, x in v.items()]
+        out.append("")
+    return "\n".join(out)

@@ -55,7 +55,7 @@ import tempfile
 import time
 import tomllib
 
-from bench_common import cpu_name, toml_value
+from bench_common import cpu_name, to_toml
 
 REPO = os.path.dirname(os.path.abspath(os.path.dirname(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -98,23 +98,6 @@ def pipeline(case, mode, args, lr=None):
         precision["keep_norm_fp32"] = True
     cfg["precision"] = precision
     return cfg
-
-
-def to_toml(cfg):
-    out = []
-    for section, body in cfg.items():
-        out.append(f"[{section}]")
-        tables = []
-        for k, v in body.items():
-            if isinstance(v, dict) and all(isinstance(x, dict) for x in v.values()):
-                tables.append((k, v))
-            else:
-                out.append(f"{k} = {toml_value(v)}")
-        for k, v in tables:
-            out.append(f"\n[{section}.{k}]")
-            out += [f"{json.dumps(name)} = {toml_value(x)}" for name, x in v.items()]
-        out.append("")
-    return "\n".join(out)
 
 
 # ---- one run per side ---------------------------------------------------------------------------

@@ -86,7 +86,7 @@ import tempfile
 import time
 import tomllib
 
-from bench_common import cpu_name, toml_value
+from bench_common import cpu_name, to_toml
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -161,23 +161,6 @@ def pipeline(case, steps, args):
         "lr_policy": {"name": "constant", "warmup": "none"},
         "precision": {"name": "fp32"},
     }
-
-
-def to_toml(cfg):
-    out = []
-    for section, body in cfg.items():
-        out.append(f"[{section}]")
-        tables = []
-        for k, v in body.items():
-            if isinstance(v, dict) and v and all(isinstance(x, dict) for x in v.values()):
-                tables.append((k, v))
-            else:
-                out.append(f"{k} = {toml_value(v)}")
-        for k, v in tables:
-            out.append(f"\n[{section}.{k}]")
-            out += [f"{json.dumps(name)} = {toml_value(x)}" for name, x in v.items()]
-        out.append("")
-    return "\n".join(out)
 
 
 # ---- one run per arm ----------------------------------------------------------------------------
