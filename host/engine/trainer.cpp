@@ -222,6 +222,7 @@ struct Trainer::Impl {
   bool epoch_open = false;   // the loader has started position.epoch
   bool epoch_ended = false;  // the latest step finished its epoch
   int64_t step_epoch = 0;    // the epoch of the latest step
+  bool eval_due = false;     // resumed at an epoch's last step: its evaluation is still to come
   bool bar = false;          // a progress bar on the terminal
   Clock::time_point start;
   double window_loss = 0.0, window_samples = 0.0;
@@ -441,7 +442,15 @@ void Trainer::Impl::build() {
   start = window_start = Clock::now();
   bar = writer && io::stderr_is_terminal();
   // A run resumed at its very end (or with nothing to do) has no step left.
-  if (position.step >= frame.max_iters || position.epoch > epochs) state = TrainerState::kFinished;
+  if (position.step >= frame.max_iters || position.epoch > epochs) {
+    state = TrainerState::kFinished;
+  } else if (position.batches_in_epoch >= batches_per_epoch) {
+    // A checkpoint taken at an epoch's last step: the next step opens the next epoch, and the
+    // evaluation the stopped run did not reach comes first (Trainer::run).
+    epoch_ended = eval_due = true;
+    step_epoch = position.epoch;
+    end_epoch();
+  }
 }
 
 void Trainer::Impl::checkpoint(const RunPosition& at, bool even_if_off) {
@@ -457,6 +466,7 @@ void Trainer::Impl::checkpoint(const RunPosition& at, bool even_if_off) {
 // ---- one optimizer step ------------------------------------------------------------------------
 void Trainer::Impl::step() {
   if (state != TrainerState::kReady) throw std::logic_error("the run has no step left");
+  eval_due = false;
   const int64_t max_steps = frame.max_iters;
   // A stop asked for between steps (cancel, an observer) is honoured before any work.
   if (cancel_requested.load() && !group) {
@@ -661,6 +671,7 @@ void Trainer::Impl::finish() {
 }
 
 io::EvalRecord Trainer::Impl::evaluate() {
+  eval_due = false;
   const Evaluation e = evaluate_model(*model, *test_loader, device, plan, group.get());
   // The epoch just trained: the open one, or the one before the next to open (0 before any).
   const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
@@ -704,6 +715,7 @@ std::string Trainer::save_checkpoint() {
 // ---- the loop: steps, and an evaluation at each epoch's end -----------------------------------
 RunResult Trainer::run() {
   Impl& t = *impl_;
+  if (t.eval_due && t.p.run.get_bool("eval")) evaluate();
   while (t.state == TrainerState::kReady) {
     step();
     // At an epoch's end, and at the run's end mid-epoch; not after a stop or a cancel. A stop

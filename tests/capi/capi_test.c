@@ -132,9 +132,11 @@ int main(int argc, char** argv) {
 
   /* Step by step: 512 / 64 = 8 steps per epoch, 2 epochs. */
   make_pipeline(work, 2);
-  const char* overrides[] = {"optimizer.lr=0.05"};
+  /* checkpoint_every = 8 writes the checkpoint at epoch 1's last step, before the epoch closes:
+   * the resume below starts from it. */
+  const char* overrides[] = {"optimizer.lr=0.05", "run.checkpoint_every=8"};
   o.overrides = overrides;
-  o.override_count = 1;
+  o.override_count = 2;
   ok(api->session_create_from_string(pipeline, "steps", &o, &s), "create");
   kiln_progress p = progress_of(s);
   CHECK(p.state == KILN_SESSION_READY && p.step == 0 && p.max_steps == 16);
@@ -166,6 +168,8 @@ int main(int argc, char** argv) {
   ok(api->session_save_checkpoint(s, &folder), "save_checkpoint");
   struct stat sb;
   CHECK(folder != NULL && stat(folder, &sb) == 0 && S_ISDIR(sb.st_mode));
+  char saved[2048];
+  snprintf(saved, sizeof saved, "%s", folder != NULL ? folder : "");
   ok(api->session_run(s), "run");
   p = progress_of(s);
   CHECK(p.state == KILN_SESSION_FINISHED && p.step == 16);
@@ -173,6 +177,18 @@ int main(int argc, char** argv) {
   CHECK(api->status_code(st) == KILN_ERR_FAILED_PRECONDITION);
   api->status_release(st);
   api->session_destroy(s);
+
+  /* Resumed from the checkpoint taken at epoch 1's last step: the epoch has ended, and the next
+   * step is step 9, the first of epoch 2 (not a step that finds the epoch empty). */
+  o.resume = saved;
+  ok(api->session_create_from_string(pipeline, "steps", &o, &s), "create (resume)");
+  p = progress_of(s);
+  CHECK(p.state == KILN_SESSION_READY && p.step == 8 && p.epoch_ended);
+  ok(api->session_step(s), "step after resume");
+  p = progress_of(s);
+  CHECK(p.step == 9 && p.epoch == 2 && !p.epoch_ended);
+  api->session_destroy(s);
+  o.resume = NULL;
 
   /* The callback's nonzero return cancels after that step. */
   o.override_count = 0;
