@@ -4,6 +4,7 @@
 #include "capi/guard.hpp"
 #include "capi/plugins.hpp"
 #include "capi/session.hpp"
+#include "plugin/status.hpp"
 
 namespace kiln::capi {
 namespace {
@@ -21,25 +22,15 @@ void plugin_abi(uint32_t* major, uint32_t* minor) {
   if (minor != nullptr) *minor = KILN_ABI_MINOR;
 }
 
-int32_t status_code(const kiln_status* status) {
-  return status != nullptr ? status->code : KILN_OK;
-}
-
-const char* status_message(const kiln_status* status) {
-  return status != nullptr ? status->message.c_str() : "";
-}
-
-void status_release(kiln_status* status) { delete status; }
-
 const kiln_api kApiV1 = {
     sizeof(kiln_api),
     1,
     0,
     version_string,
     plugin_abi,
-    status_code,
-    status_message,
-    status_release,
+    plugin::status_code,
+    plugin::status_message,
+    plugin::free_status,
     session_create_from_file,
     session_create_from_string,
     session_destroy,

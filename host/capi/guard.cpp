@@ -15,11 +15,7 @@ thread_local bool t_in_callback = false;
 }  // namespace
 
 kiln_status* make_status(int32_t code, const std::string& message) noexcept {
-  try {
-    return new kiln_status{code, message};
-  } catch (...) {
-    return new (std::nothrow) kiln_status{code, {}};
-  }
+  return plugin::make_status(code, message.c_str());
 }
 
 kiln_status* status_from_exception(int32_t fallback) noexcept {

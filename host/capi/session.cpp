@@ -267,12 +267,14 @@ kiln_status* train_call(kiln_session* s, const char* call, F&& f) {
   });
 }
 
+// A status when the session has no step left (finished, cancelled or stopped); NULL if ready.
 kiln_status* not_ready(const kiln_session* s, const char* call) {
   static const char* const names[] = {"ready", "finished", "cancelled", "stopped"};
-  return make_status(KILN_ERR_FAILED_PRECONDITION,
-                     std::string(call) + ": the session is " +
-                         names[static_cast<int>(s->trainer->progress().state)] +
-                         "; no step is left");
+  const engine::TrainerState state = s->trainer->progress().state;
+  if (state == engine::TrainerState::kReady) return nullptr;
+  return make_status(KILN_ERR_FAILED_PRECONDITION, std::string(call) + ": the session is " +
+                                                       names[static_cast<int>(state)] +
+                                                       "; no step is left");
 }
 
 }  // namespace
@@ -334,9 +336,7 @@ kiln_status* session_set_metrics_callback(kiln_session* s, kiln_metrics_callback
 
 kiln_status* session_run(kiln_session* s) {
   return train_call(s, "session_run", [&]() -> kiln_status* {
-    if (s->trainer->progress().state != engine::TrainerState::kReady) {
-      return not_ready(s, "session_run");
-    }
+    if (kiln_status* st = not_ready(s, "session_run")) return st;
     s->trainer->run();
     return nullptr;
   });
@@ -344,9 +344,7 @@ kiln_status* session_run(kiln_session* s) {
 
 kiln_status* session_step(kiln_session* s) {
   return train_call(s, "session_step", [&]() -> kiln_status* {
-    if (s->trainer->progress().state != engine::TrainerState::kReady) {
-      return not_ready(s, "session_step");
-    }
+    if (kiln_status* st = not_ready(s, "session_step")) return st;
     s->trainer->step();
     return nullptr;
   });

@@ -17,17 +17,6 @@
 namespace kiln::plugin {
 namespace {
 
-kiln_status* make_status(int32_t code, const char* message) {
-  try {
-    return new kiln_status{code, message != nullptr ? message : ""};
-  } catch (...) {
-    // Out of memory while reporting an error: a static status would be freed by the host, so
-    // the best we can do is an empty message.
-    static kiln_status oom{KILN_ERR_OUT_OF_MEMORY, {}};
-    return new (std::nothrow) kiln_status{oom};
-  }
-}
-
 void log_line(int32_t level, const char* component, const char* message) {
   const char* who = component != nullptr ? component : "plugin";
   const char* what = message != nullptr ? message : "";
@@ -203,14 +192,6 @@ kiln_status* create_norm_layer(const kiln_norm_request* request, kiln_torch_modu
   }
 }
 
-int32_t status_code(const kiln_status* status) {
-  return status != nullptr ? status->code : KILN_OK;
-}
-const char* status_message(const kiln_status* status) {
-  return status != nullptr ? status->message.c_str() : "";
-}
-void free_status(kiln_status* status) { delete status; }
-
 const kiln_host_api kTable = {
     sizeof(kiln_host_api), KILN_ABI_MAJOR, KILN_ABI_MINOR, make_status, log_line,  state_tensor,
     current_stream,        rank,           world_size,     allreduce,   broadcast, allgather,
@@ -233,6 +214,25 @@ void set_norm_factory(NormFactory factory) {
   std::lock_guard<std::mutex> lock(g_norm_mutex);
   g_norm_factory = std::move(factory);
 }
+
+kiln_status* make_status(int32_t code, const char* message) noexcept {
+  try {
+    return new kiln_status{code, message != nullptr ? message : ""};
+  } catch (...) {
+    // Out of memory while reporting an error: a static status would be freed by the host, so
+    // the best we can do is an empty message.
+    static kiln_status oom{KILN_ERR_OUT_OF_MEMORY, {}};
+    return new (std::nothrow) kiln_status{oom};
+  }
+}
+
+int32_t status_code(const kiln_status* status) noexcept {
+  return status != nullptr ? status->code : KILN_OK;
+}
+const char* status_message(const kiln_status* status) noexcept {
+  return status != nullptr ? status->message.c_str() : "";
+}
+void free_status(kiln_status* status) noexcept { delete status; }
 
 std::string take_message(kiln_status* status) {
   if (status == nullptr) return {};

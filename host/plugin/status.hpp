@@ -25,6 +25,15 @@ class ComponentError : public std::runtime_error {
   int32_t code_;
 };
 
+// The one implementation of the kiln_status object, behind the host services (make_status,
+// free_status) and the C API's status functions: a new status (a message that cannot be
+// stored gives an empty OUT_OF_MEMORY status), its code and message (KILN_OK and "" for NULL),
+// and its release.
+kiln_status* make_status(int32_t code, const char* message) noexcept;
+int32_t status_code(const kiln_status* status) noexcept;
+const char* status_message(const kiln_status* status) noexcept;
+void free_status(kiln_status* status) noexcept;
+
 // Frees `status` and returns its message (empty for NULL).
 std::string take_message(kiln_status* status);
 
