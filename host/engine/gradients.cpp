@@ -1,5 +1,6 @@
 #include "engine/gradients.hpp"
 
+#include <ATen/Parallel.h>
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
 #include <ATen/ops/_foreach_clamp_max.h>
 #include <ATen/ops/_foreach_clamp_min.h>
@@ -14,35 +15,84 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
+#include <cstring>
+#include <utility>
 
 namespace kiln::engine {
+namespace {
 
-GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
-                             const std::vector<std::string>& names, double scale,
-                             const ClipSettings& clip, size_t name_limit) {
-  // The fused kernels take one device and one dtype per call (few buckets: a linear search).
-  struct Bucket {
-    c10::Device device;
-    at::ScalarType dtype;
-    std::vector<at::Tensor> list;
-  };
-  std::vector<Bucket> buckets;
-  std::vector<at::Tensor> grads;
-  for (const auto& t : tensors) {
-    const at::Tensor& g = t.grad();
-    if (!g.defined()) continue;
-    auto it = std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& b) {
-      return b.device == g.device() && b.dtype == g.scalar_type();
-    });
-    if (it == buckets.end())
-      it = buckets.insert(buckets.end(), Bucket{g.device(), g.scalar_type(), {}});
-    it->list.push_back(g);
-    grads.push_back(g);
+// Sum of squares of n floats: float partial sums in eight lanes (a GCC vector type, so the
+// loop is SIMD at -O2 too) over short blocks, combined in double, so the result keeps float32's
+// precision at any length. An AVX2 clone is chosen at load time where the CPU has it.
+__attribute__((target_clones("avx2", "default"))) double sum_of_squares(const float* x, int64_t n) {
+  typedef float Lanes __attribute__((vector_size(32)));
+  constexpr int64_t kLanes = 8, kBlock = 1024;
+  double total = 0.0;
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t end = std::min(n, start + kBlock);
+    Lanes acc = {};
+    int64_t i = start;
+    for (; i + kLanes <= end; i += kLanes) {
+      Lanes v;
+      std::memcpy(&v, x + i, sizeof v);  // unaligned load
+      acc += v * v;
+    }
+    float block = 0.0f;
+    for (int64_t l = 0; l < kLanes; ++l) block += acc[l];
+    for (; i < end; ++i) block += x[i] * x[i];
+    total += static_cast<double>(block);
   }
-  GradCheck result;
-  if (grads.empty()) return result;
+  return total;
+}
 
-  const c10::Device device = grads.front().device();
+// The global 2-norm of dense float32 CPU gradients in one pass over their memory, without a
+// kernel launch per tensor: _foreach_norm has no multi-tensor CPU kernel, and on a model of
+// many small layers its per-tensor dispatch costs more than the arithmetic. Chunks are summed in
+// parallel and combined in a fixed order, so the result does not depend on the thread count.
+// A NaN or inf in any element makes the norm non-finite, which is the check the caller needs.
+double cpu_float_norm2(const std::vector<at::Tensor>& grads) {
+  constexpr int64_t kChunk = 1 << 15;  // elements per task: at::parallel_for's default grain
+  std::vector<std::pair<const float*, int64_t>> chunks;
+  int64_t total_elements = 0;
+  for (const auto& g : grads) {
+    const float* data = g.const_data_ptr<float>();
+    const int64_t n = g.numel();
+    total_elements += n;
+    for (int64_t start = 0; start < n; start += kChunk) {
+      chunks.emplace_back(data + start, std::min(kChunk, n - start));
+    }
+  }
+  std::vector<double> partial(chunks.size(), 0.0);
+  auto sum_chunks = [&](int64_t begin, int64_t end) {
+    for (int64_t c = begin; c < end; ++c) {
+      partial[c] = sum_of_squares(chunks[c].first, chunks[c].second);
+    }
+  };
+  // Below a few chunks' worth, waking the other threads costs more than the pass.
+  const auto count = static_cast<int64_t>(chunks.size());
+  if (total_elements < 4 * kChunk) {
+    sum_chunks(0, count);
+  } else {
+    at::parallel_for(0, count, 1, sum_chunks);
+  }
+  double total = 0.0;
+  for (double p : partial) total += p;
+  return std::sqrt(total);
+}
+
+// Gradients of one device and dtype: the unit of a multi-tensor kernel call.
+struct Bucket {
+  c10::Device device;
+  at::ScalarType dtype;
+  std::vector<at::Tensor> list;
+};
+
+// Unscales by 1/scale and checks every bucket, then takes the global p-norm: multi-tensor
+// kernels per bucket, and two numbers read back from `device` in one copy.
+GradCheck norm_and_check(std::vector<Bucket>& buckets, c10::Device device, double scale,
+                         const ClipSettings& clip) {
+  GradCheck result;
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
   // found_inf accumulates over every bucket; the kernel checks and multiplies by inv_scale.
   at::Tensor found_inf = at::zeros({1}, f32);
@@ -71,6 +121,45 @@ GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
   const float* values = both.data_ptr<float>();
   result.finite = values[0] == 0.0f && std::isfinite(values[1]);
   result.norm = values[1];
+  return result;
+}
+
+bool all_dense_cpu_float(const std::vector<at::Tensor>& grads) {
+  return std::all_of(grads.begin(), grads.end(), [](const at::Tensor& g) {
+    return g.device().is_cpu() && g.scalar_type() == at::kFloat && g.layout() == at::kStrided &&
+           g.is_contiguous();
+  });
+}
+
+}  // namespace
+
+GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
+                             const std::vector<std::string>& names, double scale,
+                             const ClipSettings& clip, size_t name_limit) {
+  // The fused kernels take one device and one dtype per call (few buckets: a linear search).
+  std::vector<Bucket> buckets;
+  std::vector<at::Tensor> grads;
+  for (const auto& t : tensors) {
+    const at::Tensor& g = t.grad();
+    if (!g.defined()) continue;
+    auto it = std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& b) {
+      return b.device == g.device() && b.dtype == g.scalar_type();
+    });
+    if (it == buckets.end())
+      it = buckets.insert(buckets.end(), Bucket{g.device(), g.scalar_type(), {}});
+    it->list.push_back(g);
+    grads.push_back(g);
+  }
+  GradCheck result;
+  if (grads.empty()) return result;
+
+  if (scale == 1.0 && clip.norm_type == 2.0 && all_dense_cpu_float(grads)) {
+    // Unscaled float32 on the CPU (fp32 training): one pass gives the norm and the check.
+    result.norm = cpu_float_norm2(grads);
+    result.finite = std::isfinite(result.norm);
+  } else {
+    result = norm_and_check(buckets, grads.front().device(), scale, clip);
+  }
 
   if (!result.finite) {
     for (size_t i = 0; i < tensors.size() && result.non_finite.size() < name_limit; ++i) {

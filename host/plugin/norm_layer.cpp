@@ -1,5 +1,6 @@
 #include "plugin/norm_layer.hpp"
 
+#include <ATen/DLConvertor.h>
 #include <ATen/ops/elu.h>
 #include <ATen/ops/empty.h>
 #include <ATen/ops/empty_like.h>
@@ -20,6 +21,27 @@ using torch::autograd::variable_list;
 
 DLTensor view_or_empty(const at::Tensor& t) {
   return t.defined() ? kiln::as_dltensor(t) : DLTensor{};
+}
+
+// What a handed-over gradient must look like: `like`'s shape, dtype and device, no memory.
+DLTensor described(const at::Tensor& like) {
+  DLTensor d = kiln::as_dltensor(like);
+  d.data = nullptr;
+  d.strides = nullptr;
+  return d;
+}
+
+// A gradient a plugin handed over, checked against the tensor it is the gradient of.
+at::Tensor adopt(const at::Tensor& handed, const at::Tensor& like, const std::string& what) {
+  if (!handed.defined())
+    throw ComponentError(KILN_ERR_INTERNAL, what + ": the plugin handed over no tensor");
+  if (handed.sizes() != like.sizes() || handed.scalar_type() != like.scalar_type() ||
+      handed.device() != like.device()) {
+    throw ComponentError(KILN_ERR_INTERNAL, what + ": handed over " + handed.toString() + " " +
+                                                c10::str(handed.sizes()) + ", expected " +
+                                                like.toString() + " " + c10::str(like.sizes()));
+  }
+  return handed;
 }
 
 // x → plugin forward → y; backward → plugin backward. weight/bias are inputs so autograd routes
@@ -79,21 +101,30 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     const at::Tensor& bias = saved[2];
     // Plugins index the gradient as they indexed the input: give them a dense one.
     at::Tensor grad_output = grad_outputs[0].contiguous();
-    at::Tensor grad_input = at::empty_like(grad_output);
-    at::Tensor grad_weight, grad_bias;
     const bool frozen = layer->layout().frozen != 0;
-    if (!frozen && weight.defined() && ctx->needs_input_grad(1)) {
-      grad_weight = at::empty_like(weight);
+    const bool want_weight = !frozen && weight.defined() && ctx->needs_input_grad(1);
+    const bool want_bias = !frozen && bias.defined() && ctx->needs_input_grad(2);
+    // A plugin that hands over its own gradients gets descriptions (data NULL), not buffers.
+    const bool hand_over = layer->layout().hands_over_gradients != 0;
+    at::Tensor grad_input, grad_weight, grad_bias;
+    if (!hand_over) {
+      grad_input = at::empty_like(grad_output);
+      if (want_weight) grad_weight = at::empty_like(weight);
+      if (want_bias) grad_bias = at::empty_like(bias);
     }
-    if (!frozen && bias.defined() && ctx->needs_input_grad(2)) grad_bias = at::empty_like(bias);
+    auto slot = [&](const at::Tensor& buffer, const at::Tensor& like) {
+      return hand_over ? described(like) : kiln::as_dltensor(buffer);
+    };
 
     DLTensor go = kiln::as_dltensor(grad_output);
     DLTensor s = kept.defined() ? kiln::as_dltensor(kept) : DLTensor{};
     DLTensor w = view_or_empty(weight), b = view_or_empty(bias);
     DLTensor rm = view_or_empty(layer->running_mean), rv = view_or_empty(layer->running_var);
     DLTensor sm = kiln::as_dltensor(saved[3]), si = kiln::as_dltensor(saved[4]);
-    DLTensor gi = kiln::as_dltensor(grad_input);
-    DLTensor gw = view_or_empty(grad_weight), gb = view_or_empty(grad_bias);
+    DLTensor gi = slot(grad_input, grad_output);
+    DLTensor gw = want_weight ? slot(grad_weight, weight) : DLTensor{};
+    DLTensor gb = want_bias ? slot(grad_bias, bias) : DLTensor{};
+    DLManagedTensor* results[3] = {nullptr, nullptr, nullptr};
     kiln_norm_backward_args args{};
     args.struct_size = sizeof(args);
     args.training = training ? 1 : 0;
@@ -106,13 +137,31 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     args.save_mean = &sm;
     args.save_invstd = &si;
     args.grad_input = &gi;
-    args.grad_weight = grad_weight.defined() ? &gw : nullptr;
-    args.grad_bias = grad_bias.defined() ? &gb : nullptr;
+    args.grad_weight = want_weight ? &gw : nullptr;
+    args.grad_bias = want_bias ? &gb : nullptr;
     args.stream = host_api()->current_stream(go.device);
+    if (hand_over) {
+      args.grad_input_result = &results[0];
+      args.grad_weight_result = want_weight ? &results[1] : nullptr;
+      args.grad_bias_result = want_bias ? &results[2] : nullptr;
+    }
     kiln_call_context call;
     call.group = collective_group();  // synced norm layers reduce over the run's ranks
-    check(layer->vtable()->backward(layer->instance(), &call, &args),
-          "norm '" + layer->plugin_name() + "' backward");
+    kiln_status* status = layer->vtable()->backward(layer->instance(), &call, &args);
+    if (hand_over) {
+      // Owned first, so that every handed-over tensor is released whatever is refused below.
+      at::Tensor owned[3];
+      for (int i = 0; i < 3; ++i) {
+        if (results[i] != nullptr) owned[i] = at::fromDLPack(results[i]);
+      }
+      const std::string name = "norm '" + layer->plugin_name() + "' backward";
+      check(status, name);
+      grad_input = adopt(owned[0], grad_output, name + " grad_input");
+      if (want_weight) grad_weight = adopt(owned[1], weight, name + " grad_weight");
+      if (want_bias) grad_bias = adopt(owned[2], bias, name + " grad_bias");
+    } else {
+      check(status, "norm '" + layer->plugin_name() + "' backward");
+    }
     return {grad_input, grad_weight, grad_bias, at::Tensor()};
   }
 };

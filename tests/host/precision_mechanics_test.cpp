@@ -288,48 +288,73 @@ struct ClipCase {
   double scale;           // gradients carry it and are unscaled first
 };
 
+void expect_clip_matches_torch(const std::vector<std::vector<int64_t>>& shapes, const ClipCase& c) {
+  SCOPED_TRACE(c.mode + " " + c.norm_type);
+  kiln::test::TensorScratch scratch;
+  at::manual_seed(3);
+  std::vector<at::Tensor> tensors;
+  std::vector<std::string> names;
+  std::string shape_json;
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    at::Tensor grad = at::randn(shapes[i]);
+    scratch.write("g" + std::to_string(i) + ".bin", grad);
+    at::Tensor t = at::zeros(shapes[i]).requires_grad_(true);
+    t.mutable_grad() = grad * c.scale;
+    tensors.push_back(t);
+    names.push_back("t" + std::to_string(i));
+    std::string dims;
+    for (int64_t d : shapes[i]) dims += (dims.empty() ? "" : ",") + std::to_string(d);
+    shape_json += (i ? ",[" : "[") + dims + "]";
+  }
+  scratch.write_text("config.json", "{\"shapes\": [" + shape_json + "], \"mode\": \"" + c.mode +
+                                        "\", \"max_norm\": " + std::to_string(c.limit) +
+                                        ", \"max_value\": " + std::to_string(c.limit) +
+                                        ", \"norm_type\": " +
+                                        (c.norm_type == "inf" ? "\"inf\"" : c.norm_type) + "}");
+  scratch.run("clip_grad.py");
+  ClipSettings clip;
+  clip.norm_type = c.norm_type == "inf" ? INFINITY : std::stod(c.norm_type);
+  (c.mode == "norm" ? clip.max_norm : clip.max_value) = c.limit;
+  GradCheck check = unscale_check_clip(tensors, names, c.scale, clip);
+  ASSERT_TRUE(check.finite);
+  if (c.mode == "norm") {
+    // float32 sums in another order: relative 1e-6.
+    const float total = scratch.read("total.bin", {1}).item<float>();
+    EXPECT_NEAR(check.norm, total, 1e-6 * total);
+  }
+  for (size_t i = 0; i < shapes.size(); ++i) {
+    at::Tensor expected = scratch.read("c" + std::to_string(i) + ".bin", shapes[i]);
+    EXPECT_LE(kiln::test::closeness(tensors[i].grad(), expected, 1e-6, 1e-7), 1.0) << names[i];
+  }
+}
+
 TEST(Clipping, MatchesTorchClipGradNormAndValueAfterUnscaling) {
-  const std::vector<std::vector<int64_t>> shapes = {{7, 5}, {5}, {3, 2, 2}};
   for (const ClipCase& c : {ClipCase{"norm", 0.5, "2", 1024.0}, ClipCase{"norm", 0.7, "1", 1.0},
                             ClipCase{"norm", 0.3, "inf", 8.0}, ClipCase{"norm", 1e6, "2", 1.0},
                             ClipCase{"value", 0.2, "2", 256.0}}) {
-    SCOPED_TRACE(c.mode + " " + c.norm_type);
-    kiln::test::TensorScratch scratch;
-    at::manual_seed(3);
+    expect_clip_matches_torch({{7, 5}, {5}, {3, 2, 2}}, c);
+  }
+}
+
+// Unscaled float32 CPU gradients take the host's one-pass norm: over enough elements to split
+// into chunks summed in parallel, with tensors whose sizes leave a tail after the SIMD lanes.
+TEST(Clipping, OnePassNormOfManyElementsMatchesTorch) {
+  expect_clip_matches_torch({{600, 301}, {70001}, {3}, {33, 1}}, ClipCase{"norm", 1.0, "2", 1.0});
+}
+
+TEST(Clipping, OnePassNormFindsANaNOrInfAndNamesItsTensor) {
+  for (float bad : {NAN, INFINITY}) {
     std::vector<at::Tensor> tensors;
-    std::vector<std::string> names;
-    std::string shape_json;
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      at::Tensor grad = at::randn(shapes[i]);
-      scratch.write("g" + std::to_string(i) + ".bin", grad);
-      at::Tensor t = at::zeros(shapes[i]).requires_grad_(true);
-      t.mutable_grad() = grad * c.scale;
+    for (int64_t n : {100000, 17, 40000}) {
+      at::Tensor t = at::zeros({n}).requires_grad_(true);
+      t.mutable_grad() = at::randn({n});
       tensors.push_back(t);
-      names.push_back("t" + std::to_string(i));
-      std::string dims;
-      for (int64_t d : shapes[i]) dims += (dims.empty() ? "" : ",") + std::to_string(d);
-      shape_json += (i ? ",[" : "[") + dims + "]";
     }
-    scratch.write_text("config.json", "{\"shapes\": [" + shape_json + "], \"mode\": \"" + c.mode +
-                                          "\", \"max_norm\": " + std::to_string(c.limit) +
-                                          ", \"max_value\": " + std::to_string(c.limit) +
-                                          ", \"norm_type\": " +
-                                          (c.norm_type == "inf" ? "\"inf\"" : c.norm_type) + "}");
-    scratch.run("clip_grad.py");
-    ClipSettings clip;
-    clip.norm_type = c.norm_type == "inf" ? INFINITY : std::stod(c.norm_type);
-    (c.mode == "norm" ? clip.max_norm : clip.max_value) = c.limit;
-    GradCheck check = unscale_check_clip(tensors, names, c.scale, clip);
-    ASSERT_TRUE(check.finite);
-    if (c.mode == "norm") {
-      // float32 sums in another order: relative 1e-6.
-      const float total = scratch.read("total.bin", {1}).item<float>();
-      EXPECT_NEAR(check.norm, total, 1e-6 * total);
-    }
-    for (size_t i = 0; i < shapes.size(); ++i) {
-      at::Tensor expected = scratch.read("c" + std::to_string(i) + ".bin", shapes[i]);
-      EXPECT_LE(kiln::test::closeness(tensors[i].grad(), expected, 1e-6, 1e-7), 1.0) << names[i];
-    }
+    tensors[2].mutable_grad()[39999] = bad;
+    GradCheck check = unscale_check_clip(tensors, {"a", "b", "c"}, 1.0, {});
+    EXPECT_FALSE(check.finite);
+    EXPECT_FALSE(std::isfinite(check.norm));
+    EXPECT_EQ(check.non_finite, std::vector<std::string>{"c"});
   }
 }
 

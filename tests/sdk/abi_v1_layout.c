@@ -52,12 +52,16 @@ PIN_SIZE(kiln_lr_schedule, 40);
 PIN_SIZE(kiln_lr_policy_vtable, 32);
 _Static_assert(KILN_LR_POLICY_VTABLE_V1_SIZE == 32, "lr policy vtable v1 size");
 PIN_SIZE(kiln_norm_setup, 32);
-PIN_SIZE(kiln_norm_layout, 32); /* 1.2: in_place, frozen appended */
+PIN_SIZE(kiln_norm_layout, 40); /* 1.2: in_place, frozen; 1.3: hands_over_gradients */
 _Static_assert(KILN_NORM_LAYOUT_V1_0_SIZE == 24, "norm layout v1.0 size");
 PIN_OFFSET(kiln_norm_layout, in_place, 24);
 PIN_OFFSET(kiln_norm_layout, frozen, 28);
+PIN_OFFSET(kiln_norm_layout, hands_over_gradients, 32);
 PIN_SIZE(kiln_norm_forward_args, 88);
-PIN_SIZE(kiln_norm_backward_args, 112);
+PIN_SIZE(kiln_norm_backward_args, 136); /* 1.3: grad_*_result appended */
+_Static_assert(KILN_NORM_BACKWARD_ARGS_V1_2_SIZE == 112, "norm backward args v1.2 size");
+PIN_OFFSET(kiln_norm_backward_args, grad_input_result, 112);
+PIN_OFFSET(kiln_norm_backward_args, grad_bias_result, 128);
 PIN_SIZE(kiln_norm_vtable, 40);
 _Static_assert(KILN_NORM_VTABLE_V1_SIZE == 40, "norm vtable v1 size");
 PIN_SIZE(kiln_precision_policy, 56); /* 1.1: min_scale, at_min_scale appended */

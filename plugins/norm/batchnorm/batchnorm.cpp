@@ -21,6 +21,7 @@ struct BatchNorm {
   double eps;
   bool affine;
   bool track_running_stats;
+  bool hands_over = false;  // backward hands its own gradients to the host (ABI 1.3)
 };
 
 // An at::Tensor view of an optional argument (undefined when absent).
@@ -75,6 +76,11 @@ kiln_status* bn_create(const kiln_host_api* host, const kiln_options* options,
     }
     if (KILN_HAS_FIELD(layout, kiln_norm_layout, saves)) layout->saves = KILN_NORM_SAVE_INPUT;
     if (KILN_HAS_FIELD(layout, kiln_norm_layout, fused_activation)) layout->fused_activation = 0;
+    if (KILN_HAS_FIELD(layout, kiln_norm_layout, hands_over_gradients)) {
+      // ATen's backward allocates its results: handing them over spares a copy of each.
+      layout->hands_over_gradients = 1;
+      bn->hands_over = true;
+    }
     *out = bn.release();
   });
 }
@@ -144,9 +150,19 @@ kiln_status* bn_backward(void* instance, kiln_call_context* ctx,
         kiln::as_tensor(*args->grad_output), x, optional_view(args->weight), running_mean,
         running_var, optional_view(args->save_mean), optional_view(args->save_invstd), batch_stats,
         bn.eps, mask);
-    if (args->grad_input != nullptr) kiln::as_tensor(*args->grad_input).copy_(grad_input);
-    if (args->grad_weight != nullptr) kiln::as_tensor(*args->grad_weight).copy_(grad_weight);
-    if (args->grad_bias != nullptr) kiln::as_tensor(*args->grad_bias).copy_(grad_bias);
+    // Handed over where the host gave a result slot (ABI 1.3), else copied into its buffer.
+    const bool slots =
+        bn.hands_over && KILN_HAS_FIELD(args, kiln_norm_backward_args, grad_bias_result);
+    auto give = [&](DLManagedTensor** slot, DLTensor* buffer, const at::Tensor& grad) {
+      if (slots && slot != nullptr) {
+        kiln::hand_over(slot, grad);
+      } else if (buffer != nullptr) {
+        kiln::as_tensor(*buffer).copy_(grad);
+      }
+    };
+    give(slots ? args->grad_input_result : nullptr, args->grad_input, grad_input);
+    give(slots ? args->grad_weight_result : nullptr, args->grad_weight, grad_weight);
+    give(slots ? args->grad_bias_result : nullptr, args->grad_bias, grad_bias);
   });
 }
 

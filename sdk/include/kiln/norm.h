@@ -43,6 +43,12 @@ typedef struct kiln_norm_layout {
    * checkpoints and weight files hold but no optimizer updates); backward leaves grad_weight
    * and grad_bias NULL. */
   int32_t frozen;
+  /* Since ABI 1.3. Nonzero: backward hands over gradients it allocated instead of writing into
+   * host buffers, which saves a copy per gradient. The host then passes grad_input, grad_weight
+   * and grad_bias with `data` NULL (shape, dtype and device say what it expects) and takes the
+   * results from kiln_norm_backward_args.*_result. Set it only when this struct's struct_size
+   * covers the field (an older host has no buffers-free backward). */
+  int32_t hands_over_gradients;
 } kiln_norm_layout;
 
 /* Forward arguments. Tensors borrowed for the call; optional ones NULL when absent. */
@@ -79,6 +85,14 @@ typedef struct kiln_norm_backward_args {
   DLTensor* grad_weight;        /* [C] or NULL */
   DLTensor* grad_bias;          /* [C] or NULL */
   void* stream;                 /* device stream or NULL */
+  /* Since ABI 1.3; non-NULL only when layout.hands_over_gradients, and then exactly for the
+   * wanted gradients. Each points to a host slot holding NULL, where the plugin stores a tensor
+   * it allocated, of the shape, dtype and device the matching grad_* describes (any strides).
+   * Ownership passes to the host, which calls the deleter once, on any thread, when autograd is
+   * done with it; also when backward fails or the tensor does not match, which it refuses. */
+  DLManagedTensor** grad_input_result;
+  DLManagedTensor** grad_weight_result;
+  DLManagedTensor** grad_bias_result;
 } kiln_norm_backward_args;
 
 /* The norm vtable (kiln_component_descriptor.vtable for KILN_COMPONENT_NORM). */
@@ -104,6 +118,7 @@ typedef struct kiln_norm_vtable {
 
 #define KILN_NORM_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_norm_vtable, backward)
 #define KILN_NORM_LAYOUT_V1_0_SIZE KILN_SIZE_UP_TO(kiln_norm_layout, fused_activation)
+#define KILN_NORM_BACKWARD_ARGS_V1_2_SIZE KILN_SIZE_UP_TO(kiln_norm_backward_args, stream)
 
 #ifdef __cplusplus
 } /* extern "C" */

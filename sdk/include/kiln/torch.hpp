@@ -5,6 +5,7 @@
 #ifndef KILN_TORCH_HPP_
 #define KILN_TORCH_HPP_
 
+#include <ATen/DLConvertor.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/dlpack.h>
 #include <ATen/ops/from_blob.h>
@@ -251,6 +252,13 @@ inline DLTensor as_dltensor(const at::Tensor& t) {
   d.strides = const_cast<int64_t*>(t.strides().data());
   d.byte_offset = 0;
   return d;
+}
+
+// Norm plugin side (ABI 1.3, layout.hands_over_gradients): gives `t` to the host through a
+// kiln_norm_backward_args.*_result slot; ownership passes with it. A NULL slot (gradient not
+// wanted) takes nothing.
+inline void hand_over(DLManagedTensor** slot, const at::Tensor& t) {
+  if (slot != nullptr) *slot = at::toDLPack(t);
 }
 
 }  // namespace kiln
