@@ -3,8 +3,12 @@
 // in output, input/weight/bias gradients and running statistics, to 1e-5.
 #include "plugin/norm_layer.hpp"
 
+#include <ATen/DLConvertor.h>
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
+
+#include <exception>
+#include <string>
 
 #include "kiln_test_paths.h"
 #include "plugin/host_api.hpp"
@@ -185,6 +189,66 @@ TEST(NormLayer, FrozenLayersKeepWeightAndBiasAsBuffers) {
   const at::Tensor scale =
       at::tensor({2.0f, -1.0f, 0.5f}) * (at::tensor({3.0f, 0.0f, 1.0f}) + 1e-5).rsqrt();
   expect_close(x.grad(), scale.view({1, 3, 1, 1}).expand_as(x), 1e-6, "input gradient");
+}
+
+// ---- a plugin that hands over a wrong gradient (ABI 1.3) ----------------------------------------
+
+// batchnorm's vtable with a backward that swaps its grad_bias for one of C + 1 elements, whose
+// release is counted: the host must refuse it by name and shape, and still release it.
+const kiln_norm_vtable* g_batchnorm = nullptr;
+int g_released = 0;
+
+struct Counted {
+  DLManagedTensor outer;
+  DLManagedTensor* inner;
+};
+
+void release_counted(DLManagedTensor* self) {
+  auto* counted = reinterpret_cast<Counted*>(self);
+  counted->inner->deleter(counted->inner);
+  ++g_released;
+  delete counted;
+}
+
+kiln_status* wrong_bias_backward(void* instance, kiln_call_context* ctx,
+                                 const kiln_norm_backward_args* args) {
+  kiln_status* status = g_batchnorm->backward(instance, ctx, args);
+  if (status != nullptr || args->grad_bias_result == nullptr) return status;
+  DLManagedTensor* right = *args->grad_bias_result;
+  const int64_t channels = right->dl_tensor.shape[0];
+  right->deleter(right);
+  auto* counted = new Counted{{}, at::toDLPack(at::zeros({channels + 1}))};
+  counted->outer.dl_tensor = counted->inner->dl_tensor;
+  counted->outer.deleter = &release_counted;
+  *args->grad_bias_result = &counted->outer;
+  return nullptr;
+}
+
+TEST(NormLayer, AHandedOverGradientOfTheWrongShapeIsRefusedAndReleased) {
+  const kiln::plugin::Component& real = batchnorm();
+  g_batchnorm = static_cast<const kiln_norm_vtable*>(real.descriptor->vtable);
+  kiln_norm_vtable vtable = *g_batchnorm;
+  vtable.backward = &wrong_bias_backward;
+  kiln_component_descriptor descriptor = *real.descriptor;
+  descriptor.vtable = &vtable;
+  kiln::plugin::Component wrong = real;
+  wrong.descriptor = &descriptor;
+
+  kiln_norm_request request{sizeof(kiln_norm_request), 3, KILN_ACT_NONE, 0, 0.0};
+  kiln::plugin::PluginNormLayer layer(wrong, options(0.1, 1e-5), request);
+  at::Tensor x = at::randn({4, 3, 2, 2}).requires_grad_(true);
+  g_released = 0;
+  try {
+    layer.forward(x).sum().backward();
+    FAIL() << "a grad_bias of the wrong shape was accepted";
+  } catch (const std::exception& e) {
+    const std::string what = e.what();
+    EXPECT_NE(what.find("norm 'batchnorm' backward grad_bias: handed over"), std::string::npos)
+        << what;
+    EXPECT_NE(what.find("[4]"), std::string::npos) << what;
+    EXPECT_NE(what.find("[3]"), std::string::npos) << what;
+  }
+  EXPECT_EQ(g_released, 1) << "the refused tensor must be released once";
 }
 
 }  // namespace
