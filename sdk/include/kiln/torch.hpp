@@ -12,10 +12,10 @@
 #include <torch/nn/module.h>
 #include <torch/version.h>
 
+#include <cstdint>
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <utility>
 #include <vector>
 
@@ -196,23 +196,33 @@ inline at::Tensor as_tensor(const DLTensor& t) {
 
 // Reuses the at::Tensor wrapper of a view seen before (same data, shape, strides, dtype and
 // device). Wrapping allocates a TensorImpl and a storage each time, which an optimizer stepping
-// hundreds of tensors per call pays for measurably. The wrappers do not own memory; one is only
-// handed out again when the caller presents the same live view. Not thread-safe: keep one per
-// thread (see thread_view_cache()).
+// hundreds of tensors per call pays for measurably. A direct-mapped table keyed by the data
+// address: a lookup is one slot and a compare, with no hashing, no growth and no sweep; two live
+// views sharing a slot only cost a re-wrap. The wrappers do not own memory; one is only handed
+// out again when the caller presents the same live view. Not thread-safe: keep one per thread
+// (see thread_view_cache()).
 class ViewCache {
  public:
   at::Tensor get(const DLTensor& t) {
     const void* data = static_cast<const char*>(t.data) + t.byte_offset;
-    auto it = entries_.find(data);
-    if (it != entries_.end() && matches(it->second, t)) return it->second;
-    if (entries_.size() >= kMaxEntries) entries_.clear();  // bound memory, keep it simple
-    at::Tensor view = as_tensor(t);
-    entries_[data] = view;
-    return view;
+    Entry& entry = slots_[slot_of(data)];
+    if (entry.data == data && entry.view.defined() && matches(entry.view, t)) return entry.view;
+    entry.data = data;
+    entry.view = as_tensor(t);
+    return entry.view;
   }
 
  private:
-  static constexpr size_t kMaxEntries = 1 << 14;
+  static constexpr size_t kSlots = 4096;  // a power of two, well above the views of one step
+  struct Entry {
+    const void* data = nullptr;
+    at::Tensor view;
+  };
+  // Tensor data is 64-byte aligned: mix the bits above the alignment into the slot index.
+  static size_t slot_of(const void* data) {
+    const auto bits = reinterpret_cast<uintptr_t>(data) >> 6;
+    return (bits ^ (bits >> 12) ^ (bits >> 24)) & (kSlots - 1);
+  }
   static bool matches(const at::Tensor& v, const DLTensor& t) {
     if (v.dim() != t.ndim || v.scalar_type() != scalar_type_of(t.dtype)) return false;
     const bool cuda = t.device.device_type == kDLCUDA;
@@ -222,7 +232,7 @@ class ViewCache {
     }
     return true;
   }
-  std::unordered_map<const void*, at::Tensor> entries_;
+  std::vector<Entry> slots_ = std::vector<Entry>(kSlots);
 };
 
 // The calling thread's ViewCache in this library.
