@@ -31,7 +31,11 @@ Not shared by default: the C heap. `kiln run` raises glibc's mmap and trim thres
 (host/io/heap.cpp), so step-sized blocks are not handed back to the kernel and faulted in again
 every step; the PyTorch arm runs with glibc's defaults, as a Python user gets them.
 --torch-malloc kiln gives it the same settings through MALLOC_MMAP_THRESHOLD_ and
-MALLOC_TRIM_THRESHOLD_, which leaves the host's own cost in the ratio.
+MALLOC_TRIM_THRESHOLD_, which leaves the host's own cost in the ratio. Nor is Kiln's CPU tensor
+allocator (host/io/memory.cpp), which keeps freed blocks of up to 1 MiB per thread for reuse
+(host/io/block_cache.hpp) and so spares glibc the consolidation that every free of 64 KiB or
+more sets off; torch has no switch for it. The bare loop (--bare) installs both, the heap
+settings and the allocator, so Kiln ÷ bare loop is the cost of the plugins and the host alone.
 
 Timing. Kiln: the per-step records of `kiln run --metrics F`, step_time + data_time (step_time
 spans fetching the batch to the loss read back after the optimizer, minus data_time; Kiln's
@@ -218,7 +222,7 @@ def run_torch(cfg, init, steps, warmup, args, work):
 
 def run_bare(case, cfg, init, steps, warmup, args, work):
     """bench_bare_loop with the case's batch, SGD settings and unshuffled data; its heap is tuned
-    as Kiln's (its default)."""
+    and its CPU allocator is Kiln's, as in `kiln run` (its defaults)."""
     opt, data = cfg["optimizer"], cfg["data"]
     cmd = [args.bare_bin, "--case", case, "--steps", str(steps), "--warmup", str(warmup),
            "--threads", str(args.threads), "--batch", str(data["batch_size"]),

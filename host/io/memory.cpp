@@ -14,6 +14,8 @@
 #include <atomic>
 #include <cstring>
 
+#include "io/block_cache.hpp"
+
 namespace kiln::io {
 namespace {
 
@@ -48,8 +50,8 @@ void free_counted(void* data) {
   char* block = static_cast<char*>(data) - kHeader;
   int64_t bytes = 0;
   std::memcpy(&bytes, block, sizeof bytes);
-  c10::free_cpu(block);
   g_current.value.fetch_sub(bytes, std::memory_order_relaxed);
+  BlockCache::give(block, BlockCache::block_size(static_cast<size_t>(bytes) + kHeader));
 }
 
 class CountingAllocator final : public c10::Allocator {
@@ -57,7 +59,10 @@ class CountingAllocator final : public c10::Allocator {
   c10::DataPtr allocate(size_t n) override {
     // Nothing to count: c10 hands out a null pointer for zero bytes.
     if (n == 0) return {nullptr, nullptr, &free_counted, c10::Device(c10::DeviceType::CPU)};
-    char* block = static_cast<char*>(c10::alloc_cpu(n + kHeader));
+    // Step-sized blocks come back from the cache: the same sizes recur every step.
+    const size_t block_bytes = BlockCache::block_size(n + kHeader);
+    auto* block = static_cast<char*>(BlockCache::take(block_bytes));
+    if (block == nullptr) block = static_cast<char*>(c10::alloc_cpu(block_bytes));
     const auto bytes = static_cast<int64_t>(n);
     std::memcpy(block, &bytes, sizeof bytes);
     raise_peak(g_current.value.fetch_add(bytes, std::memory_order_relaxed) + bytes);

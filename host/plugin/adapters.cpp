@@ -73,40 +73,57 @@ OptimizerAdapter::~OptimizerAdapter() {
   if (instance_ != nullptr) vtable_->destroy(instance_);
 }
 
+OptimizerAdapter::LiveGroup& OptimizerAdapter::live_group(const GroupStep& group) {
+  if (live_.size() <= group.group_index) live_.resize(group.group_index + 1);
+  LiveGroup& live = live_[group.group_index];
+  // Parameters without a gradient this step (unused branches) are left alone, as in torch.
+  key_scratch_.clear();
+  for (const at::Tensor& p : *group.params) {
+    key_scratch_.push_back(p.grad().defined() ? p.unsafeGetTensorImpl() : nullptr);
+  }
+  if (key_scratch_ == live.key && live.names_source == group.names &&
+      live.state_epoch == state_epoch_) {
+    return live;
+  }
+  live.key = key_scratch_;
+  live.names_source = group.names;
+  live.state_epoch = state_epoch_;
+  live.params.clear();
+  live.state.clear();
+  live.names.clear();
+  for (size_t i = 0; i < group.params->size(); ++i) {
+    if (live.key[i] == nullptr) continue;
+    const std::string& name = (*group.names)[i];
+    live.params.push_back((*group.params)[i]);
+    live.state.push_back(&state_[name]);
+    live.names.push_back(name.c_str());
+  }
+  return live;
+}
+
 void OptimizerAdapter::step(const GroupStep& group) {
-  live_params_.clear();
-  live_names_.clear();
+  const LiveGroup& live = live_group(group);
+  if (live.params.empty()) return;
   param_views_.clear();
   grad_views_.clear();
-  name_ptrs_.clear();
-  // Parameters without a gradient this step (unused branches) are left alone, as in torch.
-  for (size_t i = 0; i < group.params->size(); ++i) {
-    const at::Tensor& p = (*group.params)[i];
-    if (!p.grad().defined()) continue;
-    live_params_.push_back(p);
-    live_names_.push_back((*group.names)[i]);
-  }
-  if (live_params_.empty()) return;
-  for (size_t i = 0; i < live_params_.size(); ++i) {
-    param_views_.push_back(kiln::as_dltensor(live_params_[i]));
-    grad_views_.push_back(kiln::as_dltensor(live_params_[i].grad()));
-    name_ptrs_.push_back(live_names_[i].c_str());
+  for (const at::Tensor& p : live.params) {
+    param_views_.push_back(kiln::as_dltensor(p));
+    grad_views_.push_back(kiln::as_dltensor(p.grad()));
   }
   kiln_param_group view{};
   view.struct_size = sizeof(view);
-  view.count = live_params_.size();
+  view.count = live.params.size();
   view.params = param_views_.data();
   view.grads = grad_views_.data();
-  view.names = name_ptrs_.data();
+  view.names = live.names.data();
   view.group_index = group.group_index;
   view.step = group.step;
   view.lr = group.lr;
   view.weight_decay = group.weight_decay;
   view.stream = host_api()->current_stream(param_views_[0].device);
   kiln_call_context ctx;
-  ctx.state = &state_;
-  ctx.params = &live_params_;
-  ctx.names = &live_names_;
+  ctx.params = &live.params;
+  ctx.state = &live.state;
   ctx.group = collective_group();
   check(vtable_->step(instance_, &ctx, &view), "optimizer '" + name_ + "' step");
 }

@@ -45,7 +45,11 @@ class OptimizerAdapter {
 
   // Updates every parameter of the group that has a gradient.
   void step(const GroupStep& group);
-  StateStore& state() { return state_; }
+  // The state store; the caller may change it (resume), so the per-group views are rebuilt.
+  StateStore& state() {
+    ++state_epoch_;
+    return state_;
+  }
   const std::string& name() const { return name_; }
 
  private:
@@ -53,11 +57,23 @@ class OptimizerAdapter {
   const kiln_optimizer_vtable* vtable_;
   void* instance_ = nullptr;
   StateStore state_;
-  // Reused per call so a step allocates nothing on the host side.
-  std::vector<at::Tensor> live_params_;
-  std::vector<std::string> live_names_;
-  std::vector<DLTensor> param_views_, grad_views_;
-  std::vector<const char*> name_ptrs_;
+  uint64_t state_epoch_ = 0;  // bumped whenever state() hands out the store
+
+  // What a group's step passes to the plugin besides the gradients, kept while the group's
+  // parameters with a gradient stay the same (every step, in the usual run), so that a step
+  // copies no names and looks up no state by name.
+  struct LiveGroup {
+    std::vector<const c10::TensorImpl*> key;  // the live parameters, to see whether it changed
+    const std::vector<std::string>* names_source = nullptr;  // the GroupStep's names
+    uint64_t state_epoch = 0;
+    std::vector<at::Tensor> params;
+    std::vector<ParamState*> state;
+    std::vector<const char*> names;  // into the GroupStep's names, which outlive the run
+  };
+  LiveGroup& live_group(const GroupStep& group);
+  std::vector<LiveGroup> live_;  // by group index
+  std::vector<const c10::TensorImpl*> key_scratch_;
+  std::vector<DLTensor> param_views_, grad_views_;  // reused per call
 };
 
 class LrPolicyAdapter {

@@ -9,6 +9,7 @@
 
 #include <atomic>
 #include <mutex>
+#include <string_view>
 
 #include "dist/process_group.hpp"
 #include "kiln/torch.hpp"
@@ -43,14 +44,18 @@ kiln_status* state_tensor(kiln_call_context* ctx, size_t param_index, const char
       return make_status(KILN_ERR_FAILED_PRECONDITION,
                          "state_tensor is only available during an optimizer step");
     }
-    if (param_index >= ctx->params->size() || name == nullptr || out == nullptr) {
+    if (param_index >= ctx->params->size() || param_index >= ctx->state->size() ||
+        name == nullptr || out == nullptr) {
       return make_status(KILN_ERR_INVALID_ARGUMENT,
                          ("state_tensor: parameter index " + std::to_string(param_index) +
                           " out of range, or NULL name/out")
                              .c_str());
     }
     const at::Tensor& param = (*ctx->params)[param_index];
-    auto& slot = (*ctx->state)[(*ctx->names)[param_index]][name];
+    kiln::plugin::ParamState& states = *(*ctx->state)[param_index];
+    auto it = states.find(std::string_view(name));
+    if (it == states.end()) it = states.emplace(name, at::Tensor()).first;
+    at::Tensor& slot = it->second;
     bool fresh = !slot.defined();
     if (fresh) {
       switch (init) {

@@ -21,18 +21,21 @@ class ProcessGroup;
 
 namespace kiln::plugin {
 
-// Optimizer state tensors, keyed by parameter name then state name ("momentum_buffer"), owned by
-// the host so checkpoints can save them without knowing the plugin.
-using StateStore = std::map<std::string, std::map<std::string, at::Tensor>>;
+// One parameter's optimizer state tensors by state name ("momentum_buffer"); std::less<> so a
+// plugin's const char* name is looked up without building a string.
+using ParamState = std::map<std::string, at::Tensor, std::less<>>;
+// Optimizer state tensors, keyed by parameter name then state name, owned by the host so
+// checkpoints can save them without knowing the plugin.
+using StateStore = std::map<std::string, ParamState>;
 
 }  // namespace kiln::plugin
 
 // What a kiln_call_context* points to. Filled by an adapter for one call.
 struct kiln_call_context {
-  kiln::plugin::StateStore* state = nullptr;        // optimizer calls: where state lives
   const std::vector<at::Tensor>* params = nullptr;  // optimizer calls: the group's parameters
-  const std::vector<std::string>* names = nullptr;  // optimizer calls: their names
-  kiln::dist::ProcessGroup* group = nullptr;        // collectives: NULL for a single process
+  // optimizer calls: each parameter's entry of the adapter's StateStore (same positions)
+  const std::vector<kiln::plugin::ParamState*>* state = nullptr;
+  kiln::dist::ProcessGroup* group = nullptr;  // collectives: NULL for a single process
 };
 
 namespace kiln::plugin {

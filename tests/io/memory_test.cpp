@@ -14,8 +14,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <set>
 #include <thread>
 #include <vector>
+
+#include "io/block_cache.hpp"
 
 namespace {
 
@@ -232,6 +235,84 @@ TEST_F(CpuTensorMemory, PinnedMemoryIsNotCounted) {
   const int64_t before = current();
   const at::Tensor pinned = at::empty({1 << 20}, at::TensorOptions().pinned_memory(true));
   EXPECT_TRUE(pinned.is_pinned());
+  EXPECT_EQ(current(), before);
+}
+
+// ---- freed blocks kept for reuse (io/block_cache.hpp) ----------------------------------------
+
+using kiln::io::BlockCache;
+
+TEST_F(CpuTensorMemory, AFreedStepSizedBlockIsReusedAndNoLongerCounted) {
+  BlockCache::release_all();
+  const int64_t before = current();
+  void* first = nullptr;
+  {
+    const at::Tensor t = at::empty({1000}, at::kFloat);
+    first = t.data_ptr();
+  }
+  // Kept, not freed, and not counted as tensor memory.
+  EXPECT_EQ(current(), before);
+  EXPECT_EQ(BlockCache::cached_bytes(), BlockCache::block_size(4000 + 64));
+  // A request that rounds to the same block size gets the same block back, aligned as c10's.
+  const at::Tensor again = at::empty({998}, at::kFloat);
+  EXPECT_EQ(again.data_ptr(), first);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(again.data_ptr()) % 64, 0u);
+  EXPECT_EQ(current() - before, 998 * 4);
+  EXPECT_EQ(BlockCache::cached_bytes(), 0u);
+  // Another size does not take it.
+  const at::Tensor other = at::empty({2000}, at::kFloat);
+  EXPECT_NE(other.data_ptr(), first);
+}
+
+TEST_F(CpuTensorMemory, BlocksAboveTheSizeLimitGoBackToTheHeap) {
+  BlockCache::release_all();
+  {
+    const at::Tensor big = at::empty({static_cast<int64_t>(BlockCache::kMaxBlockBytes)}, at::kByte);
+  }
+  EXPECT_EQ(BlockCache::cached_bytes(), 0u);
+}
+
+TEST_F(CpuTensorMemory, WhatIsKeptIsBounded) {
+  BlockCache::release_all();
+  // Blocks just under the size limit, more of them than the bound holds.
+  const int64_t n = static_cast<int64_t>(BlockCache::kMaxBlockBytes) - 4096;
+  const size_t block = BlockCache::block_size(static_cast<size_t>(n) + 64);
+  const size_t fit = BlockCache::kMaxCachedBytes / block;
+  {
+    std::vector<at::Tensor> many;
+    for (size_t i = 0; i < fit + 8; ++i) many.push_back(at::empty({n}, at::kByte));
+  }
+  EXPECT_EQ(BlockCache::cached_bytes(), fit * block);
+  EXPECT_LE(BlockCache::cached_bytes(), BlockCache::kMaxCachedBytes);
+  // Taken back one by one: every kept block is distinct and usable.
+  std::set<void*> seen;
+  std::vector<at::Tensor> again;
+  for (size_t i = 0; i < fit; ++i) {
+    again.push_back(at::ones({n}, at::kByte));
+    EXPECT_TRUE(seen.insert(again.back().data_ptr()).second);
+  }
+  EXPECT_EQ(BlockCache::cached_bytes(), 0u);
+  BlockCache::release_all();
+}
+
+TEST_F(CpuTensorMemory, EachThreadKeepsItsOwnBlocksAndFreesThemWhenItEnds) {
+  BlockCache::release_all();
+  const int64_t before = current();
+  size_t kept_on_thread = 0;
+  std::thread worker([&] {
+    { const at::Tensor t = at::ones({4096}, at::kFloat); }
+    kept_on_thread = BlockCache::cached_bytes();
+  });
+  worker.join();
+  EXPECT_EQ(kept_on_thread, BlockCache::block_size(4 * 4096 + 64));
+  // Nothing moved to this thread's cache; the counter balances.
+  EXPECT_EQ(BlockCache::cached_bytes(), 0u);
+  EXPECT_EQ(current(), before);
+  // A tensor made here and freed on another thread joins that thread's cache.
+  at::Tensor handed = at::ones({512}, at::kFloat);
+  std::thread consumer([t = std::move(handed)]() mutable { t.reset(); });
+  consumer.join();
+  EXPECT_EQ(BlockCache::cached_bytes(), 0u);
   EXPECT_EQ(current(), before);
 }
 
