@@ -200,7 +200,7 @@ class FlatViews {
 
   // A 1-D view of `t` in `strides` order with dtype `dtype` (a copy when `t` has another layout or
   // dtype, written back by commit() when `writable`).
-  at::Tensor flat(const at::Tensor& t, const std::vector<int64_t>& strides, at::ScalarType dtype,
+  at::Tensor flat(const at::Tensor& t, at::IntArrayRef strides, at::ScalarType dtype,
                   bool writable) {
     if (t.scalar_type() == dtype && dense_with_strides(t, strides)) {
       // A contiguous tensor already is what the kernels walk; a new 1-D view of each of hundreds

@@ -94,8 +94,14 @@ void sgd_update(const Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* 
           p.param.is_non_overlapping_and_dense() &&
           (!with_momentum || kiln::optim::dense_with_strides(buf, p.param.strides()));
       Batch& b = batches[fused ? 1 : 0][created[k] ? 1 : 0];
+      if (b.params.empty()) {
+        // Room for the whole bucket at once: a step then grows no vector one by one.
+        b.params.reserve(bucket.size());
+        b.grads.reserve(bucket.size());
+        if (with_momentum) b.bufs.reserve(bucket.size());
+      }
       if (fused) {
-        const std::vector<int64_t> strides = p.param.strides().vec();
+        const at::IntArrayRef strides = p.param.strides();
         b.params.push_back(flat.flat(p.param, strides, dtype, true));
         b.grads.push_back(flat.flat(p.grad, strides, dtype, false));
         if (with_momentum) b.bufs.push_back(flat.flat(buf, strides, dtype, true));
