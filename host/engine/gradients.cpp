@@ -138,6 +138,20 @@ GradCheck norm_and_check(std::vector<Bucket>& buckets, c10::Device device, doubl
   return result;
 }
 
+// The fused kernels take one device and one dtype per call (few buckets: a linear search).
+std::vector<Bucket> by_device_and_dtype(const std::vector<at::Tensor>& grads) {
+  std::vector<Bucket> buckets;
+  for (const at::Tensor& g : grads) {
+    auto it = std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& b) {
+      return b.device == g.device() && b.dtype == g.scalar_type();
+    });
+    if (it == buckets.end())
+      it = buckets.insert(buckets.end(), Bucket{g.device(), g.scalar_type(), {}});
+    it->list.push_back(g);
+  }
+  return buckets;
+}
+
 bool all_dense_cpu_float(const std::vector<at::Tensor>& grads) {
   return std::all_of(grads.begin(), grads.end(), [](const at::Tensor& g) {
     return g.device().is_cpu() && g.scalar_type() == at::kFloat && g.layout() == at::kStrided &&
@@ -150,29 +164,25 @@ bool all_dense_cpu_float(const std::vector<at::Tensor>& grads) {
 GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
                              const std::vector<std::string>& names, double scale,
                              const ClipSettings& clip, size_t name_limit) {
-  // The fused kernels take one device and one dtype per call (few buckets: a linear search).
-  std::vector<Bucket> buckets;
   std::vector<at::Tensor> grads;
   for (const auto& t : tensors) {
-    const at::Tensor& g = t.grad();
-    if (!g.defined()) continue;
-    auto it = std::find_if(buckets.begin(), buckets.end(), [&](const Bucket& b) {
-      return b.device == g.device() && b.dtype == g.scalar_type();
-    });
-    if (it == buckets.end())
-      it = buckets.insert(buckets.end(), Bucket{g.device(), g.scalar_type(), {}});
-    it->list.push_back(g);
-    grads.push_back(g);
+    if (t.grad().defined()) grads.push_back(t.grad());
   }
   GradCheck result;
   if (grads.empty()) return result;
+  // Built on first need: the one-pass norm does without them, the kernels and clipping not.
+  std::vector<Bucket> buckets;
+  auto bucketed = [&]() -> std::vector<Bucket>& {
+    if (buckets.empty()) buckets = by_device_and_dtype(grads);
+    return buckets;
+  };
 
   if (scale == 1.0 && clip.norm_type == 2.0 && all_dense_cpu_float(grads)) {
     // Unscaled float32 on the CPU (fp32 training): one pass gives the norm and the check.
     result.norm = cpu_float_norm2(grads);
     result.finite = std::isfinite(result.norm);
   } else {
-    result = norm_and_check(buckets, grads.front().device(), scale, clip);
+    result = norm_and_check(bucketed(), grads.front().device(), scale, clip);
   }
 
   if (!result.finite) {
@@ -188,11 +198,11 @@ GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
     // torch.nn.utils.clip_grad_norm_'s coefficient, 1e-6 included.
     const double coef = clip.max_norm / (result.norm + 1e-6);
     if (coef < 1.0) {
-      for (auto& b : buckets) at::_foreach_mul_(b.list, coef);
+      for (auto& b : bucketed()) at::_foreach_mul_(b.list, coef);
     }
   }
   if (clip.max_value > 0.0) {
-    for (auto& b : buckets) {
+    for (auto& b : bucketed()) {
       at::_foreach_clamp_min_(b.list, -clip.max_value);
       at::_foreach_clamp_max_(b.list, clip.max_value);
     }

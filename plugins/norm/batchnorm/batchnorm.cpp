@@ -150,11 +150,12 @@ kiln_status* bn_backward(void* instance, kiln_call_context* ctx,
         kiln::as_tensor(*args->grad_output), x, optional_view(args->weight), running_mean,
         running_var, optional_view(args->save_mean), optional_view(args->save_invstd), batch_stats,
         bn.eps, mask);
-    // Handed over where the host gave a result slot (ABI 1.3), else copied into its buffer.
+    // Handed over where the host gave a result slot (ABI 1.3), else copied into its buffer; a
+    // slot is only read from arguments that have the field.
     const bool slots =
         bn.hands_over && KILN_HAS_FIELD(args, kiln_norm_backward_args, grad_bias_result);
     auto give = [&](DLManagedTensor** slot, DLTensor* buffer, const at::Tensor& grad) {
-      if (slots && slot != nullptr) {
+      if (slot != nullptr) {
         kiln::hand_over(slot, grad);
       } else if (buffer != nullptr) {
         kiln::as_tensor(*buffer).copy_(grad);
