@@ -16,49 +16,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <cstring>
 #include <utility>
+
+#include "engine/sum_of_squares.hpp"
 
 namespace kiln::engine {
 namespace {
-
-// Sum of squares of n floats: float partial sums in eight lanes (a GCC vector type, so the
-// loop is SIMD at -O2 too) over short blocks, combined in double, so the result keeps float32's
-// precision at any length. An AVX2 clone is chosen at load time where the CPU has it.
-__attribute__((target_clones("avx2", "default"))) double sum_of_squares(const float* x, int64_t n) {
-  typedef float Lanes __attribute__((vector_size(32)));
-  constexpr int64_t kLanes = 8, kBlock = 1024;
-  double total = 0.0;
-  for (int64_t start = 0; start < n; start += kBlock) {
-    const int64_t end = std::min(n, start + kBlock);
-    // Four independent accumulators (named, so they stay in registers), so the adds do not wait
-    // on each other's latency.
-    Lanes a0 = {}, a1 = {}, a2 = {}, a3 = {};
-    int64_t i = start;
-    for (; i + 4 * kLanes <= end; i += 4 * kLanes) {
-      Lanes v0, v1, v2, v3;
-      std::memcpy(&v0, x + i, sizeof v0);  // unaligned loads
-      std::memcpy(&v1, x + i + kLanes, sizeof v1);
-      std::memcpy(&v2, x + i + 2 * kLanes, sizeof v2);
-      std::memcpy(&v3, x + i + 3 * kLanes, sizeof v3);
-      a0 += v0 * v0;
-      a1 += v1 * v1;
-      a2 += v2 * v2;
-      a3 += v3 * v3;
-    }
-    for (; i + kLanes <= end; i += kLanes) {
-      Lanes v;
-      std::memcpy(&v, x + i, sizeof v);
-      a0 += v * v;
-    }
-    const Lanes sum = (a0 + a1) + (a2 + a3);
-    float block = 0.0f;
-    for (int64_t l = 0; l < kLanes; ++l) block += sum[l];
-    for (; i < end; ++i) block += x[i] * x[i];
-    total += static_cast<double>(block);
-  }
-  return total;
-}
 
 // The global 2-norm of dense float32 CPU gradients in one pass over their memory, without a
 // kernel launch per tensor: _foreach_norm has no multi-tensor CPU kernel, and on a model of
@@ -105,7 +68,7 @@ struct Bucket {
 // Unscales by 1/scale and checks every bucket, then takes the global p-norm: multi-tensor
 // kernels per bucket, and two numbers read back from `device` in one copy.
 GradCheck norm_and_check(std::vector<Bucket>& buckets, c10::Device device, double scale,
-                         const ClipSettings& clip) {
+                         const ClipSettings& clip, const at::Tensor& loss) {
   GradCheck result;
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
   // found_inf accumulates over every bucket; the kernel checks and multiplies by inv_scale.
@@ -130,11 +93,14 @@ GradCheck norm_and_check(std::vector<Bucket>& buckets, c10::Device device, doubl
     }
   }
   at::Tensor total = at::linalg_vector_norm(at::stack(norms), clip.norm_type);
-  // The two numbers the host needs, in one device-to-host copy.
-  at::Tensor both = at::cat({found_inf, total.reshape({1})}).cpu();
-  const float* values = both.data_ptr<float>();
+  // The numbers the host needs, the loss with them, in one device-to-host copy.
+  std::vector<at::Tensor> parts{found_inf, total.reshape({1})};
+  if (loss.defined()) parts.push_back(loss.reshape({1}).to(device, at::kFloat));
+  at::Tensor read = at::cat(parts).cpu();
+  const float* values = read.data_ptr<float>();
   result.finite = values[0] == 0.0f && std::isfinite(values[1]);
   result.norm = values[1];
+  if (loss.defined()) result.loss = values[2];
   return result;
 }
 
@@ -163,13 +129,17 @@ bool all_dense_cpu_float(const std::vector<at::Tensor>& grads) {
 
 GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
                              const std::vector<std::string>& names, double scale,
-                             const ClipSettings& clip, size_t name_limit) {
+                             const ClipSettings& clip, const at::Tensor& loss, size_t name_limit) {
   std::vector<at::Tensor> grads;
+  grads.reserve(tensors.size());
   for (const auto& t : tensors) {
     if (t.grad().defined()) grads.push_back(t.grad());
   }
   GradCheck result;
-  if (grads.empty()) return result;
+  if (grads.empty()) {
+    if (loss.defined()) result.loss = loss.item<double>();
+    return result;
+  }
   // Built on first need: the one-pass norm does without them, the kernels and clipping not.
   std::vector<Bucket> buckets;
   auto bucketed = [&]() -> std::vector<Bucket>& {
@@ -181,8 +151,9 @@ GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
     // Unscaled float32 on the CPU (fp32 training): one pass gives the norm and the check.
     result.norm = cpu_float_norm2(grads);
     result.finite = std::isfinite(result.norm);
+    if (loss.defined()) result.loss = loss.item<double>();
   } else {
-    result = norm_and_check(bucketed(), grads.front().device(), scale, clip);
+    result = norm_and_check(bucketed(), grads.front().device(), scale, clip, loss);
   }
 
   if (!result.finite) {

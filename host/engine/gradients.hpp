@@ -5,6 +5,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <cmath>
 #include <string>
 #include <vector>
 
@@ -20,14 +21,18 @@ struct GradCheck {
   bool finite = true;  // every gradient element finite
   double norm = 0.0;   // global norm of the unscaled gradients before clipping (NaN/inf if not)
   std::vector<std::string> non_finite;  // the first parameters with non-finite gradients
+  double loss = NAN;                    // the value of the `loss` tensor passed in, if any
 };
 
 // Unscales `tensors`' gradients in place by 1/`scale`, checks them, and when all are finite
 // clips them per `clip`. Tensors without a gradient are ignored. On non-finite gradients the
 // names of the first `name_limit` offending tensors (from `names`, parallel to `tensors`) are
-// reported. Reads back two numbers from the device, once.
+// reported. Reads back two numbers from the device, once; a defined `loss` (one element, the
+// step's loss on the device) rides along in the same copy, so that a CUDA step waits on the
+// device once and not again for its loss.
 GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
                              const std::vector<std::string>& names, double scale,
-                             const ClipSettings& clip, size_t name_limit = 3);
+                             const ClipSettings& clip, const at::Tensor& loss = {},
+                             size_t name_limit = 3);
 
 }  // namespace kiln::engine

@@ -22,13 +22,13 @@ void OptimizerStep::zero_grad() {
   for (auto& p : model_params_) p.mutable_grad() = at::Tensor();
 }
 
-StepOutcome OptimizerStep::run(int64_t step) {
+StepOutcome OptimizerStep::run(int64_t step, const at::Tensor& loss) {
   // Parameters are leaves that require grad; updating them in place must not be recorded.
   at::NoGradGuard no_grad;
   StepOutcome out;
   out.scale = scaler_.scale();
   stepped_.gather_grads();
-  out.check = unscale_check_clip(stepped_.flat(), stepped_.flat_names(), out.scale, clip_);
+  out.check = unscale_check_clip(stepped_.flat(), stepped_.flat_names(), out.scale, clip_, loss);
   out.verdict = scaler_.after_check(out.check.finite);
 
   const double lr = out.lr = lr_.current();

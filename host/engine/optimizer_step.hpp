@@ -36,7 +36,9 @@ class OptimizerStep {
   // Drops the model's gradients (set_to_none) before a new accumulation window.
   void zero_grad();
   // Runs optimizer step number `step` (1-based, attempted steps) on the gradients backward left.
-  StepOutcome run(int64_t step);
+  // `loss` (optional, one element on the device) is read back with the gradient check, into
+  // check.loss.
+  StepOutcome run(int64_t step, const at::Tensor& loss = {});
   const MasterWeights& stepped() const { return stepped_; }
 
  private:

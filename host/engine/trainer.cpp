@@ -490,6 +490,9 @@ void Trainer::Impl::step() {
   const int64_t resting_bytes = io::tensor_memory(device).current_bytes;
   const int64_t allreduces_before = ddp ? ddp->allreduce_calls() : 0;
   double data_time = 0.0;
+  // The window's loss on the device, read back once, with the gradient check: a window of one
+  // keeps its mean loss as it is (a multiply per step would buy nothing); longer windows sum
+  // loss × batch size.
   at::Tensor loss_sum;
   int64_t samples = 0, micro = 0;
   const auto step_start = Clock::now();
@@ -516,8 +519,12 @@ void Trainer::Impl::step() {
     const double factor = scale / static_cast<double>(window);
     if (ddp) ddp->before_backward(sync, loss);
     (factor == 1.0 ? loss : loss * factor).backward();
-    at::Tensor weighted = loss.detach() * static_cast<double>(y.size(0));
-    loss_sum = loss_sum.defined() ? loss_sum + weighted : weighted;
+    if (micro == 0) {
+      loss_sum = loss.detach();
+    } else {
+      if (micro == 1) loss_sum = loss_sum * static_cast<double>(samples);
+      loss_sum = loss_sum + loss.detach() * static_cast<double>(y.size(0));
+    }
     samples += y.size(0);
   }
   position.batches_in_epoch += window;
@@ -532,7 +539,7 @@ void Trainer::Impl::step() {
   step_epoch = epoch;
 
   // Unscale, check, clip, scale update; then the optimizer, or a skip that touches nothing.
-  const StepOutcome outcome = optimizer_step->run(step);
+  const StepOutcome outcome = optimizer_step->run(step, loss_sum);
   if (bar) io::clear_progress_bar(stderr);  // log lines below start on a clean line
   const std::vector<double>& group_lrs = outcome.group_lrs;
   if (lr_driver->changed_notably(outcome.lr)) spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
@@ -544,8 +551,8 @@ void Trainer::Impl::step() {
                      : "");
   }
 
-  double loss_total = loss_sum.item<double>();
   double samples_total = static_cast<double>(samples);
+  double loss_total = micro == 1 ? outcome.check.loss * samples_total : outcome.check.loss;
   int stop_signal = signals ? StopSignals::received() : 0;
   bool cancel = cancel_requested.load();
   if (group) {

@@ -358,6 +358,20 @@ TEST(Clipping, OnePassNormFindsANaNOrInfAndNamesItsTensor) {
   }
 }
 
+// The step's loss rides along with the check's read-back, on the one-pass path (unscaled
+// float32) and on the kernel path (scaled), and when no tensor has a gradient.
+TEST(Clipping, LossIsReadBackWithTheCheck) {
+  at::Tensor t = at::zeros({5}).requires_grad_(true);
+  const at::Tensor loss = at::full({}, 2.75);
+  t.mutable_grad() = at::ones({5});
+  EXPECT_DOUBLE_EQ(unscale_check_clip({t}, {"t"}, 1.0, {}, loss).loss, 2.75);
+  t.mutable_grad() = at::ones({5});
+  EXPECT_DOUBLE_EQ(unscale_check_clip({t}, {"t"}, 8.0, {}, loss).loss, 2.75);
+  t.mutable_grad() = at::Tensor();
+  EXPECT_DOUBLE_EQ(unscale_check_clip({t}, {"t"}, 1.0, {}, loss).loss, 2.75);
+  EXPECT_TRUE(std::isnan(unscale_check_clip({t}, {"t"}, 1.0, {}).loss));
+}
+
 // ---- bf16 autocast against torch.autocast
 // ---------------------------------------------------------
 
