@@ -111,7 +111,11 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
         spec("norm", KILN_OPT_STRING, "\"\"",
              "norm component behind every norm layer of the model, e.g. \"syncbn\" "
              "(convert_sync_batchnorm as one key); wins over norm.name; its options stay in "
-             "[norm]; empty = norm.name")}},
+             "[norm]; empty = norm.name"),
+        choice("memory_format", "auto,contiguous,channels_last", "\"auto\"",
+               "layout of the model's 4-D weights and input batches: channels_last (NHWC) feeds "
+               "cuDNN's tensor-core convolutions under float16/bfloat16; auto = channels_last on "
+               "cuda with a half precision and a convolutional model, contiguous elsewhere")}},
       {"norm", {spec("name", KILN_OPT_STRING, "\"batchnorm\"", "normalisation layer component")}},
       {"optimizer",
        {

@@ -31,6 +31,7 @@
 #include "engine/gradients.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
+#include "engine/memory_format.hpp"
 #include "engine/optimizer_step.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/precision.hpp"
@@ -109,7 +110,8 @@ struct Evaluation {
 // Test-set accuracy and loss, the forward run as in training (dtype, autocast). In a
 // distributed run each rank evaluates its shard and the sums are all-reduced.
 Evaluation evaluate_model(kiln::Model& model, data::Loader& loader, at::Device device,
-                          const PrecisionPlan& plan, dist::ProcessGroup* group) {
+                          const PrecisionPlan& plan, bool channels_last,
+                          dist::ProcessGroup* group) {
   at::NoGradGuard no_grad;
   model.eval();
   loader.start_epoch(0);
@@ -119,6 +121,7 @@ Evaluation evaluate_model(kiln::Model& model, data::Loader& loader, at::Device d
     at::Tensor x = batch->images.to(device, /*non_blocking=*/true);
     at::Tensor y = batch->labels.to(device, /*non_blocking=*/true);
     if (plan.half_model()) x = x.to(plan.model_dtype);
+    x = in_model_layout(x, channels_last);
     at::Tensor logits;
     {
       AutocastScope autocast(device.type(), plan.autocast_dtype, plan.autocast);
@@ -196,6 +199,7 @@ struct Trainer::Impl {
   data::Dataset train_set, test_set;
   std::optional<data::Loader> train_loader, test_loader;
   std::shared_ptr<kiln::Model> model;
+  bool channels_last = false;  // 4-D weights and batches in NHWC (model.memory_format)
   std::vector<ParamGroup> groups;
   std::optional<plugin::OptimizerAdapter> optimizer;
   int64_t epochs = 0, accumulation = 1, batches_per_epoch = 0;
@@ -341,6 +345,11 @@ void Trainer::Impl::build() {
   model->to(device);
   cast_model(*model, plan);
   check_model_precision(*model, plan);
+  channels_last = use_channels_last(p.model.core.get_string("memory_format"), device, plan, *model);
+  if (channels_last) {
+    spdlog::info("memory format channels_last: {} 4-D tensors restrided, batches follow",
+                 to_channels_last(*model));
+  }
   model->train();
 
   // Optimizer, schedule, loss scale.
@@ -504,6 +513,7 @@ void Trainer::Impl::step() {
     at::Tensor x = batch->images.to(device, /*non_blocking=*/true);
     at::Tensor y = batch->labels.to(device, /*non_blocking=*/true);
     if (plan.half_model()) x = x.to(plan.model_dtype);
+    x = in_model_layout(x, channels_last);
     // The window's last backward all-reduces (the Reducer averages over the ranks); the
     // ones before only accumulate, as under DDP's no_sync().
     const bool sync = sync_every_micro_step || micro == window - 1;
@@ -679,7 +689,8 @@ void Trainer::Impl::finish() {
 
 io::EvalRecord Trainer::Impl::evaluate() {
   eval_due = false;
-  const Evaluation e = evaluate_model(*model, *test_loader, device, plan, group.get());
+  const Evaluation e =
+      evaluate_model(*model, *test_loader, device, plan, channels_last, group.get());
   // The epoch just trained: the open one, or the one before the next to open (0 before any).
   const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
   const io::EvalRecord record{epoch, position.step, e.accuracy, e.loss};

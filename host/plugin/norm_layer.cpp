@@ -99,8 +99,9 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     const at::Tensor& kept = saved[0];
     const at::Tensor& weight = saved[1];
     const at::Tensor& bias = saved[2];
-    // Plugins index the gradient as they indexed the input: give them a dense one.
-    at::Tensor grad_output = grad_outputs[0].contiguous();
+    // Plugins index the gradient as they indexed the input: give them a dense one, in the
+    // layout autograd gave it (NCHW, or NHWC under channels_last: no transposing copy).
+    at::Tensor grad_output = grad_outputs[0].contiguous(grad_outputs[0].suggest_memory_format());
     const bool frozen = layer->layout().frozen != 0;
     const bool want_weight = !frozen && weight.defined() && ctx->needs_input_grad(1);
     const bool want_bias = !frozen && bias.defined() && ctx->needs_input_grad(2);

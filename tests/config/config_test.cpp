@@ -287,7 +287,7 @@ TEST_F(ConfigTest, CoreSchemaIsDocumented) {
       EXPECT_GT(std::strlen(spec.doc), 0u) << section << "." << spec.name;
     }
   }
-  EXPECT_EQ(core_schema("model").size(), 3u);                 // name, init, norm
+  EXPECT_EQ(core_schema("model").size(), 4u);                 // name, init, norm, memory_format
   EXPECT_EQ(core_schema("model")[0].default_value, nullptr);  // required
   EXPECT_EQ(core_schema("data").size(), 18u);
   EXPECT_THROW(core_schema("nope"), std::out_of_range);

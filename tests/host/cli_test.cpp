@@ -211,6 +211,48 @@ TEST(Cli, TrainsAndWritesMetrics) {
   fs::remove_all(dir);
 }
 
+// Each step's loss from a metrics file.
+std::vector<double> step_losses(const fs::path& metrics) {
+  std::ifstream in(metrics.string());
+  std::vector<double> losses;
+  const std::regex loss_re(R"("type":"step",.*"loss":([-0-9.e+]+),)");
+  std::smatch m;
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_search(line, m, loss_re)) losses.push_back(std::stod(m[1]));
+  }
+  return losses;
+}
+
+// model.memory_format = "channels_last" restrides the convolutions' weights and the batches to
+// NHWC and trains to the same losses as NCHW (float32: the kernels sum in another order), with
+// batch norm and with a plugin norm layer that keeps its own layout (InPlace-ABN). On the CPU,
+// "auto" keeps NCHW.
+TEST(Cli, ChannelsLastTrainsAsContiguous) {
+  fs::path dir = temp_dir();
+  for (const std::string norm :
+       {"", " --set model.norm='\"inplace_abn\"' --set model.activation='\"leaky_relu\"'"}) {
+    std::vector<double> losses[2];
+    for (int nhwc = 0; nhwc < 2; ++nhwc) {
+      const fs::path metrics = dir / ("m" + std::to_string(nhwc) + ".jsonl");
+      Result r = kiln("run " + pipeline("synthetic_resnet.toml") + norm + " --metrics " +
+                      metrics.string() + " --set model.memory_format='\"" +
+                      (nhwc ? "channels_last" : "auto") + "\"'");
+      ASSERT_EQ(r.code, 0) << r.output;
+      EXPECT_EQ(r.output.find("memory format channels_last: 5 4-D tensors restrided") !=
+                    std::string::npos,
+                nhwc == 1)
+          << r.output;
+      losses[nhwc] = step_losses(metrics);
+    }
+    ASSERT_EQ(losses[0].size(), 6u) << norm;
+    ASSERT_EQ(losses[1].size(), 6u) << norm;
+    for (size_t i = 0; i < losses[0].size(); ++i) {
+      EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5 * losses[0][i]) << norm << " step " << i + 1;
+    }
+  }
+  fs::remove_all(dir);
+}
+
 TEST(Cli, TrainsWithThePlainCOptimizerPlugin) {
   const std::string good = std::string(KILN_TEST_PLUGIN_DIR) + "/good";
   Result r = kiln("run " + pipeline("c_plugin.toml"), "KILN_PLUGIN_PATH=" + good);

@@ -19,6 +19,7 @@
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/master_weights.hpp"
+#include "engine/memory_format.hpp"
 #include "engine/optimizer_step.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/precision.hpp"
@@ -370,6 +371,40 @@ TEST(Clipping, LossIsReadBackWithTheCheck) {
   t.mutable_grad() = at::Tensor();
   EXPECT_DOUBLE_EQ(unscale_check_clip({t}, {"t"}, 1.0, {}, loss).loss, 2.75);
   EXPECT_TRUE(std::isnan(unscale_check_clip({t}, {"t"}, 1.0, {}).loss));
+}
+
+// model.memory_format = "auto" picks NHWC only where it pays: CUDA, a half precision, and a
+// model with convolution weights; the explicit settings win everywhere.
+TEST(MemoryFormat, AutoIsChannelsLastOnlyForConvolutionsUnderHalfPrecisionOnCuda) {
+  torch::nn::Module conv, linear;
+  conv.register_parameter("weight", at::zeros({4, 3, 3, 3}));
+  linear.register_parameter("weight", at::zeros({4, 3}));
+  PrecisionPlan fp32, amp, half;
+  amp.autocast = true;
+  amp.autocast_dtype = at::kHalf;
+  half.model_dtype = at::kBFloat16;
+  const at::Device cuda(at::kCUDA, 0), cpu(at::kCPU);
+  EXPECT_TRUE(use_channels_last("auto", cuda, amp, conv));
+  EXPECT_TRUE(use_channels_last("auto", cuda, half, conv));
+  EXPECT_FALSE(use_channels_last("auto", cuda, fp32, conv));
+  EXPECT_FALSE(use_channels_last("auto", cuda, amp, linear));
+  EXPECT_FALSE(use_channels_last("auto", cpu, amp, conv));
+  EXPECT_TRUE(use_channels_last("channels_last", cpu, fp32, linear));
+  EXPECT_FALSE(use_channels_last("contiguous", cuda, amp, conv));
+  // Restriding keeps the parameter object (what optimizer groups hold) and its values.
+  at::Tensor w = conv.named_parameters()["weight"];
+  {
+    at::NoGradGuard no_grad;
+    w.copy_(at::arange(108, at::kFloat).reshape({4, 3, 3, 3}));
+  }
+  EXPECT_EQ(to_channels_last(conv), 1);
+  EXPECT_TRUE(conv.named_parameters()["weight"].is_same(w));
+  EXPECT_TRUE(w.is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(w.equal(at::arange(108, at::kFloat).reshape({4, 3, 3, 3})));
+  EXPECT_EQ(to_channels_last(linear), 0);
+  at::Tensor x = at::randn({2, 3, 5, 5});
+  EXPECT_TRUE(in_model_layout(x, true).is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(in_model_layout(x, false).is_same(x));
 }
 
 // ---- bf16 autocast against torch.autocast

@@ -1,0 +1,28 @@
+// The layout of the model's 4-D tensors and of its input images: NCHW (contiguous) or NHWC
+// (channels_last), which cuDNN's tensor-core convolutions want under float16/bfloat16.
+#pragma once
+#include <ATen/core/Tensor.h>
+#include <torch/nn/module.h>
+
+#include <string>
+
+#include "engine/precision.hpp"
+
+namespace kiln::engine {
+
+// model.memory_format resolved: "channels_last" and "contiguous" as said; "auto" gives
+// channels_last on CUDA under a half precision (autocast or a half model) for a model with 4-D
+// (convolution) weights, and contiguous elsewhere, where NHWC buys nothing or costs copies.
+bool use_channels_last(const std::string& setting, at::Device device, const PrecisionPlan& plan,
+                       torch::nn::Module& model);
+
+// Restrides every 4-D parameter and buffer of `model` to channels_last in place (the tensors
+// keep their identity, so optimizer groups and hooks still hold them). Returns how many it
+// restrided.
+int64_t to_channels_last(torch::nn::Module& model);
+
+// The model's input in the model's layout: 4-D batches restrided to channels_last when
+// `channels_last`, anything else as it is.
+at::Tensor in_model_layout(const at::Tensor& x, bool channels_last);
+
+}  // namespace kiln::engine
