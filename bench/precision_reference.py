@@ -248,6 +248,8 @@ def main():
         tf32 = args.mode == "tf32"
         torch.backends.cuda.matmul.allow_tf32 = tf32
         torch.backends.cudnn.allow_tf32 = tf32
+        # Kiln's run.cudnn_benchmark default: cuDNN times its algorithms once per shape.
+        torch.backends.cudnn.benchmark = pipe["run"].get("cudnn_benchmark", True)
     torch.manual_seed(pipe["run"].get("seed", 0))
 
     data = pipe["data"]

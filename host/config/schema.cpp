@@ -54,6 +54,10 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
            choice("tf32", "default,on,off", "\"default\"",
                   "TensorFloat-32 on CUDA for fp32 work: default = PyTorch's (cuDNN convolutions "
                   "on, cuBLAS matmuls off), on = both, off = neither"),
+           spec("cudnn_benchmark", KILN_OPT_BOOL, "true",
+                "let cuDNN time its convolution algorithms on the first batch of each shape and "
+                "keep the fastest (torch.backends.cudnn.benchmark); false for runs whose shapes "
+                "keep changing"),
            spec("accumulation_steps", KILN_OPT_INT, "1",
                 "micro-batches per optimizer step (gradient accumulation); the last window of an "
                 "epoch may be shorter and is averaged over its own length",

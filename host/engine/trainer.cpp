@@ -3,8 +3,6 @@
 // checkpoints), and run them epoch after epoch with an evaluation at each end (Trainer::run).
 #include "engine/trainer.hpp"
 
-#include <ATen/Context.h>
-#include <ATen/Parallel.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/tensor.h>
@@ -37,6 +35,7 @@
 #include "engine/precision.hpp"
 #include "engine/resume.hpp"
 #include "engine/stop_signal.hpp"
+#include "engine/torch_settings.hpp"
 #include "io/memory.hpp"
 #include "io/metrics.hpp"
 #include "io/progress.hpp"
@@ -250,15 +249,10 @@ Trainer::Impl::Impl(const config::Pipeline& pipeline, const RunOptions& run_opti
     : p(pipeline), options(run_options) {
   // Before any tensor the run keeps: the metrics' tensor_* fields come from this counter.
   io::count_cpu_tensor_memory();
-  if (p.run.get_int("threads") > 0) at::set_num_threads(static_cast<int>(p.run.get_int("threads")));
+  apply_torch_settings(p.run);
   device = resolve_device(p.run.get_string("device"));
   check_pipeline(p, device);
   join_group();
-  if (p.run.get_string("tf32") != "default") {
-    const bool tf32 = p.run.get_string("tf32") == "on";
-    at::globalContext().setAllowTF32CuBLAS(tf32);
-    at::globalContext().setAllowTF32CuDNN(tf32);
-  }
   if (group) group_for_plugins.emplace(group.get());
   blame([&] { build(); });
 }

@@ -319,7 +319,8 @@ TEST_F(ConfigTest, UnknownKey) {
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[run]\nzzzzzzzz = 1\n"),
             at(4, 1) +
                 ": run.zzzzzzzz: unknown key; valid keys: device, epochs, max_steps, seed, "
-                "log_interval, eval, threads, tf32, accumulation_steps, max_nonfinite_steps, "
+                "log_interval, eval, threads, tf32, cudnn_benchmark, accumulation_steps, "
+                "max_nonfinite_steps, "
                 "output_dir, checkpoints, checkpoint_every, checkpoint_keep, resume_fallback, "
                 "tensorboard");
   // The keys of the chosen component only: nesterov belongs to sgd, not adamw.

@@ -2,6 +2,7 @@
 // precision policies): O2 master weights, the fp16 underflow that loss scaling prevents, skipped
 // steps that touch nothing, accumulation that unscales once, clipping and bf16 autocast against
 // PyTorch, and the loss scaler's guards.
+#include <ATen/Context.h>
 #include <ATen/Functions.h>
 #include <ATen/core/grad_mode.h>
 #include <gtest/gtest.h>
@@ -23,6 +24,7 @@
 #include "engine/optimizer_step.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/precision.hpp"
+#include "engine/torch_settings.hpp"
 #include "kiln/torch.hpp"
 #include "kiln_test_paths.h"
 #include "plugin/adapters.hpp"
@@ -405,6 +407,24 @@ TEST(MemoryFormat, AutoIsChannelsLastOnlyForConvolutionsUnderHalfPrecisionOnCuda
   at::Tensor x = at::randn({2, 3, 5, 5});
   EXPECT_TRUE(in_model_layout(x, true).is_contiguous(at::MemoryFormat::ChannelsLast));
   EXPECT_TRUE(in_model_layout(x, false).is_same(x));
+}
+
+// [run]'s torch settings land in torch's global context (the flags exist without CUDA).
+TEST(TorchSettings, RunTableSetsCudnnBenchmarkAndTf32) {
+  at::Context& ctx = at::globalContext();
+  const bool benchmark = ctx.benchmarkCuDNN();
+  const bool tf32_cublas = ctx.allowTF32CuBLAS(), tf32_cudnn = ctx.allowTF32CuDNN();
+  apply_torch_settings(Rig("", "cudnn_benchmark = false\ntf32 = \"on\"\n").p.run);
+  EXPECT_FALSE(ctx.benchmarkCuDNN());
+  EXPECT_TRUE(ctx.allowTF32CuBLAS());
+  EXPECT_TRUE(ctx.allowTF32CuDNN());
+  apply_torch_settings(Rig("", "tf32 = \"off\"\n").p.run);  // cudnn_benchmark's default: on
+  EXPECT_TRUE(ctx.benchmarkCuDNN());
+  EXPECT_FALSE(ctx.allowTF32CuBLAS());
+  EXPECT_FALSE(ctx.allowTF32CuDNN());
+  ctx.setBenchmarkCuDNN(benchmark);
+  ctx.setAllowTF32CuBLAS(tf32_cublas);
+  ctx.setAllowTF32CuDNN(tf32_cudnn);
 }
 
 // ---- bf16 autocast against torch.autocast
