@@ -114,8 +114,9 @@ Evaluation evaluate_model(kiln::Model& model, data::Loader& loader, at::Device d
   at::NoGradGuard no_grad;
   model.eval();
   loader.start_epoch(0);
-  double loss_sum = 0.0;
-  int64_t correct = 0, seen = 0;
+  // Sums stay on the device until the end: no host sync per batch.
+  at::Tensor loss_total, correct_total;
+  int64_t seen = 0;
   while (auto batch = loader.next()) {
     at::Tensor x = batch->images.to(device, /*non_blocking=*/true);
     at::Tensor y = batch->labels.to(device, /*non_blocking=*/true);
@@ -126,11 +127,15 @@ Evaluation evaluate_model(kiln::Model& model, data::Loader& loader, at::Device d
       AutocastScope autocast(device.type(), plan.autocast_dtype, plan.autocast);
       logits = model.forward(x).to(at::kFloat);
     }
-    loss_sum += at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).item<double>();
-    correct += logits.argmax(1).eq(y).sum().item<int64_t>();
+    at::Tensor loss = at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).to(at::kDouble);
+    at::Tensor correct = logits.argmax(1).eq(y).sum();
+    loss_total = loss_total.defined() ? loss_total + loss : loss;
+    correct_total = correct_total.defined() ? correct_total + correct : correct;
     seen += y.size(0);
   }
   model.train();
+  double loss_sum = loss_total.defined() ? loss_total.item<double>() : 0.0;
+  int64_t correct = correct_total.defined() ? correct_total.item<int64_t>() : 0;
   if (group != nullptr) {
     at::Tensor sums = at::tensor(
         std::vector<double>{loss_sum, static_cast<double>(correct), static_cast<double>(seen)});
