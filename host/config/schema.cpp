@@ -54,6 +54,11 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
            choice("tf32", "default,on,off", "\"default\"",
                   "TensorFloat-32 on CUDA for fp32 work: default = PyTorch's (cuDNN convolutions "
                   "on, cuBLAS matmuls off), on = both, off = neither"),
+           spec("cuda_graph", KILN_OPT_BOOL, "false",
+                "capture a step's forward, loss, backward and gradient check as a CUDA graph "
+                "after 3 eager steps and replay it (static batch shapes; one process, no "
+                "accumulation, no o2, no activation checkpointing: else the run says why and "
+                "stays eager); the optimizer runs after each replay"),
            spec("cudnn_benchmark", KILN_OPT_BOOL, "true",
                 "let cuDNN time its convolution algorithms on the first batch of each shape and "
                 "keep the fastest (torch.backends.cudnn.benchmark); false for runs whose shapes "

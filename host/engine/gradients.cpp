@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <stdexcept>
 #include <utility>
 
 #include "engine/sum_of_squares.hpp"
@@ -65,16 +66,15 @@ struct Bucket {
   std::vector<at::Tensor> list;
 };
 
-// Unscales by 1/scale and checks every bucket, then takes the global p-norm: multi-tensor
-// kernels per bucket, and two numbers read back from `device` in one copy.
-GradCheck norm_and_check(std::vector<Bucket>& buckets, c10::Device device, double scale,
-                         const ClipSettings& clip, const at::Tensor& loss) {
-  GradCheck result;
+// Checks every bucket (unscaling by `inv_scale` first when it is defined), then takes the
+// global p-norm: multi-tensor kernels per bucket, no host read. Returns, on `device`, float32
+// [found_inf, norm] with the loss appended when `loss` is defined.
+at::Tensor launch_check(std::vector<Bucket>& buckets, c10::Device device,
+                        const at::Tensor& inv_scale, double norm_type, const at::Tensor& loss) {
   const auto f32 = at::TensorOptions().dtype(at::kFloat).device(device);
   // found_inf accumulates over every bucket; the kernel checks and multiplies by inv_scale.
   at::Tensor found_inf = at::zeros({1}, f32);
-  auto check_and_unscale = [&](double inv) {
-    at::Tensor inv_scale = at::full({1}, inv, f32);
+  if (inv_scale.defined()) {
     for (auto& b : buckets) {
       const bool home = b.device == device;
       at::Tensor bucket_inf = home ? found_inf : at::zeros({1}, f32.device(b.device));
@@ -82,26 +82,27 @@ GradCheck norm_and_check(std::vector<Bucket>& buckets, c10::Device device, doubl
       at::_amp_foreach_non_finite_check_and_unscale_(b.list, bucket_inf, bucket_inv);
       if (!home) found_inf.add_(bucket_inf.to(device));
     }
-  };
-  // Unscaled (scale 1) the pass would only multiply by 1: a p-norm with p > 0 turns non-finite
-  // on any inf or NaN, and a non-finite norm fails the check either way.
-  if (scale != 1.0 || !(clip.norm_type > 0.0)) check_and_unscale(1.0 / scale);
+  }
   std::vector<at::Tensor> norms;
   for (auto& b : buckets) {
-    for (auto& n : at::_foreach_norm(b.list, clip.norm_type, at::kFloat)) {
-      norms.push_back(n.to(device));
-    }
+    for (auto& n : at::_foreach_norm(b.list, norm_type, at::kFloat)) norms.push_back(n.to(device));
   }
-  at::Tensor total = at::linalg_vector_norm(at::stack(norms), clip.norm_type);
-  // The numbers the host needs, the loss with them, in one device-to-host copy.
+  at::Tensor total = at::linalg_vector_norm(at::stack(norms), norm_type);
   std::vector<at::Tensor> parts{found_inf, total.reshape({1})};
   if (loss.defined()) parts.push_back(loss.reshape({1}).to(device, at::kFloat));
-  at::Tensor read = at::cat(parts).cpu();
-  const float* values = read.data_ptr<float>();
-  result.finite = values[0] == 0.0f && std::isfinite(values[1]);
-  result.norm = values[1];
-  if (loss.defined()) result.loss = values[2];
-  return result;
+  return at::cat(parts);
+}
+
+// Unscales by 1/scale, checks and takes the norm, and reads the numbers back in one copy.
+GradCheck norm_and_check(std::vector<Bucket>& buckets, c10::Device device, double scale,
+                         const ClipSettings& clip, const at::Tensor& loss) {
+  // Unscaled (scale 1) the pass would only multiply by 1: a p-norm with p > 0 turns non-finite
+  // on any inf or NaN, and a non-finite norm fails the check either way.
+  at::Tensor inv_scale;
+  if (scale != 1.0 || !(clip.norm_type > 0.0)) {
+    inv_scale = at::full({1}, 1.0 / scale, at::TensorOptions().dtype(at::kFloat).device(device));
+  }
+  return read_gradient_check(launch_check(buckets, device, inv_scale, clip.norm_type, loss));
 }
 
 // The fused kernels take one device and one dtype per call (few buckets: a linear search).
@@ -127,6 +128,62 @@ bool all_dense_cpu_float(const std::vector<at::Tensor>& grads) {
 
 }  // namespace
 
+at::Tensor launch_gradient_check(const std::vector<at::Tensor>& tensors,
+                                 const at::Tensor& inv_scale, double norm_type,
+                                 const at::Tensor& loss) {
+  std::vector<at::Tensor> grads;
+  for (const auto& t : tensors) {
+    if (t.grad().defined()) grads.push_back(t.grad());
+  }
+  if (grads.empty()) throw std::invalid_argument("launch_gradient_check: no gradients");
+  std::vector<Bucket> buckets = by_device_and_dtype(grads);
+  return launch_check(buckets, grads.front().device(), inv_scale, norm_type, loss);
+}
+
+GradCheck read_gradient_check(const at::Tensor& readout) {
+  const at::Tensor values = readout.to(at::kCPU, at::kFloat).contiguous();
+  const float* v = values.const_data_ptr<float>();
+  GradCheck result;
+  result.finite = v[0] == 0.0f && std::isfinite(v[1]);
+  result.norm = v[1];
+  if (values.numel() > 2) result.loss = v[2];
+  return result;
+}
+
+GradCheck clip_after_check(GradCheck result, const std::vector<at::Tensor>& tensors,
+                           const std::vector<std::string>& names, const ClipSettings& clip,
+                           size_t name_limit) {
+  if (!result.finite) {
+    for (size_t i = 0; i < tensors.size() && result.non_finite.size() < name_limit; ++i) {
+      const at::Tensor& g = tensors[i].grad();
+      if (g.defined() && !at::isfinite(g).all().item<bool>()) {
+        result.non_finite.push_back(i < names.size() ? names[i] : "#" + std::to_string(i));
+      }
+    }
+    return result;
+  }
+  if (!(clip.max_norm > 0.0) && !(clip.max_value > 0.0)) return result;
+  std::vector<at::Tensor> grads;
+  for (const auto& t : tensors) {
+    if (t.grad().defined()) grads.push_back(t.grad());
+  }
+  std::vector<Bucket> buckets = by_device_and_dtype(grads);
+  if (clip.max_norm > 0.0) {
+    // torch.nn.utils.clip_grad_norm_'s coefficient, 1e-6 included.
+    const double coef = clip.max_norm / (result.norm + 1e-6);
+    if (coef < 1.0) {
+      for (auto& b : buckets) at::_foreach_mul_(b.list, coef);
+    }
+  }
+  if (clip.max_value > 0.0) {
+    for (auto& b : buckets) {
+      at::_foreach_clamp_min_(b.list, -clip.max_value);
+      at::_foreach_clamp_max_(b.list, clip.max_value);
+    }
+  }
+  return result;
+}
+
 GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
                              const std::vector<std::string>& names, double scale,
                              const ClipSettings& clip, const at::Tensor& loss, size_t name_limit) {
@@ -140,45 +197,16 @@ GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
     if (loss.defined()) result.loss = loss.item<double>();
     return result;
   }
-  // Built on first need: the one-pass norm does without them, the kernels and clipping not.
-  std::vector<Bucket> buckets;
-  auto bucketed = [&]() -> std::vector<Bucket>& {
-    if (buckets.empty()) buckets = by_device_and_dtype(grads);
-    return buckets;
-  };
-
   if (scale == 1.0 && clip.norm_type == 2.0 && all_dense_cpu_float(grads)) {
     // Unscaled float32 on the CPU (fp32 training): one pass gives the norm and the check.
     result.norm = cpu_float_norm2(grads);
     result.finite = std::isfinite(result.norm);
     if (loss.defined()) result.loss = loss.item<double>();
   } else {
-    result = norm_and_check(bucketed(), grads.front().device(), scale, clip, loss);
+    std::vector<Bucket> buckets = by_device_and_dtype(grads);
+    result = norm_and_check(buckets, grads.front().device(), scale, clip, loss);
   }
-
-  if (!result.finite) {
-    for (size_t i = 0; i < tensors.size() && result.non_finite.size() < name_limit; ++i) {
-      const at::Tensor& g = tensors[i].grad();
-      if (g.defined() && !at::isfinite(g).all().item<bool>()) {
-        result.non_finite.push_back(i < names.size() ? names[i] : "#" + std::to_string(i));
-      }
-    }
-    return result;
-  }
-  if (clip.max_norm > 0.0) {
-    // torch.nn.utils.clip_grad_norm_'s coefficient, 1e-6 included.
-    const double coef = clip.max_norm / (result.norm + 1e-6);
-    if (coef < 1.0) {
-      for (auto& b : bucketed()) at::_foreach_mul_(b.list, coef);
-    }
-  }
-  if (clip.max_value > 0.0) {
-    for (auto& b : bucketed()) {
-      at::_foreach_clamp_min_(b.list, -clip.max_value);
-      at::_foreach_clamp_max_(b.list, clip.max_value);
-    }
-  }
-  return result;
+  return clip_after_check(std::move(result), tensors, names, clip, name_limit);
 }
 
 }  // namespace kiln::engine

@@ -35,4 +35,18 @@ GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
                              const ClipSettings& clip, const at::Tensor& loss = {},
                              size_t name_limit = 3);
 
+// The check in two halves, for a step captured as a CUDA graph, where nothing may read the
+// device: launch_gradient_check enqueues the kernels (unscaling by the device tensor
+// `inv_scale` first when it is defined; the p-norm of `norm_type`) and returns the device
+// tensor [found_inf, norm, loss?]; read_gradient_check copies it to the host after the replay.
+at::Tensor launch_gradient_check(const std::vector<at::Tensor>& tensors,
+                                 const at::Tensor& inv_scale, double norm_type,
+                                 const at::Tensor& loss);
+GradCheck read_gradient_check(const at::Tensor& readout);
+
+// What unscale_check_clip does after its read: names the first non-finite tensors, or clips.
+GradCheck clip_after_check(GradCheck check, const std::vector<at::Tensor>& tensors,
+                           const std::vector<std::string>& names, const ClipSettings& clip,
+                           size_t name_limit = 3);
+
 }  // namespace kiln::engine

@@ -2,6 +2,9 @@
 
 #include <ATen/core/grad_mode.h>
 
+#include <stdexcept>
+#include <utility>
+
 namespace kiln::engine {
 
 OptimizerStep::OptimizerStep(const std::vector<ParamGroup>& groups, const PrecisionPlan& plan,
@@ -25,10 +28,23 @@ void OptimizerStep::zero_grad() {
 StepOutcome OptimizerStep::run(int64_t step, const at::Tensor& loss) {
   // Parameters are leaves that require grad; updating them in place must not be recorded.
   at::NoGradGuard no_grad;
+  stepped_.gather_grads();
+  return apply(step, unscale_check_clip(stepped_.flat(), stepped_.flat_names(), scaler_.scale(),
+                                        clip_, loss));
+}
+
+StepOutcome OptimizerStep::run_after_check(int64_t step, const GradCheck& read) {
+  at::NoGradGuard no_grad;
+  if (stepped_.enabled()) {
+    throw std::logic_error("a check read before the step cannot cover master weights");
+  }
+  return apply(step, clip_after_check(read, stepped_.flat(), stepped_.flat_names(), clip_));
+}
+
+StepOutcome OptimizerStep::apply(int64_t step, GradCheck check) {
   StepOutcome out;
   out.scale = scaler_.scale();
-  stepped_.gather_grads();
-  out.check = unscale_check_clip(stepped_.flat(), stepped_.flat_names(), out.scale, clip_, loss);
+  out.check = std::move(check);
   out.verdict = scaler_.after_check(out.check.finite);
 
   const double lr = out.lr = lr_.current();

@@ -39,9 +39,15 @@ class OptimizerStep {
   // `loss` (optional, one element on the device) is read back with the gradient check, into
   // check.loss.
   StepOutcome run(int64_t step, const at::Tensor& loss = {});
+  // The same after a check already read (a step whose backward and check ran as a CUDA graph):
+  // clipping, the loss-scale update and the optimizer. Not for master weights.
+  StepOutcome run_after_check(int64_t step, const GradCheck& read);
   const MasterWeights& stepped() const { return stepped_; }
 
  private:
+  // The loss-scale update and the optimizer (or a skip) after the check.
+  StepOutcome apply(int64_t step, GradCheck check);
+
   const std::vector<ParamGroup>& groups_;
   MasterWeights stepped_;
   plugin::OptimizerAdapter& optimizer_;

@@ -27,6 +27,7 @@
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
 #include "engine/gradients.hpp"
+#include "engine/graph_step.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/memory_format.hpp"
@@ -213,6 +214,7 @@ struct Trainer::Impl {
   std::optional<LossScaler> scaler;
   std::optional<OptimizerStep> optimizer_step;
   std::unique_ptr<dist::DataParallel> ddp;
+  std::unique_ptr<GraphedStep> graphed;  // run.cuda_graph, where the pipeline allows it
   bool sync_every_micro_step = false;
 
   RunResult result;
@@ -407,6 +409,28 @@ void Trainer::Impl::build() {
                  d.compression == "none" ? "" : ", " + d.compression + " on the wire");
   }
 
+  // CUDA graph of the step.
+  if (run.get_bool("cuda_graph")) {
+    GraphConditions conditions;
+    conditions.cuda = device.is_cuda();
+    conditions.world_size = world;
+    conditions.accumulation = accumulation;
+    conditions.master_weights = plan.master_weights;
+    conditions.activation_checkpointing = !checkpointing.empty();
+    const std::string why_not = graph_unsupported_reason(conditions);
+    if (!why_not.empty()) {
+      spdlog::warn("run.cuda_graph: {}; the step runs eagerly", why_not);
+    } else {
+      std::vector<at::Tensor> trainable;
+      for (const auto& g : groups)
+        trainable.insert(trainable.end(), g.params.begin(), g.params.end());
+      graphed =
+          std::make_unique<GraphedStep>(*model, std::move(trainable), plan, clip.norm_type, device);
+      spdlog::info("run.cuda_graph: the step is captured after {} eager steps",
+                   GraphedStep::kWarmupSteps);
+    }
+  }
+
   // Outputs: checkpoints, signals, TensorBoard, metrics. The ranks hold the same state, so
   // rank 0's copy is the run's.
   writer = rank == 0;
@@ -493,7 +517,8 @@ void Trainer::Impl::step() {
   // shorter and is averaged over its own length. The loss scale is fixed inside the window.
   const int64_t window = std::min(accumulation, batches_per_epoch - position.batches_in_epoch);
   const double scale = scaler->scale();
-  optimizer_step->zero_grad();
+  // A graphed step keeps its gradient buffers (GraphedStep drops or zeroes them itself).
+  if (!graphed) optimizer_step->zero_grad();
   io::reset_peak_tensor_memory(device);
   const int64_t resting_bytes = io::tensor_memory(device).current_bytes;
   const int64_t allreduces_before = ddp ? ddp->allreduce_calls() : 0;
@@ -502,6 +527,7 @@ void Trainer::Impl::step() {
   // keeps its mean loss as it is (a multiply per step would buy nothing); longer windows sum
   // loss × batch size.
   at::Tensor loss_sum;
+  std::optional<GradCheck> graphed_check;  // the check GraphedStep read back
   int64_t samples = 0, micro = 0;
   const auto step_start = Clock::now();
   for (; micro < window; ++micro) {
@@ -513,6 +539,12 @@ void Trainer::Impl::step() {
     at::Tensor y = batch->labels.to(device, /*non_blocking=*/true);
     if (plan.half_model()) x = x.to(plan.model_dtype);
     x = in_model_layout(x, channels_last);
+    if (graphed) {
+      // Forward, backward and the check as one graph (accumulation is 1: a window of one).
+      graphed_check = graphed->run(x, y, scale);
+      samples += y.size(0);
+      continue;
+    }
     // The window's last backward all-reduces (the Reducer averages over the ranks); the
     // ones before only accumulate, as under DDP's no_sync().
     const bool sync = sync_every_micro_step || micro == window - 1;
@@ -548,7 +580,8 @@ void Trainer::Impl::step() {
   step_epoch = epoch;
 
   // Unscale, check, clip, scale update; then the optimizer, or a skip that touches nothing.
-  const StepOutcome outcome = optimizer_step->run(step, loss_sum);
+  const StepOutcome outcome = graphed_check ? optimizer_step->run_after_check(step, *graphed_check)
+                                            : optimizer_step->run(step, loss_sum);
   if (bar) io::clear_progress_bar(stderr);  // log lines below start on a clean line
   const std::vector<double>& group_lrs = outcome.group_lrs;
   if (lr_driver->changed_notably(outcome.lr)) spdlog::info("step {}: lr {:.6g}", step, outcome.lr);

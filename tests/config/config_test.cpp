@@ -316,13 +316,14 @@ TEST_F(ConfigTest, UnknownKey) {
             at(4, 1) + ": optimizer.momentun: unknown key; did you mean 'momentum'?");
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[norm]\n  zzzzzzzz = 1\n"),
             at(4, 3) + ": norm.zzzzzzzz: unknown key; valid keys: name, momentum, affine");
-  EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[run]\nzzzzzzzz = 1\n"),
-            at(4, 1) +
-                ": run.zzzzzzzz: unknown key; valid keys: device, epochs, max_steps, seed, "
-                "log_interval, eval, threads, tf32, cudnn_benchmark, accumulation_steps, "
-                "max_nonfinite_steps, "
-                "output_dir, checkpoints, checkpoint_every, checkpoint_keep, resume_fallback, "
-                "tensorboard");
+  EXPECT_EQ(
+      error_of("[model]\nname = \"mlp\"\n[run]\nzzzzzzzz = 1\n"),
+      at(4, 1) +
+          ": run.zzzzzzzz: unknown key; valid keys: device, epochs, max_steps, seed, "
+          "log_interval, eval, threads, tf32, cuda_graph, cudnn_benchmark, accumulation_steps, "
+          "max_nonfinite_steps, "
+          "output_dir, checkpoints, checkpoint_every, checkpoint_keep, resume_fallback, "
+          "tensorboard");
   // The keys of the chosen component only: nesterov belongs to sgd, not adamw.
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[optimizer]\nname = \"adamw\"\nnesterov = true\n"),
             at(5, 1) +

@@ -1,6 +1,7 @@
 // The `kiln` command end to end: validate, plan, plugins list/describe, real (small) training
 // runs with metrics, the plain-C plugin in a pipeline, and the exit codes and messages of bad
 // input.
+#include <ATen/Context.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -248,6 +249,62 @@ TEST(Cli, ChannelsLastTrainsAsContiguous) {
     ASSERT_EQ(losses[1].size(), 6u) << norm;
     for (size_t i = 0; i < losses[0].size(); ++i) {
       EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5 * losses[0][i]) << norm << " step " << i + 1;
+    }
+  }
+  fs::remove_all(dir);
+}
+
+// run.cuda_graph where it cannot capture (here: no CUDA device) says why and trains eagerly,
+// to the same losses as without it.
+TEST(Cli, CudaGraphFallsBackWithAReasonWhereItCannotCapture) {
+  fs::path dir = temp_dir();
+  std::vector<double> losses[2];
+  for (int graph = 0; graph < 2; ++graph) {
+    const fs::path metrics = dir / ("m" + std::to_string(graph) + ".jsonl");
+    Result r = kiln("run " + pipeline("synthetic_resnet.toml") + " --metrics " + metrics.string() +
+                    " --set run.cuda_graph=" + (graph ? "true" : "false"));
+    ASSERT_EQ(r.code, 0) << r.output;
+    EXPECT_EQ(r.output.find("run.cuda_graph: CUDA graphs need a CUDA device; the step runs "
+                            "eagerly") != std::string::npos,
+              graph == 1)
+        << r.output;
+    losses[graph] = step_losses(metrics);
+  }
+  ASSERT_EQ(losses[0].size(), 6u);
+  EXPECT_EQ(losses[1], losses[0]);
+  fs::remove_all(dir);
+}
+
+// On a GPU: the captured step (3 eager steps, then replays) trains to the losses of the eager
+// run, in fp32 (TF32 and cuDNN's algorithm search off, so both runs take the same kernels) and
+// under amp with dynamic loss scaling (the scale is a device tensor the graph reads).
+TEST(Cli, CudaGraphReplaysTrainAsTheEagerStep) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  fs::path dir = temp_dir();
+  const std::string cuda =
+      " --set run.device='\"cuda\"' --set run.tf32='\"off\"'"
+      " --set run.cudnn_benchmark=false --set run.max_steps=10"
+      " --set data.synthetic_train=320";
+  for (const auto& [precision, tolerance] :
+       std::vector<std::pair<std::string, double>>{{"fp32", 1e-5}, {"amp", 5e-3}}) {
+    std::vector<double> losses[2];
+    for (int graph = 0; graph < 2; ++graph) {
+      const fs::path metrics = dir / (precision + std::to_string(graph) + ".jsonl");
+      Result r = kiln("run " + pipeline("synthetic_resnet.toml") + cuda + " --metrics " +
+                      metrics.string() + " --set precision.name='\"" + precision + "\"'" +
+                      " --set run.cuda_graph=" + (graph ? "true" : "false"));
+      ASSERT_EQ(r.code, 0) << r.output;
+      EXPECT_EQ(r.output.find("run.cuda_graph: step captured for batches of 16 samples") !=
+                    std::string::npos,
+                graph == 1)
+          << r.output;
+      losses[graph] = step_losses(metrics);
+    }
+    ASSERT_EQ(losses[0].size(), 10u) << precision;
+    ASSERT_EQ(losses[1].size(), 10u) << precision;
+    for (size_t i = 0; i < losses[0].size(); ++i) {
+      EXPECT_NEAR(losses[1][i], losses[0][i], tolerance * losses[0][i])
+          << precision << " step " << i + 1;
     }
   }
   fs::remove_all(dir);

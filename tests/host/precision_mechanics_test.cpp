@@ -17,6 +17,7 @@
 #include "config/pipeline.hpp"
 #include "engine/checks.hpp"
 #include "engine/gradients.hpp"
+#include "engine/graph_step.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/master_weights.hpp"
@@ -425,6 +426,62 @@ TEST(TorchSettings, RunTableSetsCudnnBenchmarkAndTf32) {
   ctx.setBenchmarkCuDNN(benchmark);
   ctx.setAllowTF32CuBLAS(tf32_cublas);
   ctx.setAllowTF32CuDNN(tf32_cudnn);
+}
+
+// run.cuda_graph's conditions, each with the reason the run prints.
+TEST(CudaGraph, UnsupportedPipelinesAreNamedWithTheReason) {
+  GraphConditions ok;
+  ok.cuda = true;
+  EXPECT_EQ(graph_unsupported_reason(ok), "");
+  auto reason = [&](auto change) {
+    GraphConditions c = ok;
+    change(c);
+    return graph_unsupported_reason(c);
+  };
+  EXPECT_EQ(reason([](GraphConditions& c) { c.cuda = false; }), "CUDA graphs need a CUDA device");
+  EXPECT_NE(reason([](GraphConditions& c) { c.world_size = 2; }).find("distributed run"),
+            std::string::npos);
+  EXPECT_NE(reason([](GraphConditions& c) { c.accumulation = 4; }).find("accumulation"),
+            std::string::npos);
+  EXPECT_NE(reason([](GraphConditions& c) { c.master_weights = true; }).find("o2"),
+            std::string::npos);
+  EXPECT_NE(reason([](GraphConditions& c) {
+              c.activation_checkpointing = true;
+            }).find("memory.checkpoint"),
+            std::string::npos);
+}
+
+// The check split for a graph (kernels enqueued, read later) gives what the one-call check
+// gives: flag, norm and loss, scaled gradients unscaled by the device-tensor inverse scale.
+TEST(CudaGraph, CheckLaunchedAndReadLaterEqualsTheOneCallCheck) {
+  at::manual_seed(5);
+  auto make = [](double scale) {
+    std::vector<at::Tensor> tensors;
+    for (int64_t n : {300, 7}) {
+      at::Tensor t = at::zeros({n}).requires_grad_(true);
+      t.mutable_grad() = at::randn({n}) * scale;
+      tensors.push_back(t);
+    }
+    return tensors;
+  };
+  at::manual_seed(5);
+  std::vector<at::Tensor> a = make(64.0);
+  at::manual_seed(5);
+  std::vector<at::Tensor> b = make(64.0);
+  const at::Tensor loss = at::full({}, 1.5);
+  const GradCheck one = unscale_check_clip(a, {"a", "b"}, 64.0, {}, loss);
+  const GradCheck split =
+      read_gradient_check(launch_gradient_check(b, at::full({1}, 1.0 / 64.0), 2.0, loss));
+  EXPECT_TRUE(split.finite);
+  EXPECT_NEAR(split.norm, one.norm, 1e-6 * one.norm);
+  EXPECT_DOUBLE_EQ(split.loss, 1.5);
+  for (size_t i = 0; i < a.size(); ++i) EXPECT_TRUE(b[i].grad().allclose(a[i].grad()));
+  b[1].mutable_grad()[3] = NAN;
+  const GradCheck bad = read_gradient_check(launch_gradient_check(b, at::Tensor(), 2.0, {}));
+  EXPECT_FALSE(bad.finite);
+  EXPECT_TRUE(std::isnan(bad.loss));
+  const GradCheck named = clip_after_check(bad, b, {"a", "b"}, {});
+  EXPECT_EQ(named.non_finite, std::vector<std::string>{"b"});
 }
 
 // ---- bf16 autocast against torch.autocast
