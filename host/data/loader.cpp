@@ -1,5 +1,6 @@
 #include "data/loader.hpp"
 
+#include <ATen/Parallel.h>
 #include <c10/util/ParallelGuard.h>
 
 #include <algorithm>
@@ -14,8 +15,25 @@
 #include "data/assembler.hpp"
 #include "data/sampler.hpp"
 
+// OpenMP's per-thread team size, from the libgomp torch loads (weak: a build of torch without
+// OpenMP leaves it null). Kiln itself is not compiled with OpenMP.
+extern "C" void omp_set_num_threads(int) __attribute__((weak));
+
 namespace kiln::data {
 namespace {
+
+// A loader thread runs ATen's element-wise kernels (the batch's conversion and normalisation),
+// whose parallel_for opens an OpenMP region: on this thread that would start a second team of
+// intra-op threads, which then spin beside the trainer's team and take its cores (on 2 cores,
+// one worker cut the small CNN's steps/s by a fifth). c10::ParallelGuard does not stop it: the
+// OpenMP backend's in_parallel_region asks OpenMP alone. One thread per team here: none extra.
+void one_openmp_thread() {
+  if (omp_set_num_threads == nullptr) return;
+  // Torch sets a thread's OpenMP team size when the thread first asks for its thread count:
+  // ask first, so that the setting below is the one that stays.
+  (void)at::get_num_threads();
+  omp_set_num_threads(1);
+}
 
 // One epoch's fixed order; shared so a worker finishing a stale batch never sees it change.
 struct EpochPlan {
@@ -90,6 +108,7 @@ struct Loader::Impl {
   void worker_loop() {
     // Each worker is the parallelism; keep ATen from fanning out intra-op threads underneath.
     c10::ParallelGuard serial(true);
+    one_openmp_thread();
     std::vector<uint8_t> scratch;
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {

@@ -3,6 +3,7 @@
 #include "data/loader.hpp"
 
 #include <ATen/Functions.h>
+#include <ATen/Parallel.h>
 #include <ATen/TensorOperators.h>
 #include <c10/core/CPUAllocator.h>
 #include <gtest/gtest.h>
@@ -10,8 +11,10 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <fstream>
 #include <set>
 #include <stdexcept>
+#include <string>
 #include <thread>
 #include <vector>
 
@@ -338,6 +341,31 @@ TEST(Loader, WorkerErrorSurfacesFromNext) {
     EXPECT_EQ(errors, 3);
     EXPECT_FALSE(loader.next().has_value());
   }
+}
+
+// The threads of this process (the Threads: line of /proc/self/status).
+int64_t thread_count() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    if (line.rfind("Threads:", 0) == 0) return std::stoll(line.substr(8));
+  }
+  return -1;
+}
+
+// A worker's batch conversion runs ATen kernels that would open an OpenMP region: the worker
+// must not start a team of intra-op threads of its own (they spin beside the trainer's and take
+// its cores). Two workers over batches large enough for a parallel kernel add two threads.
+TEST(Loader, WorkersStartNoIntraOpThreadsOfTheirOwn) {
+  const int threads_before = at::get_num_threads();
+  at::set_num_threads(2);
+  (void)at::ones({1 << 20}).sum();  // this thread's team exists before counting
+  const int64_t before = thread_count();
+  {
+    Loader loader(tagged_dataset(512, 3, 32, 32), opts(2, 64));  // 196K elements a batch
+    EXPECT_EQ(epoch_labels(loader, 0).size(), 512u);
+    EXPECT_EQ(thread_count(), before + 2);
+  }
+  at::set_num_threads(threads_before);
 }
 
 TEST(Loader, RejectsBadOptions) {
