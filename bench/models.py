@@ -7,6 +7,8 @@
   token, learned position embedding, pre-norm blocks (LayerNorm eps 1e-6, fused-qkv attention
   through scaled_dot_product_attention, GELU MLP), final LayerNorm, linear head; timm's
   trunc_normal_(std=.02) init for linears and embeddings.
+- ResNet50: plugins/model/resnet with depth "50" (torchvision's ResNet-50), for
+  bench/gpu_throughput.py; see its section at the end.
 
 Parameter names match the plugins' ("stem.conv1.weight", "layer2.0.downsample.1.bias",
 "blocks.3.attn.qkv.weight", "pos_embed", ...), so Kiln's parameter-group rules (custom_keys,
@@ -266,6 +268,8 @@ def build_for_input(model_options, channels, height, width, num_classes=10):
                                tuple(o.get("blocks", (1, 1, 1))))
         if depth == "18" and height < 64:
             return ResNetSmall(channels, num_classes, 64, (2, 2, 2, 2))
+        if depth == "50":
+            return ResNet50(channels, num_classes, imagenet_stem=height >= 64)
         raise ValueError(f"bench models: resnet depth '{depth}' at {height} pixels is not mirrored")
     if name == "vit":
         if o.get("dropout", 0.0) != 0.0 or height != width:
@@ -274,3 +278,84 @@ def build_for_input(model_options, channels, height, width, num_classes=10):
                    dim=o.get("dim", 128), depth=o.get("depth", 6), heads=o.get("heads", 4),
                    mlp_ratio=o.get("mlp_ratio", 2.0), pool=o.get("pool", "cls"))
     raise ValueError(f"bench models: no Python twin for model '{name}'")
+
+
+# ---- ResNet-50, for bench/gpu_throughput.py ------------------------------------------------------
+# plugins/model/resnet with depth "50": torchvision's ResNet-50 (v1.5: the stride on the 3x3 conv
+# of the Bottleneck), Bottleneck blocks [3, 4, 6, 3] of 64, 128, 256, 512 planes (x4 out), stages
+# strided 1, 2, 2, 2, a conv1x1 + norm shortcut on the first block of every stage; the imagenet
+# stem (conv7x7/2, norm + relu, max-pool 3/2/1) for images of 64 pixels and more (the plugin's
+# imagenet_stem = height >= 64), else conv3x3/1 without max-pool; global average pool, fc.
+# Convolutions have no bias; inits are torch.nn's defaults, as the plugin's. Names are the
+# plugin's: stem.conv1.weight, stem.bn1.*, layer3.2.conv2.weight, layer2.0.downsample.{0,1}.*,
+# fc.{weight,bias}. The norm layers are nn.BatchNorm2d, so their state_dict also holds
+# num_batches_tracked, which Kiln's norm layers do not have (the bench drops it from the init file;
+# load_state_dict fills it back in). ReLUs and the residual add run in place, as torchvision's
+# (nn.ReLU(inplace=True), out += identity): what a PyTorch user of ResNet-50 runs.
+
+
+class BatchNormReLU(BatchNormAct):
+    """BatchNormAct with its ReLU in place (the norm's output is fresh and saved by no one)."""
+
+    def forward(self, x):
+        y = nn.BatchNorm2d.forward(self, x)
+        return F.relu_(y) if self.relu else y
+
+
+class Bottleneck(nn.Module):
+    expansion = 4
+
+    def __init__(self, cin, planes, stride):
+        super().__init__()
+        cout = planes * self.expansion
+        self.conv1 = conv(cin, planes, 1, 1)
+        self.bn1 = BatchNormReLU(planes, relu=True)
+        self.conv2 = conv(planes, planes, 3, stride)
+        self.bn2 = BatchNormReLU(planes, relu=True)
+        self.conv3 = conv(planes, cout, 1, 1)
+        self.bn3 = BatchNormReLU(cout, relu=False)
+        self.downsample = None
+        if stride != 1 or cin != cout:
+            self.downsample = nn.Sequential(conv(cin, cout, 1, stride),
+                                            BatchNormReLU(cout, relu=False))
+
+    def forward(self, x):
+        y = self.bn1(self.conv1(x))
+        y = self.bn2(self.conv2(y))
+        y = self.bn3(self.conv3(y))
+        y += self.downsample(x) if self.downsample is not None else x
+        return F.relu_(y)
+
+
+class Stem50(nn.Module):
+    def __init__(self, cin, width, imagenet):
+        super().__init__()
+        self.imagenet = imagenet
+        self.conv1 = conv(cin, width, 7, 2) if imagenet else conv(cin, width, 3, 1)
+        self.bn1 = BatchNormReLU(width, relu=True)
+
+    def forward(self, x):
+        x = self.bn1(self.conv1(x))
+        return F.max_pool2d(x, 3, 2, 1) if self.imagenet else x
+
+
+class ResNet50(nn.Module):
+    def __init__(self, in_channels=3, num_classes=1000, imagenet_stem=True,
+                 blocks=(3, 4, 6, 3)):
+        super().__init__()
+        self.stem = Stem50(in_channels, 64, imagenet_stem)
+        channels = 64
+        for i, (count, planes) in enumerate(zip(blocks, (64, 128, 256, 512))):
+            stage = nn.Sequential()
+            for b in range(count):
+                stage.add_module(str(b), Bottleneck(channels, planes, 2 if i > 0 and b == 0 else 1))
+                channels = planes * Bottleneck.expansion
+            self.add_module(f"layer{i + 1}", stage)
+        self.num_stages = len(blocks)
+        self.fc = nn.Linear(channels, num_classes)
+
+    def forward(self, x):
+        x = self.stem(x)
+        for i in range(self.num_stages):
+            x = getattr(self, f"layer{i + 1}")(x)
+        return self.fc(x.mean((2, 3)))
