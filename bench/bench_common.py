@@ -1,7 +1,8 @@
-"""What the bench scripts share: TOML for the Kiln pipelines they write, and the CPU's name for
-the machine line of their tables."""
+"""What the bench scripts share: TOML for the Kiln pipelines they write, the CPU's name for the
+machine line of their tables, and the verdict of their twin checks."""
 import json
 import platform
+import sys
 
 
 def toml_value(v):
@@ -45,3 +46,16 @@ def to_toml(cfg):
             out += [f"{json.dumps(name)} = {toml_value(x)}" for name, x in v.items()]
         out.append("")
     return "\n".join(out)
+
+
+def twin_verdict(bad, tolerance):
+    """Prints the loud line of a failed twin check (`bad`: the rows whose first-step losses
+    differ by more than `tolerance`, a text) to the table and to stderr; the exit status."""
+    if not bad:
+        return 0
+    msg = (f"TWIN MISMATCH in {', '.join(bad)}: the first-step losses differ by more than "
+           f"{tolerance}, so the arms do not train the same model on the same data; those rows "
+           f"compare nothing.")
+    print(f"\n**{msg}**")
+    print(f"\n!!! {msg}", file=sys.stderr)
+    return 1

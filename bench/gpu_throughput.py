@@ -102,7 +102,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import cpu_name, to_toml
+from bench_common import cpu_name, to_toml, twin_verdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -409,13 +409,7 @@ def report(results, args):
     if nonfinite:
         print(f"\nNon-finite losses in: {', '.join(nonfinite)} (training diverged; the timings "
               f"still count, but say so).")
-    if bad:
-        msg = (f"TWIN MISMATCH in {', '.join(bad)}: the first-step losses differ by more than "
-               f"the tolerance, so the arms do not train the same model on the same data; those "
-               f"rows compare nothing.")
-        print(f"\n**{msg}**")
-        print(f"\n!!! {msg}", file=sys.stderr)
-    return 1 if bad else 0
+    return twin_verdict(bad, "the tolerance")
 
 
 def main():

@@ -89,27 +89,34 @@ class BasicBlock(nn.Module):
         return F.relu_(y + (self.downsample(x) if self.downsample is not None else x))
 
 
-class ResNetSmall(nn.Module):
-    def __init__(self, in_channels=1, num_classes=10, width=16, blocks=(1, 1, 1)):
-        super().__init__()
-        self.stem = Stem(in_channels, width)
-        channels, planes = width, width
-        for i, count in enumerate(blocks):
-            if i > 0:
-                planes *= 2
+class StagedResNet(nn.Module):
+    """The body both ResNet twins share: stages layer1..layerN of `block`s (the first block of
+    every later stage strided 2), global average pooling, fc."""
+
+    def add_stages(self, block, channels, planes, blocks, expansion=1):
+        for i, (count, width) in enumerate(zip(blocks, planes)):
             stage = nn.Sequential()
             for b in range(count):
-                stage.add_module(str(b), BasicBlock(channels, planes, 2 if i > 0 and b == 0 else 1))
-                channels = planes
+                stage.add_module(str(b), block(channels, width, 2 if i > 0 and b == 0 else 1))
+                channels = width * expansion
             self.add_module(f"layer{i + 1}", stage)
         self.num_stages = len(blocks)
-        self.fc = nn.Linear(channels, num_classes)
+        return channels
 
     def forward(self, x):
         x = self.stem(x)
         for i in range(self.num_stages):
             x = getattr(self, f"layer{i + 1}")(x)
         return self.fc(x.mean((2, 3)))
+
+
+class ResNetSmall(StagedResNet):
+    def __init__(self, in_channels=1, num_classes=10, width=16, blocks=(1, 1, 1)):
+        super().__init__()
+        self.stem = Stem(in_channels, width)
+        planes = [width * 2**i for i in range(len(blocks))]
+        channels = self.add_stages(BasicBlock, width, planes, blocks)
+        self.fc = nn.Linear(channels, num_classes)
 
 
 # ---- ViT -----------------------------------------------------------------------------------------
@@ -339,23 +346,11 @@ class Stem50(nn.Module):
         return F.max_pool2d(x, 3, 2, 1) if self.imagenet else x
 
 
-class ResNet50(nn.Module):
+class ResNet50(StagedResNet):
     def __init__(self, in_channels=3, num_classes=1000, imagenet_stem=True,
                  blocks=(3, 4, 6, 3)):
         super().__init__()
         self.stem = Stem50(in_channels, 64, imagenet_stem)
-        channels = 64
-        for i, (count, planes) in enumerate(zip(blocks, (64, 128, 256, 512))):
-            stage = nn.Sequential()
-            for b in range(count):
-                stage.add_module(str(b), Bottleneck(channels, planes, 2 if i > 0 and b == 0 else 1))
-                channels = planes * Bottleneck.expansion
-            self.add_module(f"layer{i + 1}", stage)
-        self.num_stages = len(blocks)
+        channels = self.add_stages(Bottleneck, 64, (64, 128, 256, 512), blocks,
+                                   Bottleneck.expansion)
         self.fc = nn.Linear(channels, num_classes)
-
-    def forward(self, x):
-        x = self.stem(x)
-        for i in range(self.num_stages):
-            x = getattr(self, f"layer{i + 1}")(x)
-        return self.fc(x.mean((2, 3)))

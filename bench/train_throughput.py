@@ -90,7 +90,7 @@ import tempfile
 import time
 import tomllib
 
-from bench_common import cpu_name, to_toml
+from bench_common import cpu_name, to_toml, twin_verdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -431,13 +431,7 @@ def report(done, args):
         print(f"| {case} | {arm} | {kl:.6f} | {al:.6f} | {first:.2e} "
               f"| {'—' if gap is None else f'{gap:.2e}'} "
               f"| {'ok' if ok else '**MISMATCH: comparison void**'} |")
-    if bad:
-        msg = (f"TWIN MISMATCH in {', '.join(bad)}: the first-step losses differ by more than "
-               f"{LOSS_TOL:g}, so the arms do not train the same model on the same data; those "
-               f"rows compare nothing.")
-        print(f"\n**{msg}**")
-        print(f"\n!!! {msg}", file=sys.stderr)
-    return 1 if bad else 0
+    return twin_verdict(bad, f"{LOSS_TOL:g}")
 
 
 def main():
