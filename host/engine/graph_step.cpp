@@ -38,9 +38,9 @@ struct GraphedStep::Impl {
   at::Device device;
   c10::cuda::CUDAStream stream;  // the graph's own stream: capture cannot use the default one
   std::unique_ptr<at::cuda::CUDAGraph> graph;
-  at::Tensor static_x, static_y;  // the graph's inputs: each batch is copied in
-  at::Tensor scale;               // 0-d float32: the loss scale, set before every step
-  at::Tensor readout;             // the graph's output: [found_inf, norm, loss]
+  at::Tensor static_x, static_y;    // the graph's inputs: each batch is copied in
+  at::Tensor scale;                 // 0-d float32: the loss scale, set before every step
+  at::Tensor readout;               // the graph's output: [found_inf, norm, loss]
   at::cuda::CUDAEvent ready, done;  // orders the graph's stream after the caller's, and back
   int eager_steps = 0;
   bool failed = false;  // a capture failed: eager from then on
@@ -144,10 +144,20 @@ struct GraphedStep::Impl {
   }
 };
 
+namespace {
+
+// `device`, checked before anything asks CUDA for a stream.
+at::Device cuda_device(at::Device device) {
+  if (!device.is_cuda()) throw std::invalid_argument("GraphedStep needs a CUDA device");
+  return device;
+}
+
+}  // namespace
+
 GraphedStep::GraphedStep(kiln::Model& model, std::vector<at::Tensor> params,
                          const PrecisionPlan& plan, double norm_type, at::Device device)
-    : impl_(std::make_unique<Impl>(model, std::move(params), plan, norm_type, device)) {
-  if (!device.is_cuda()) throw std::invalid_argument("GraphedStep needs a CUDA device");
+    : impl_(
+          std::make_unique<Impl>(model, std::move(params), plan, norm_type, cuda_device(device))) {
   c10::cuda::CUDAStreamGuard guard(impl_->stream);
   impl_->scale = at::full({}, 1.0, at::TensorOptions().dtype(at::kFloat).device(device));
 }

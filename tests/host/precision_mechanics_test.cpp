@@ -451,6 +451,15 @@ TEST(CudaGraph, UnsupportedPipelinesAreNamedWithTheReason) {
             std::string::npos);
 }
 
+// A graphed step is refused without a CUDA device, before anything asks CUDA for a stream.
+TEST(CudaGraph, GraphedStepNeedsACudaDevice) {
+  Rig rig("");
+  std::vector<at::Tensor> params;
+  for (const auto& g : rig.groups) params.insert(params.end(), g.params.begin(), g.params.end());
+  EXPECT_THROW(GraphedStep(*rig.model, params, rig.plan, 2.0, at::Device(at::kCPU)),
+               std::invalid_argument);
+}
+
 // The check split for a graph (kernels enqueued, read later) gives what the one-call check
 // gives: flag, norm and loss, scaled gradients unscaled by the device-tensor inverse scale.
 TEST(CudaGraph, CheckLaunchedAndReadLaterEqualsTheOneCallCheck) {
