@@ -1,7 +1,9 @@
 """What the bench scripts share: TOML for the Kiln pipelines they write, the CPU's name for the
 machine line of their tables, and the verdict of their twin checks."""
 import json
+import os
 import platform
+import subprocess
 import sys
 
 
@@ -59,3 +61,26 @@ def twin_verdict(bad, tolerance):
     print(f"\n**{msg}**")
     print(f"\n!!! {msg}", file=sys.stderr)
     return 1
+
+
+def run_kiln_pipeline(kiln, cfg, init, steps, work):
+    """`kiln run` of pipeline `cfg` (a dict) in folder `work`, its outputs there too, starting
+    from the weights file `init`. Returns (the step records of its --metrics file, its log
+    lines); raises unless it exited 0 after exactly `steps` steps."""
+    path = os.path.join(work, "pipeline.toml")
+    metrics = os.path.join(work, "kiln.jsonl")
+    cfg = dict(cfg, run=dict(cfg["run"], output_dir=os.path.join(work, "out")),
+               model=dict(cfg["model"], init=init))
+    with open(path, "w") as f:
+        f.write(to_toml(cfg))
+    proc = subprocess.run([kiln, "run", path, "--metrics", metrics], cwd=work,
+                          capture_output=True, text=True)
+    records = []
+    if os.path.exists(metrics):
+        with open(metrics) as f:
+            records = [r for r in map(json.loads, f) if r.get("type") == "step"]
+    log = (proc.stdout + proc.stderr).strip().splitlines()
+    if proc.returncode != 0 or len(records) != steps:
+        raise RuntimeError(f"kiln run {path} exited {proc.returncode} after {len(records)} of "
+                           f"{steps} steps:\n" + "\n".join(log[-15:]))
+    return records, log

@@ -102,7 +102,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import cpu_name, to_toml, twin_verdict
+from bench_common import cpu_name, run_kiln_pipeline, twin_verdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -164,22 +164,7 @@ def summarise(step_times, data_times, losses, memory, steady, batch, warmup):
 
 
 def run_kiln(cfg, init, args, work):
-    path = os.path.join(work, "pipeline.toml")
-    metrics = os.path.join(work, "kiln.jsonl")
-    cfg = dict(cfg, run=dict(cfg["run"], output_dir=os.path.join(work, "out")),
-               model=dict(cfg["model"], init=init))
-    with open(path, "w") as f:
-        f.write(to_toml(cfg))
-    proc = subprocess.run([args.kiln, "run", path, "--metrics", metrics], cwd=work,
-                          capture_output=True, text=True)
-    records = []
-    if os.path.exists(metrics):
-        with open(metrics) as f:
-            records = [r for r in map(json.loads, f) if r.get("type") == "step"]
-    log = (proc.stdout + proc.stderr).strip().splitlines()
-    if proc.returncode != 0 or len(records) != args.steps:
-        raise RuntimeError(f"kiln run {path} exited {proc.returncode} after {len(records)} of "
-                           f"{args.steps} steps:\n" + "\n".join(log[-15:]))
+    records, log = run_kiln_pipeline(args.kiln, cfg, init, args.steps, work)
     # load_weights throws on a missing tensor and warns about ignored ones.
     bad = [l for l in log if "were ignored" in l or "no weights for" in l]
     if bad:

@@ -90,7 +90,7 @@ import tempfile
 import time
 import tomllib
 
-from bench_common import cpu_name, to_toml, twin_verdict
+from bench_common import cpu_name, run_kiln_pipeline, twin_verdict
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -180,22 +180,7 @@ def summarise(step_times, data_times, losses, warmup, batch):
 
 
 def run_kiln(cfg, init, steps, warmup, args, work):
-    path = os.path.join(work, "pipeline.toml")
-    metrics = os.path.join(work, "kiln.jsonl")
-    cfg = dict(cfg, run=dict(cfg["run"], output_dir=os.path.join(work, "out")),
-               model=dict(cfg["model"], init=init))
-    with open(path, "w") as f:
-        f.write(to_toml(cfg))
-    proc = subprocess.run([args.kiln, "run", path, "--metrics", metrics], cwd=work,
-                          capture_output=True, text=True)
-    records = []
-    if os.path.exists(metrics):
-        with open(metrics) as f:
-            records = [r for r in map(json.loads, f) if r.get("type") == "step"]
-    if proc.returncode != 0 or len(records) != steps:
-        log = (proc.stdout + proc.stderr).strip().splitlines()
-        raise RuntimeError(f"kiln run {path} exited {proc.returncode} after {len(records)} of "
-                           f"{steps} steps:\n" + "\n".join(log[-15:]))
+    records, _ = run_kiln_pipeline(args.kiln, cfg, init, steps, work)
     return summarise([r["step_time"] for r in records], [r["data_time"] for r in records],
                      [r["loss"] for r in records], warmup, cfg["data"]["batch_size"])
 

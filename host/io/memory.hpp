@@ -24,8 +24,9 @@ struct TensorMemory {
 
 // Installs a counting CPU allocator as c10's (c10::SetCPUAllocator at a priority above the
 // default): c10's aligned alloc_cpu/free_cpu, with freed blocks of up to 1 MiB kept for reuse
-// (io/block_cache.hpp), and the byte count in a 64-byte header before the data, so the data pointer is its own context (raw_allocate, which oneDNN uses, and
-// copy-on-write clones need that). Idempotent and thread-safe; call once at start-up, before
+// (io/block_cache.hpp), and the byte count in a 64-byte header before the data, so the data
+// pointer is its own context (raw_allocate, which oneDNN uses, and copy-on-write clones need
+// that). Idempotent and thread-safe; call once at start-up, before
 // the tensors that matter are allocated. Tensors allocated before keep their own deleter and
 // are simply not counted. Counts bytes requested (nbytes) by tensor storage; at::from_blob and
 // pinned memory do not go through it.
