@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <stdexcept>
 
 #include "kiln/torch.hpp"
 #include "plugin/status.hpp"
@@ -65,6 +66,9 @@ std::string capability_problem(const Component& component, c10::DeviceType devic
 
 OptimizerAdapter::OptimizerAdapter(const Component& component, const config::OptionSet& options)
     : name_(component.name()), vtable_(vtable_of<kiln_optimizer_vtable>(component)) {
+  // A plugin built before 1.4 never reads lr_tensor or found_inf, whatever bits it sets.
+  capturable_ = component.plugin->abi_minor >= 4 &&
+                (component.descriptor->capabilities->flags & KILN_CAP_CAPTURABLE) != 0;
   check(vtable_->create(host_api(), options.c_view(), &instance_),
         context(component, "refused its options"));
 }
@@ -79,7 +83,11 @@ OptimizerAdapter::LiveGroup& OptimizerAdapter::live_group(const GroupStep& group
   // Parameters without a gradient this step (unused branches) are left alone, as in torch.
   key_scratch_.clear();
   for (const at::Tensor& p : *group.params) {
-    key_scratch_.push_back(p.grad().defined() ? p.unsafeGetTensorImpl() : nullptr);
+    if (p.grad().defined()) {
+      key_scratch_.emplace_back(p.unsafeGetTensorImpl(), p.const_data_ptr());
+    } else {
+      key_scratch_.emplace_back(nullptr, nullptr);
+    }
   }
   if (key_scratch_ == live.key && live.names_source == group.names &&
       live.state_epoch == state_epoch_) {
@@ -88,13 +96,16 @@ OptimizerAdapter::LiveGroup& OptimizerAdapter::live_group(const GroupStep& group
   live.key = key_scratch_;
   live.names_source = group.names;
   live.state_epoch = state_epoch_;
+  live.token = ++last_token_;
   live.params.clear();
+  live.param_views.clear();
   live.state.clear();
   live.names.clear();
   for (size_t i = 0; i < group.params->size(); ++i) {
-    if (live.key[i] == nullptr) continue;
+    if (live.key[i].first == nullptr) continue;
     const std::string& name = (*group.names)[i];
     live.params.push_back((*group.params)[i]);
+    live.param_views.push_back(kiln::as_dltensor(live.params.back()));
     live.state.push_back(&state_[name]);
     live.names.push_back(name.c_str());
   }
@@ -104,23 +115,31 @@ OptimizerAdapter::LiveGroup& OptimizerAdapter::live_group(const GroupStep& group
 void OptimizerAdapter::step(const GroupStep& group) {
   const LiveGroup& live = live_group(group);
   if (live.params.empty()) return;
-  param_views_.clear();
   grad_views_.clear();
-  for (const at::Tensor& p : live.params) {
-    param_views_.push_back(kiln::as_dltensor(p));
-    grad_views_.push_back(kiln::as_dltensor(p.grad()));
-  }
+  for (const at::Tensor& p : live.params) grad_views_.push_back(kiln::as_dltensor(p.grad()));
   kiln_param_group view{};
   view.struct_size = sizeof(view);
   view.count = live.params.size();
-  view.params = param_views_.data();
+  view.params = live.param_views.data();
   view.grads = grad_views_.data();
   view.names = live.names.data();
   view.group_index = group.group_index;
   view.step = group.step;
   view.lr = group.lr;
   view.weight_decay = group.weight_decay;
-  view.stream = host_api()->current_stream(param_views_[0].device);
+  view.stream = host_api()->current_stream(live.param_views[0].device);
+  view.reuse_token = live.token;
+  DLTensor lr_view{}, found_inf_view{};
+  if (group.lr_tensor.defined()) {
+    if (!capturable_ || !group.found_inf.defined()) {
+      throw std::logic_error("optimizer '" + name_ + "': a capturable step needs a capturable " +
+                             "plugin and both lr_tensor and found_inf");
+    }
+    lr_view = kiln::as_dltensor(group.lr_tensor);
+    found_inf_view = kiln::as_dltensor(group.found_inf);
+    view.lr_tensor = &lr_view;
+    view.found_inf = &found_inf_view;
+  }
   kiln_call_context ctx;
   ctx.params = &live.params;
   ctx.state = &live.state;

@@ -6,6 +6,7 @@
 
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/options.hpp"
@@ -34,6 +35,11 @@ struct GroupStep {
   int64_t step = 0;           // 1-based applied-step count
   double lr = 0.0;            // effective lr
   double weight_decay = 0.0;  // effective weight decay
+  // A capturable step (OptimizerAdapter::capturable()), else both undefined: 0-dim float32
+  // tensors on the parameters' device, the group's lr and the non-finite flag, which the
+  // plugin reads on the device only (`step` and `lr` above are then stale in a replay).
+  at::Tensor lr_tensor;
+  at::Tensor found_inf;
 };
 
 class OptimizerAdapter {
@@ -45,6 +51,8 @@ class OptimizerAdapter {
 
   // Updates every parameter of the group that has a gradient.
   void step(const GroupStep& group);
+  // Whether the plugin may be recorded into a CUDA graph (KILN_CAP_CAPTURABLE, ABI >= 1.4).
+  bool capturable() const { return capturable_; }
   // The state store; the caller may change it (resume), so the per-group views are rebuilt.
   StateStore& state() {
     ++state_epoch_;
@@ -56,24 +64,30 @@ class OptimizerAdapter {
   std::string name_;
   const kiln_optimizer_vtable* vtable_;
   void* instance_ = nullptr;
+  bool capturable_ = false;
   StateStore state_;
   uint64_t state_epoch_ = 0;  // bumped whenever state() hands out the store
+  uint64_t last_token_ = 0;   // the last kiln_param_group.reuse_token handed out
 
   // What a group's step passes to the plugin besides the gradients, kept while the group's
   // parameters with a gradient stay the same (every step, in the usual run), so that a step
-  // copies no names and looks up no state by name.
+  // copies no names, looks up no state by name and rebuilds no parameter view; the plugin gets
+  // the same reuse_token for as long.
   struct LiveGroup {
-    std::vector<const c10::TensorImpl*> key;  // the live parameters, to see whether it changed
+    // The live parameters and their memory, to see whether anything changed.
+    std::vector<std::pair<const c10::TensorImpl*, const void*>> key;
     const std::vector<std::string>* names_source = nullptr;  // the GroupStep's names
     uint64_t state_epoch = 0;
+    uint64_t token = 0;
     std::vector<at::Tensor> params;
+    std::vector<DLTensor> param_views;
     std::vector<ParamState*> state;
     std::vector<const char*> names;  // into the GroupStep's names, which outlive the run
   };
   LiveGroup& live_group(const GroupStep& group);
   std::vector<LiveGroup> live_;  // by group index
-  std::vector<const c10::TensorImpl*> key_scratch_;
-  std::vector<DLTensor> param_views_, grad_views_;  // reused per call
+  std::vector<std::pair<const c10::TensorImpl*, const void*>> key_scratch_;
+  std::vector<DLTensor> grad_views_;  // reused per call
 };
 
 class LrPolicyAdapter {

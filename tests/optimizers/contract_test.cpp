@@ -2,11 +2,14 @@
 // of invalid options and groups, host errors passed through, parameters that join a group late,
 // and the declared dtypes.
 #include <ATen/Context.h>
+#include <ATen/ops/full_like.h>
 #include <ATen/ops/randn.h>
+#include <ATen/ops/zeros_like.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <limits>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -50,7 +53,9 @@ TEST(OptimizerDescriptors, AreWellFormedAndHonest) {
     const uint64_t want = KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA | KILN_CAP_DTYPE_F32 |
                           KILN_CAP_DTYPE_F16 | KILN_CAP_DTYPE_BF16 | KILN_CAP_DTYPE_F64 |
                           KILN_CAP_MULTI_TENSOR;
-    EXPECT_EQ(c->capabilities->flags, want);
+    // Only SGD and Adam(W) take their lr and skip flag on the device (capturable steps).
+    const bool capturable = comp.library == "kiln_sgd" || comp.library == "kiln_adam";
+    EXPECT_EQ(c->capabilities->flags, want | (capturable ? KILN_CAP_CAPTURABLE : 0));
     const auto* vt = static_cast<const kiln_optimizer_vtable*>(c->vtable);
     ASSERT_NE(vt, nullptr);
     EXPECT_EQ(vt->struct_size, sizeof(kiln_optimizer_vtable));
@@ -121,6 +126,21 @@ TEST(OptimizerOptions, InvalidValuesAreRefusedNamingTheOption) {
   }
 }
 
+// Group 0 at step 1 with `count` parameters; the 1.4 fields zero (an eager call).
+kiln_param_group make_group(size_t count, const DLTensor* params, const DLTensor* grads,
+                            const char* const* names, double lr, double weight_decay) {
+  kiln_param_group group{};
+  group.struct_size = sizeof(group);
+  group.count = count;
+  group.params = params;
+  group.grads = grads;
+  group.names = names;
+  group.step = 1;
+  group.lr = lr;
+  group.weight_decay = weight_decay;
+  return group;
+}
+
 // A group the plugin must refuse before touching anything.
 TEST(OptimizerStep, InvalidGroupsAreRefusedWithoutSideEffects) {
   for (const Component& comp : components()) {
@@ -144,8 +164,7 @@ TEST(OptimizerStep, InvalidGroupsAreRefusedWithoutSideEffects) {
       SCOPED_TRACE(bad.what);
       DLTensor p_dl = kiln::as_dltensor(p), g_dl = kiln::as_dltensor(bad.grad);
       const char* name = "w";
-      kiln_param_group group{
-          sizeof(kiln_param_group), 1, &p_dl, &g_dl, &name, 0, 1, bad.lr, bad.wd, nullptr};
+      kiln_param_group group = make_group(1, &p_dl, &g_dl, &name, bad.lr, bad.wd);
       kiln_call_context ctx;
       ctx.params = {p};
       Status status = take(vt.step(instance.get(), &ctx, &group));
@@ -173,7 +192,7 @@ TEST(OptimizerStep, HostStateFailureIsPassedBackBeforeAnyUpdate) {
     DLTensor p_dl[2] = {kiln::as_dltensor(p[0]), kiln::as_dltensor(p[1])};
     DLTensor g_dl[2] = {kiln::as_dltensor(g[0]), kiln::as_dltensor(g[1])};
     const char* names[2] = {"a", "b"};
-    kiln_param_group group{sizeof(kiln_param_group), 2, p_dl, g_dl, names, 0, 1, 0.1, 0.0, nullptr};
+    kiln_param_group group = make_group(2, p_dl, g_dl, names, 0.1, 0.0);
     kiln_call_context ctx;
     ctx.params = p;
     ctx.fail_state_from = 1;
@@ -244,6 +263,116 @@ TEST(OptimizerStep, ParamsJoiningLateMatchSoloRuns) {
 TEST(OptimizerStep, ParamsJoiningLateMatchSoloRunsCuda) {
   if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
   check_late_params_of_every_optimizer(at::Device(at::kCUDA, 0));
+}
+
+// ---- capturable calls and reuse tokens (ABI 1.4) ------------------------------------------------
+
+// The capturable optimizers' cases: each option path of the fused kernels and, through the
+// parameter set's non-dense parameter, of SGD's device-selected multi-tensor path.
+std::vector<Case> capturable_cases() {
+  return {find_case("sgd", "plain"), find_case("sgd", "nesterov"), find_case("sgd", "dampening_wd"),
+          find_case("adam", "amsgrad_wd"), find_case("adamw", "wd")};
+}
+
+// Every state tensor of `ctx`, cloned.
+std::map<std::pair<size_t, std::string>, at::Tensor> snapshot(const kiln_call_context& ctx) {
+  std::map<std::pair<size_t, std::string>, at::Tensor> out;
+  for (const auto& [key, t] : ctx.state) out[key] = t.clone();
+  return out;
+}
+
+void check_capturable(at::Device device) {
+  const int64_t steps = 8;
+  const Trajectory traj = make_trajectory(steps + 1, 31);
+  std::vector<at::Tensor> grads;
+  for (const at::Tensor& g : traj.grads) grads.push_back(g.to(device));
+  for (const Case& c : capturable_cases()) {
+    SCOPED_TRACE(c.name);
+    const kiln_optimizer_vtable& vt = optimizer_vtable(c.library, c.component);
+    // Eager reference: steps 0..steps-1.
+    ParamSet eager = make_params(traj, device);
+    Options eager_options = options_of(c);
+    Instance eager_instance(vt, eager_options);
+    kiln_call_context eager_ctx;
+    ASSERT_EQ(run_steps(vt, eager_instance.get(), eager_ctx, c, eager.params, grads, 0, steps), "");
+
+    // Capturable: the first step eagerly (the host captures only after state exists), then
+    // device lr; one step with found_inf set in the middle, on NaN gradients, must change
+    // nothing, parameters or state (Adam's step count included).
+    ParamSet captured = make_params(traj, device);
+    Options options = options_of(c);
+    Instance instance(vt, options);
+    kiln_call_context ctx;
+    CallMode device_mode;
+    device_mode.device_scalars = true;
+    ASSERT_EQ(run_steps(vt, instance.get(), ctx, c, captured.params, grads, 0, 1), "");
+    ASSERT_EQ(run_steps(vt, instance.get(), ctx, c, captured.params, grads, 1, 3, device_mode), "");
+    const std::vector<at::Tensor> before = {captured.params[0].clone(), captured.params[1].clone(),
+                                            captured.params[2].clone(), captured.params[3].clone(),
+                                            captured.params[4].clone()};
+    const auto state_before = snapshot(ctx);
+    std::vector<at::Tensor> nan_grads;
+    for (const at::Tensor& g : grads) nan_grads.push_back(at::full_like(g, NAN));
+    CallMode skipped = device_mode;
+    skipped.found_inf = 1.0;
+    ASSERT_EQ(run_steps(vt, instance.get(), ctx, c, captured.params, nan_grads, 4, 1, skipped), "");
+    for (size_t i = 0; i < before.size(); ++i) {
+      EXPECT_TRUE(captured.params[i].equal(before[i])) << "parameter " << i << " moved";
+    }
+    for (const auto& [key, t] : state_before) {
+      EXPECT_TRUE(ctx.state.at(key).equal(t)) << "state " << key.second << " of " << key.first;
+    }
+    ASSERT_EQ(
+        run_steps(vt, instance.get(), ctx, c, captured.params, grads, 4, steps - 4, device_mode),
+        "");
+    for (size_t i = 0; i < eager.params.size(); ++i) {
+      EXPECT_LE(relative_error(captured.params[i], eager.params[i]), 1e-6) << "parameter " << i;
+    }
+    EXPECT_TRUE(
+        captured.base.slice(1, 1, c10::nullopt, 2).eq(ParamSet::kFiller).all().item<bool>());
+  }
+}
+
+TEST(OptimizerCapturable, DeviceLrMatchesEagerAndFoundInfChangesNothing) {
+  check_capturable(at::kCPU);
+}
+
+TEST(OptimizerCapturable, DeviceLrMatchesEagerAndFoundInfChangesNothingCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  check_capturable(at::Device(at::kCUDA, 0));
+}
+
+// A plugin that keeps what it built under a reuse token gives the results of fresh calls, and
+// builds again when the token changes (here: the host replaced the state).
+TEST(OptimizerReuse, TokenKeptAcrossCallsMatchesFreshCalls) {
+  const int64_t steps = 8;
+  const Trajectory traj = make_trajectory(steps, 17);
+  for (const Case& c :
+       {find_case("sgd", "nesterov"), find_case("sgd", "dampening_wd"), find_case("adamw", "wd")}) {
+    SCOPED_TRACE(c.name);
+    const kiln_optimizer_vtable& vt = optimizer_vtable(c.library, c.component);
+    auto run = [&](uint64_t token, bool reset_state) {
+      ParamSet set = make_params(traj, at::kCPU);
+      Options options = options_of(c);
+      Instance instance(vt, options);
+      kiln_call_context ctx;
+      CallMode mode;
+      mode.reuse_token = token;
+      EXPECT_EQ(run_steps(vt, instance.get(), ctx, c, set.params, traj.grads, 0, 4, mode), "");
+      if (reset_state) {
+        for (auto& [key, t] : ctx.state) t = at::zeros_like(t);  // new memory, as on a restore
+        mode.reuse_token = token + 1;
+      }
+      EXPECT_EQ(run_steps(vt, instance.get(), ctx, c, set.params, traj.grads, 4, 4, mode), "");
+      return set.params;
+    };
+    const std::vector<at::Tensor> fresh = run(0, false), reused = run(7, false);
+    const std::vector<at::Tensor> fresh_reset = run(0, true), reused_reset = run(7, true);
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      EXPECT_TRUE(reused[i].equal(fresh[i])) << "parameter " << i;
+      EXPECT_TRUE(reused_reset[i].equal(fresh_reset[i])) << "parameter " << i << " after reset";
+    }
+  }
 }
 
 // ---- dtypes

@@ -168,7 +168,8 @@ ParamSet make_params(const Trajectory& t, at::Device device, at::ScalarType dtyp
 
 std::string run_steps(const kiln_optimizer_vtable& vt, void* instance, kiln_call_context& ctx,
                       const Case& c, const std::vector<at::Tensor>& params,
-                      const std::vector<at::Tensor>& grads, int64_t first, int64_t count) {
+                      const std::vector<at::Tensor>& grads, int64_t first, int64_t count,
+                      const CallMode& mode) {
   std::vector<std::string> names;
   for (size_t i = 0; i < params.size(); ++i) names.push_back("p" + std::to_string(i));
   std::vector<const char*> name_ptrs;
@@ -192,6 +193,19 @@ std::string run_steps(const kiln_optimizer_vtable& vt, void* instance, kiln_call
     group.step = step + 1;
     group.lr = lr_at(c, step);
     group.weight_decay = c.weight_decay;
+    group.reuse_token = mode.reuse_token;
+    at::Tensor lr, found_inf;
+    DLTensor lr_dl{}, found_inf_dl{};
+    if (mode.device_scalars) {
+      const auto f32 = at::TensorOptions().dtype(at::kFloat).device(params[0].device());
+      lr = at::full({}, group.lr, f32);
+      found_inf = at::full({}, mode.found_inf, f32);
+      lr_dl = kiln::as_dltensor(lr);
+      found_inf_dl = kiln::as_dltensor(found_inf);
+      group.lr_tensor = &lr_dl;
+      group.found_inf = &found_inf_dl;
+      group.lr = 1e9;  // stale in a replay: a capturable call must not use it
+    }
     Status status = take(vt.step(instance, &ctx, &group));
     if (status != nullptr) return "step " + std::to_string(step) + ": " + describe(status.get());
   }

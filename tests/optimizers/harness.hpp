@@ -64,11 +64,19 @@ struct ParamSet {
 };
 ParamSet make_params(const Trajectory& t, at::Device device, at::ScalarType dtype = at::kFloat);
 
+// How run_steps calls the plugin (ABI 1.4 fields); the default is an eager call with no promise.
+struct CallMode {
+  uint64_t reuse_token = 0;     // passed on every call
+  bool device_scalars = false;  // capturable calls: lr_tensor and found_inf on the params' device
+  double found_inf = 0.0;       // the flag's value in those calls
+};
+
 // Runs steps [first, first + count) of `c` on `params` (updated in place) with grads[i][step] of
 // the chosen parameters; "" on success, else the plugin's status.
 std::string run_steps(const kiln_optimizer_vtable& vt, void* instance, kiln_call_context& ctx,
                       const Case& c, const std::vector<at::Tensor>& params,
-                      const std::vector<at::Tensor>& grads, int64_t first, int64_t count);
+                      const std::vector<at::Tensor>& grads, int64_t first, int64_t count,
+                      const CallMode& mode = {});
 
 // max |a - b| / max(1, max |b|), in float64 on the CPU.
 double relative_error(const at::Tensor& actual, const at::Tensor& expected);

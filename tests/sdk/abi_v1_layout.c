@@ -44,8 +44,11 @@ PIN_OFFSET(kiln_plugin_descriptor, init, 56);
 PIN_OFFSET(kiln_plugin_descriptor, torch_version, 64);
 _Static_assert(KILN_PLUGIN_DESCRIPTOR_V1_SIZE == 80, "plugin descriptor v1 size");
 
-PIN_SIZE(kiln_param_group, 80);
+PIN_SIZE(kiln_param_group, 104); /* 1.4: reuse_token, lr_tensor, found_inf */
 PIN_OFFSET(kiln_param_group, lr, 56);
+_Static_assert(KILN_PARAM_GROUP_V1_0_SIZE == 80, "param group v1.0 size");
+PIN_OFFSET(kiln_param_group, reuse_token, 80);
+PIN_OFFSET(kiln_param_group, found_inf, 96);
 PIN_SIZE(kiln_optimizer_vtable, 32);
 _Static_assert(KILN_OPTIMIZER_VTABLE_V1_SIZE == 32, "optimizer vtable v1 size");
 PIN_SIZE(kiln_lr_schedule, 40);

@@ -2,13 +2,16 @@
 // gradient) and torch.optim.AdamW (decoupled weight decay), optionally AMSGrad, over the whole
 // group per call with ATen's fused kernels (_fused_adam_ / _fused_adamw_), as torch's
 // fused=True path runs them: the per-parameter "step" is a float32 0-dim tensor on the
-// parameter's device, incremented before the kernel.
+// parameter's device, incremented before the kernel. Capturable (kiln/optimizer.h): the kernels
+// take the device lr and found_inf.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_foreach_add.h>
+#include <ATen/ops/_foreach_sub.h>
 #include <ATen/ops/_fused_adam.h>
 #include <ATen/ops/_fused_adamw.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -33,6 +36,7 @@ struct Adam {
 void adam_update(const Adam& opt, kiln_call_context* ctx, const kiln_param_group* group) {
   const std::vector<Param> params = kiln::optim::read_group(opt.name, group);
   const kiln::optim::StateStore state(opt.host, ctx);
+  const kiln::optim::DeviceScalars device = kiln::optim::device_scalars(opt.name, group);
   kiln::optim::FlatViews flat;
   // All state first, so that a host failure leaves every parameter untouched.
   struct State {
@@ -65,7 +69,20 @@ void adam_update(const Adam& opt, kiln_call_context* ctx, const kiln_param_group
       steps.push_back(st[k].step);
     }
     at::_foreach_add_(steps, 1);
-    if (opt.decoupled) {
+    if (device.defined()) {
+      // Capturable: lr and the skip flag on the device; a skipped step takes its count back,
+      // as torch.optim's fused path does under a GradScaler.
+      if (opt.decoupled) {
+        at::_fused_adamw_(ps, gs, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, device.lr,
+                          opt.beta1, opt.beta2, group->weight_decay, opt.eps, opt.amsgrad,
+                          /*maximize=*/false, /*grad_scale=*/std::nullopt, device.found_inf);
+      } else {
+        at::_fused_adam_(ps, gs, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, device.lr,
+                         opt.beta1, opt.beta2, group->weight_decay, opt.eps, opt.amsgrad,
+                         /*maximize=*/false, /*grad_scale=*/std::nullopt, device.found_inf);
+      }
+      at::_foreach_sub_(steps, std::vector<at::Tensor>(steps.size(), device.found_inf));
+    } else if (opt.decoupled) {
       at::_fused_adamw_(ps, gs, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps, group->lr, opt.beta1,
                         opt.beta2, group->weight_decay, opt.eps, opt.amsgrad,
                         /*maximize=*/false);
@@ -118,8 +135,8 @@ const kiln_option_spec kOptions[] = {
      "AMSGrad: normalise by the running maximum of exp_avg_sq (keeps max_exp_avg_sq)"},
 };
 
-const kiln_capabilities kCaps = {sizeof(kiln_capabilities), kiln::optim::kOptimizerCaps, 0,
-                                 nullptr};
+const kiln_capabilities kCaps = {sizeof(kiln_capabilities),
+                                 kiln::optim::kOptimizerCaps | KILN_CAP_CAPTURABLE, 0, nullptr};
 
 const kiln_component_descriptor kAdam = {
     sizeof(kiln_component_descriptor),

@@ -6,6 +6,8 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/empty_strided.h>
+#include <ATen/ops/ne.h>
+#include <ATen/ops/where.h>
 
 #include <algorithm>
 #include <cmath>
@@ -137,6 +139,40 @@ class StateStore {
   kiln_call_context* ctx_;
 };
 
+// ---- capturable steps (ABI 1.4) --------------------------------------------------------------
+
+// The device scalars of a capturable call (kiln/optimizer.h), both undefined for an eager one.
+struct DeviceScalars {
+  at::Tensor lr;         // 0-dim float32: the group's lr
+  at::Tensor found_inf;  // 0-dim float32: nonzero when the step must change nothing
+  bool defined() const { return lr.defined(); }
+};
+
+inline DeviceScalars device_scalars(const std::string& component, const kiln_param_group* group) {
+  if (!KILN_HAS_FIELD(group, kiln_param_group, found_inf) || group->lr_tensor == nullptr) {
+    return {};
+  }
+  if (group->found_inf == nullptr) invalid(component, "lr_tensor passed without found_inf");
+  return {as_tensor(*group->lr_tensor), as_tensor(*group->found_inf)};
+}
+
+// The group's reuse_token, 0 (no promise) from a host before 1.4.
+inline uint64_t reuse_token(const kiln_param_group* group) {
+  return KILN_HAS_FIELD(group, kiln_param_group, reuse_token) ? group->reuse_token : 0;
+}
+
+// Capturable steps where no fused kernel takes found_inf: each target takes its updated value
+// unless found_inf is set, decided on the device (a select, exact even where the update is NaN).
+inline void assign_unless_found_inf(const std::vector<at::Tensor>& targets,
+                                    const std::vector<at::Tensor>& updated,
+                                    const at::Tensor& found_inf) {
+  const at::Tensor skip = at::ne(found_inf, 0);
+  for (size_t i = 0; i < targets.size(); ++i) {
+    at::Tensor target = targets[i];  // a handle: copy_ writes the shared storage
+    target.copy_(at::where(skip, target, updated[i]));
+  }
+}
+
 // ---- grouping
 // -------------------------------------------------------------------------------------
 
@@ -217,6 +253,8 @@ class FlatViews {
     for (auto& [target, work] : staged_) target.copy_(work);
     staged_.clear();
   }
+  // Whether copies wait for commit().
+  bool staged() const { return !staged_.empty(); }
 
  private:
   std::vector<std::pair<at::Tensor, at::Tensor>> staged_;

@@ -1,14 +1,17 @@
 // kiln_sgd — the "sgd" optimizer: torch.optim.SGD's update (momentum, dampening, Nesterov,
 // weight decay) over the whole group per call: ATen's fused SGD kernel for parameters whose
 // momentum buffer shares their dense layout, the multi-tensor (_foreach) ops for the rest (and
-// for float16/bfloat16 on the CPU).
+// for float16/bfloat16 on the CPU). Capturable (kiln/optimizer.h): the fused kernel takes the
+// device lr and found_inf; the multi-tensor path selects its results on the device.
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_copy.h>
 #include <ATen/ops/_foreach_mul.h>
+#include <ATen/ops/_foreach_sub.h>
 #include <ATen/ops/_fused_sgd.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,24 +23,44 @@ namespace {
 
 using kiln::optim::Param;
 
+// Tensors of one kernel call: same device and dtype, the same kernel and the same "first step"
+// state. `grads` is refilled from each call's views; the rest holds while the host's
+// reuse_token does.
+struct Batch {
+  std::vector<at::Tensor> params, grads, bufs;
+  std::vector<at::Tensor> shapes;  // each parameter as the group gave it (params may be flat)
+  std::vector<size_t> grad_of;     // the group position of each entry's gradient
+  bool fused = false;
+  bool first = false;
+};
+
+// What one call built from the group, kept for the next call with the same reuse_token.
+struct GroupPlan {
+  uint64_t token = 0;  // 0: not reusable (built from fresh state or staged copies)
+  std::vector<Batch> batches;
+  kiln::optim::FlatViews flat;  // staged copies of this call's non-dense tensors
+};
+
 struct Sgd {
   const kiln_host_api* host;
   double momentum;
   double dampening;
   bool nesterov;
+  std::vector<GroupPlan> plans;  // by group index
 };
 
-// Tensors of one kernel call: same device and dtype, and the same "first step" state.
-struct Batch {
-  std::vector<at::Tensor> params, grads, bufs;
-  bool first = false;
-};
-
-void run_fused(const Sgd& sgd, const Batch& b, double lr, double wd) {
+void run_fused(const Sgd& sgd, const Batch& b, double lr, double wd,
+               const kiln::optim::DeviceScalars& device) {
   if (b.params.empty()) return;
   // With momentum 0 the kernel takes no buffers at all.
-  at::_fused_sgd_(b.params, b.grads, b.bufs, wd, sgd.momentum, lr, sgd.dampening, sgd.nesterov,
-                  /*maximize=*/false, /*is_first_step=*/b.first);
+  if (device.defined()) {
+    at::_fused_sgd_(b.params, b.grads, b.bufs, wd, sgd.momentum, device.lr, sgd.dampening,
+                    sgd.nesterov, /*maximize=*/false, /*is_first_step=*/b.first,
+                    /*grad_scale=*/std::nullopt, device.found_inf);
+  } else {
+    at::_fused_sgd_(b.params, b.grads, b.bufs, wd, sgd.momentum, lr, sgd.dampening, sgd.nesterov,
+                    /*maximize=*/false, /*is_first_step=*/b.first);
+  }
 }
 
 // torch.optim.SGD's _multi_tensor_sgd, op for op.
@@ -65,23 +88,63 @@ void run_foreach(const Sgd& sgd, const Batch& b, double lr, double wd) {
   at::_foreach_add_(b.params, d_p, -lr);
 }
 
-void sgd_update(const Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* group) {
+// The same update out of place, for a capturable call: lr from the device, and buffers and
+// parameters take the results only when found_inf is clear.
+void run_foreach_gated(const Sgd& sgd, const Batch& b, double wd,
+                       const kiln::optim::DeviceScalars& device) {
+  if (b.params.empty()) return;
+  std::vector<at::Tensor> d_p =
+      wd != 0.0 ? at::_foreach_add(b.grads, b.params, wd) : at::_foreach_mul(b.grads, 1.0);
+  std::vector<at::Tensor> update = d_p;
+  if (sgd.momentum != 0.0) {
+    std::vector<at::Tensor> bufs =
+        b.first ? at::_foreach_mul(d_p, 1.0) : at::_foreach_mul(b.bufs, sgd.momentum);
+    if (!b.first) at::_foreach_add_(bufs, d_p, 1.0 - sgd.dampening);
+    update = sgd.nesterov ? at::_foreach_add(d_p, bufs, sgd.momentum) : bufs;
+    kiln::optim::assign_unless_found_inf(b.bufs, bufs, device.found_inf);
+  }
+  std::vector<at::Tensor> params = at::_foreach_mul(update, device.lr);
+  params = at::_foreach_sub(b.params, params);
+  kiln::optim::assign_unless_found_inf(b.params, params, device.found_inf);
+}
+
+// The gradient of one batch entry as its kernel takes it: a flat view (or copy) in the
+// parameter's layout for the fused kernel, the parameter's dtype for the multi-tensor ops.
+at::Tensor grad_for(const Batch& b, size_t k, const at::Tensor& grad,
+                    kiln::optim::FlatViews& flat) {
+  const at::Tensor& param = b.shapes[k];
+  const at::ScalarType dtype = param.scalar_type();
+  if (b.fused) return flat.flat(grad, param.strides(), dtype, false);
+  return grad.scalar_type() == dtype ? grad : grad.to(dtype);
+}
+
+// Sorts the group's parameters into batches, fetching their state.
+void build_plan(const Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* group,
+                GroupPlan& plan) {
   const std::vector<Param> params = kiln::optim::read_group("sgd", group);
   const kiln::optim::StateStore state(sgd.host, ctx);
-  kiln::optim::FlatViews flat;
+  kiln::optim::FlatViews& flat = plan.flat;
   const bool with_momentum = sgd.momentum != 0.0;
   // All state first, so that a host failure leaves every parameter untouched.
   std::vector<at::Tensor> bufs(params.size());
   std::vector<bool> created(params.size(), false);
+  bool any_created = false;
   for (size_t k = 0; with_momentum && k < params.size(); ++k) {
     bool fresh = false;
     bufs[k] = state.get(params[k], "momentum_buffer", KILN_STATE_ZEROS_LIKE_PARAM, &fresh);
     created[k] = fresh;
+    any_created = any_created || fresh;
   }
+  plan.batches.clear();
   for (const auto& bucket : kiln::optim::by_device_and_dtype(params)) {
     // [fused?][first step?]
     Batch batches[2][2];
-    batches[0][1].first = batches[1][1].first = true;
+    for (int f = 0; f < 2; ++f) {
+      for (int first = 0; first < 2; ++first) {
+        batches[f][first].fused = f == 1;
+        batches[f][first].first = first == 1;
+      }
+    }
     for (size_t k : bucket) {
       const Param& p = params[k];
       const at::Tensor& buf = bufs[k];
@@ -100,23 +163,66 @@ void sgd_update(const Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* 
         b.grads.reserve(bucket.size());
         if (with_momentum) b.bufs.reserve(bucket.size());
       }
+      b.grad_of.push_back(p.index);
+      b.shapes.push_back(p.param);
       if (fused) {
         const at::IntArrayRef strides = p.param.strides();
         b.params.push_back(flat.flat(p.param, strides, dtype, true));
-        b.grads.push_back(flat.flat(p.grad, strides, dtype, false));
         if (with_momentum) b.bufs.push_back(flat.flat(buf, strides, dtype, true));
       } else {
         b.params.push_back(p.param);
-        b.grads.push_back(p.grad.scalar_type() == dtype ? p.grad : p.grad.to(dtype));
         if (with_momentum) b.bufs.push_back(buf);
       }
+      b.grads.push_back(grad_for(b, b.params.size() - 1, p.grad, flat));
     }
+    // Fused before multi-tensor, then the first-step batches, as the calls always ran.
     for (int first = 0; first < 2; ++first) {
-      run_fused(sgd, batches[1][first], group->lr, group->weight_decay);
-      run_foreach(sgd, batches[0][first], group->lr, group->weight_decay);
+      for (int f = 1; f >= 0; --f) {
+        if (!batches[f][first].params.empty()) {
+          plan.batches.push_back(std::move(batches[f][first]));
+        }
+      }
     }
   }
-  flat.commit();
+  // Fresh state starts differently next call; staged copies are this call's only.
+  plan.token = any_created || flat.staged() ? 0 : kiln::optim::reuse_token(group);
+}
+
+// Refills each batch's gradients from this call's views (the parameters and buffers hold).
+void refresh_grads(GroupPlan& plan, const kiln_param_group* group) {
+  kiln::ViewCache& views = kiln::thread_view_cache();
+  for (Batch& b : plan.batches) {
+    for (size_t k = 0; k < b.params.size(); ++k) {
+      const at::Tensor grad = views.get(group->grads[b.grad_of[k]]);
+      if (grad.sizes() != b.shapes[k].sizes() || grad.device() != b.shapes[k].device()) {
+        kiln::optim::invalid("sgd", "gradient " + std::to_string(b.grad_of[k]) +
+                                        " differs from its parameter in shape or device");
+      }
+      b.grads[k] = grad_for(b, k, grad, plan.flat);
+    }
+  }
+}
+
+void sgd_update(Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* group) {
+  if (sgd.plans.size() <= group->group_index) sgd.plans.resize(group->group_index + 1);
+  GroupPlan& plan = sgd.plans[group->group_index];
+  const uint64_t token = kiln::optim::reuse_token(group);
+  if (token != 0 && plan.token == token) {
+    refresh_grads(plan, group);
+  } else {
+    build_plan(sgd, ctx, group, plan);
+  }
+  const kiln::optim::DeviceScalars device = kiln::optim::device_scalars("sgd", group);
+  for (const Batch& b : plan.batches) {
+    if (b.fused) {
+      run_fused(sgd, b, group->lr, group->weight_decay, device);
+    } else if (device.defined()) {
+      run_foreach_gated(sgd, b, group->weight_decay, device);
+    } else {
+      run_foreach(sgd, b, group->lr, group->weight_decay);
+    }
+  }
+  plan.flat.commit();
 }
 
 kiln_status* sgd_create(const kiln_host_api* host, const kiln_options* options, void** out) {
@@ -140,7 +246,7 @@ kiln_status* sgd_create(const kiln_host_api* host, const kiln_options* options, 
 void sgd_destroy(void* instance) { delete static_cast<Sgd*>(instance); }
 
 kiln_status* sgd_step(void* instance, kiln_call_context* ctx, const kiln_param_group* group) {
-  const Sgd& sgd = *static_cast<const Sgd*>(instance);
+  Sgd& sgd = *static_cast<Sgd*>(instance);
   return KILN_GUARD(sgd.host, { sgd_update(sgd, ctx, group); });
 }
 
@@ -156,8 +262,8 @@ const kiln_option_spec kOptions[] = {
      "Nesterov momentum (needs momentum > 0 and dampening = 0)"},
 };
 
-const kiln_capabilities kCaps = {sizeof(kiln_capabilities), kiln::optim::kOptimizerCaps, 0,
-                                 nullptr};
+const kiln_capabilities kCaps = {sizeof(kiln_capabilities),
+                                 kiln::optim::kOptimizerCaps | KILN_CAP_CAPTURABLE, 0, nullptr};
 
 const kiln_component_descriptor kSgd = {sizeof(kiln_component_descriptor),
                                         KILN_COMPONENT_OPTIMIZER,

@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 3
+#define KILN_ABI_MINOR 4
 
 /* Symbol visibility for the plugin entry points (everything else should stay hidden). */
 #if defined(_WIN32)
@@ -98,6 +98,7 @@ typedef struct kiln_version {
 #define KILN_CAP_NEEDS_COLLECTIVES ((uint64_t)1 << 16) /* calls the host collectives */
 #define KILN_CAP_IN_PLACE ((uint64_t)1 << 17)          /* may write its output over its input */
 #define KILN_CAP_MULTI_TENSOR ((uint64_t)1 << 18)      /* processes a whole tensor list per call */
+#define KILN_CAP_CAPTURABLE ((uint64_t)1 << 19) /* 1.4, optimizers: step may be graph-captured */
 
 /* A free-form name/value capability (e.g. {"activations", "leaky_relu,elu,identity"}). */
 typedef struct kiln_attribute {
