@@ -7,10 +7,13 @@
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_norm.h>
 #include <ATen/ops/cat.h>
+#include <ATen/ops/clamp_max.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/isfinite.h>
 #include <ATen/ops/linalg_vector_norm.h>
+#include <ATen/ops/reciprocal.h>
 #include <ATen/ops/stack.h>
+#include <ATen/ops/where.h>
 #include <ATen/ops/zeros.h>
 
 #include <algorithm>
@@ -148,6 +151,31 @@ GradCheck read_gradient_check(const at::Tensor& readout) {
   result.norm = v[1];
   if (values.numel() > 2) result.loss = v[2];
   return result;
+}
+
+void clip_on_device(const std::vector<at::Tensor>& tensors, const at::Tensor& norm,
+                    const ClipSettings& clip) {
+  if (!(clip.max_norm > 0.0) && !(clip.max_value > 0.0)) return;
+  std::vector<at::Tensor> grads;
+  for (const auto& t : tensors) {
+    if (t.grad().defined()) grads.push_back(t.grad());
+  }
+  std::vector<Bucket> buckets = by_device_and_dtype(grads);
+  if (clip.max_norm > 0.0) {
+    // torch.nn.utils.clip_grad_norm_'s coefficient (1e-6 included), clamped to 1 as its
+    // foreach path does instead of testing it on the host; 1 for a non-finite norm, so that a
+    // skipped step's gradients keep their values and the host can name the offending ones.
+    const at::Tensor n = norm.to(at::kFloat).reshape({});
+    const at::Tensor coef = at::where(
+        at::isfinite(n), at::clamp_max(at::reciprocal(n + 1e-6) * clip.max_norm, 1.0), 1.0);
+    for (auto& b : buckets) at::_foreach_mul_(b.list, coef.to(b.device));
+  }
+  if (clip.max_value > 0.0) {
+    for (auto& b : buckets) {
+      at::_foreach_clamp_min_(b.list, -clip.max_value);
+      at::_foreach_clamp_max_(b.list, clip.max_value);
+    }
+  }
 }
 
 GradCheck clip_after_check(GradCheck result, const std::vector<at::Tensor>& tensors,

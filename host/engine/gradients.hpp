@@ -44,6 +44,12 @@ at::Tensor launch_gradient_check(const std::vector<at::Tensor>& tensors,
                                  const at::Tensor& loss);
 GradCheck read_gradient_check(const at::Tensor& readout);
 
+// Clips `tensors`' gradients per `clip` with the coefficient computed on the device from `norm`
+// (a one-element tensor, the global norm), so that nothing is read back: for a step captured as
+// a CUDA graph. Non-finite gradients come out non-finite (the optimizer skips them).
+void clip_on_device(const std::vector<at::Tensor>& tensors, const at::Tensor& norm,
+                    const ClipSettings& clip);
+
 // What unscale_check_clip does after its read: names the first non-finite tensors, or clips.
 GradCheck clip_after_check(GradCheck check, const std::vector<at::Tensor>& tensors,
                            const std::vector<std::string>& names, const ClipSettings& clip,

@@ -42,6 +42,7 @@ struct GraphedStep::Impl {
   at::Tensor scale;                 // 0-d float32: the loss scale, set before every step
   at::Tensor readout;               // the graph's output: [found_inf, norm, loss]
   at::cuda::CUDAEvent ready, done;  // orders the graph's stream after the caller's, and back
+  Update update;                    // enqueued after the check in the capture only
   int eager_steps = 0;
   bool failed = false;  // a capture failed: eager from then on
 
@@ -89,6 +90,7 @@ struct GraphedStep::Impl {
     try {
       graph->capture_begin();
       readout = enqueue(static_x, static_y);
+      if (update) update(readout);
       graph->capture_end();
     } catch (...) {
       at::autocast::set_autocast_cache_enabled(cache);
@@ -110,8 +112,9 @@ struct GraphedStep::Impl {
            x.scalar_type() == static_x.scalar_type() && y.sizes() == static_y.sizes();
   }
 
-  at::Tensor step(const at::Tensor& x, const at::Tensor& y) {
-    if (!graph && !failed && eager_steps >= kWarmupSteps) {
+  // The step's readout, and whether it came from a replay.
+  std::pair<at::Tensor, bool> step(const at::Tensor& x, const at::Tensor& y, bool may_capture) {
+    if (!graph && !failed && eager_steps >= kWarmupSteps && may_capture) {
       try {
         capture(x, y);
         spdlog::info(
@@ -127,7 +130,7 @@ struct GraphedStep::Impl {
       static_x.copy_(x, /*non_blocking=*/true);
       static_y.copy_(y, /*non_blocking=*/true);
       graph->replay();
-      return readout;
+      return {readout, true};
     }
     // Eager: before a capture the gradients start from none, as zero_grad leaves them; after it
     // they are the graph's buffers, zeroed in place so that the replays keep writing them.
@@ -140,7 +143,7 @@ struct GraphedStep::Impl {
       drop_grads();
     }
     ++eager_steps;
-    return enqueue(x, y);
+    return {enqueue(x, y), false};
   }
 };
 
@@ -166,23 +169,31 @@ GraphedStep::~GraphedStep() = default;
 
 bool GraphedStep::captured() const { return impl_->graph != nullptr; }
 
-GradCheck GraphedStep::run(const at::Tensor& x, const at::Tensor& y, double scale) {
+void GraphedStep::set_update(Update update) {
+  if (impl_->graph) throw std::logic_error("GraphedStep::set_update after the capture");
+  impl_->update = std::move(update);
+}
+
+GraphedStep::Result GraphedStep::run(const at::Tensor& x, const at::Tensor& y, double scale,
+                                     bool may_capture) {
   Impl& s = *impl_;
   const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(s.device.index());
   // The graph's stream starts after what the caller's stream queued: the batch's copy, the
   // last optimizer step.
   s.ready.record(caller);
   s.ready.block(s.stream);
-  GradCheck check;
+  Result result;
   {
     c10::cuda::CUDAStreamGuard guard(s.stream);
     s.scale.fill_(scale);
-    check = read_gradient_check(s.step(x, y));  // the step's one wait on the device
+    auto [readout, replayed] = s.step(x, y, may_capture);
+    result.check = read_gradient_check(readout);  // the step's one wait on the device
+    result.updated = replayed && s.update != nullptr;
   }
   // And the caller's stream (the optimizer, the evaluation) continues after the graph's.
   s.done.record(s.stream);
   s.done.block(caller);
-  return check;
+  return result;
 }
 
 }  // namespace kiln::engine

@@ -1,12 +1,15 @@
-// run.cuda_graph: a training step's forward, loss, backward and gradient check captured once as
-// a CUDA graph and replayed every step after, so that the CPU launches one graph instead of the
-// model's hundreds of kernels: what bounds small batches on a fast GPU. After each replay the
-// check (overflow flag, norm, loss) is read back once; clipping, the loss-scale update and the
-// optimizer then run as usual.
+// run.cuda_graph: a training step captured once as a CUDA graph and replayed every step after,
+// so that the CPU launches one graph instead of the model's hundreds of kernels: what bounds
+// small batches on a fast GPU. The graph holds forward, loss, backward, the unscaling check and,
+// with a capturable optimizer (KILN_CAP_CAPTURABLE), clipping and the optimizer step, which the
+// device skips when the check fails. After each replay the check (overflow flag, norm, loss) is
+// read back once, for the loss-scale rule, the schedule and the metrics; with another optimizer,
+// clipping and the optimizer then run eagerly.
 #pragma once
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -42,12 +45,22 @@ class GraphedStep {
   GraphedStep(const GraphedStep&) = delete;
   GraphedStep& operator=(const GraphedStep&) = delete;
 
+  // What the graph runs after the check, given its device readout [found_inf, norm, loss]:
+  // clipping and the optimizer, enqueued without reading anything back. Set before the capture;
+  // none: the graph ends with the check.
+  using Update = std::function<void(const at::Tensor& readout)>;
+  void set_update(Update update);
+
+  struct Result {
+    GradCheck check;       // read back after the step, with the batch's mean loss
+    bool updated = false;  // the replay ran the update (else the caller runs the optimizer)
+  };
   // Forward, loss, backward (the loss multiplied by `scale`) and the gradient check on the batch
-  // (x, y), already on the device: eagerly for the first kWarmupSteps steps and for any batch of
-  // another shape than the captured one, else by replaying the graph. Returns the check read
-  // back, with the batch's mean loss. A capture that fails is reported once (spdlog) and the run
-  // goes on eagerly.
-  GradCheck run(const at::Tensor& x, const at::Tensor& y, double scale);
+  // (x, y), already on the device: eagerly for the first kWarmupSteps steps, until
+  // `may_capture` (the optimizer's state exists, so that no state is created inside the
+  // graph), and for any batch of another shape than the captured one; else by replaying the
+  // graph. A capture that fails is reported once (spdlog) and the run goes on eagerly.
+  Result run(const at::Tensor& x, const at::Tensor& y, double scale, bool may_capture = true);
 
   bool captured() const;
 

@@ -44,9 +44,25 @@ class OptimizerStep {
   StepOutcome run_after_check(int64_t step, const GradCheck& read);
   const MasterWeights& stepped() const { return stepped_; }
 
+  // ---- the update inside a CUDA graph (run.cuda_graph) ----
+  // Whether clipping and the optimizer can be enqueued without a host read: a capturable
+  // optimizer plugin and no master weights.
+  bool capturable() const;
+  // Writes each group's lr for the coming step into its device tensor, on the current stream;
+  // before every replay.
+  void set_device_lrs();
+  // Enqueues clipping by the norm in `readout` (launch_gradient_check's [found_inf, norm, ...])
+  // and every group's optimizer step (number `step`), which the device skips when the check
+  // failed. Reads nothing back, so a graph can capture it.
+  void enqueue_update(int64_t step, const at::Tensor& readout);
+  // The host's half of a step whose update ran on the device: the scale rule, the verdict, the
+  // schedule, and the names of non-finite gradients.
+  StepOutcome after_device_update(int64_t step, const GradCheck& read);
+
  private:
-  // The loss-scale update and the optimizer (or a skip) after the check.
-  StepOutcome apply(int64_t step, GradCheck check);
+  // The loss-scale update and the optimizer (or a skip) after the check; the optimizer is not
+  // called again when `update_ran` (the device ran it, gated on the check).
+  StepOutcome apply(int64_t step, GradCheck check, bool update_ran = false);
 
   const std::vector<ParamGroup>& groups_;
   MasterWeights stepped_;
@@ -55,6 +71,8 @@ class OptimizerStep {
   LrDriver& lr_;
   ClipSettings clip_;
   std::vector<at::Tensor> model_params_;
+  std::vector<at::Tensor> device_lrs_;  // per group, 0-dim float32 (set_device_lrs)
+  at::Tensor found_inf_;                // 0-dim float32: the check failed (enqueue_update)
 };
 
 }  // namespace kiln::engine

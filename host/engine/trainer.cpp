@@ -426,8 +426,21 @@ void Trainer::Impl::build() {
         trainable.insert(trainable.end(), g.params.begin(), g.params.end());
       graphed =
           std::make_unique<GraphedStep>(*model, std::move(trainable), plan, clip.norm_type, device);
-      spdlog::info("run.cuda_graph: the step is captured after {} eager steps",
-                   GraphedStep::kWarmupSteps);
+      if (optimizer_step->capturable()) {
+        graphed->set_update([this](const at::Tensor& readout) {
+          optimizer_step->enqueue_update(position.step + 1, readout);
+        });
+        spdlog::info(
+            "run.cuda_graph: forward, backward, the check, clipping and the optimizer are "
+            "captured after {} eager steps",
+            GraphedStep::kWarmupSteps);
+      } else {
+        spdlog::info(
+            "run.cuda_graph: forward, backward and the check are captured after {} eager steps; "
+            "optimizer '{}' is not capturable (KILN_CAP_CAPTURABLE), so it runs after each "
+            "replay",
+            GraphedStep::kWarmupSteps, optimizer->name());
+      }
     }
   }
 
@@ -517,6 +530,8 @@ void Trainer::Impl::step() {
   // shorter and is averaged over its own length. The loss scale is fixed inside the window.
   const int64_t window = std::min(accumulation, batches_per_epoch - position.batches_in_epoch);
   const double scale = scaler->scale();
+  // The step's time runs from here: zero_grad is part of it, as in a Python loop.
+  const auto step_start = Clock::now();
   // A graphed step keeps its gradient buffers (GraphedStep drops or zeroes them itself).
   if (!graphed) optimizer_step->zero_grad();
   io::reset_peak_tensor_memory(device);
@@ -528,8 +543,8 @@ void Trainer::Impl::step() {
   // loss × batch size.
   at::Tensor loss_sum;
   std::optional<GradCheck> graphed_check;  // the check GraphedStep read back
+  bool update_ran = false;                 // and whether its replay ran the optimizer
   int64_t samples = 0, micro = 0;
-  const auto step_start = Clock::now();
   for (; micro < window; ++micro) {
     const auto fetch_start = Clock::now();
     std::optional<data::Batch> batch = train_loader->next();
@@ -540,8 +555,13 @@ void Trainer::Impl::step() {
     if (plan.half_model()) x = x.to(plan.model_dtype);
     x = in_model_layout(x, channels_last);
     if (graphed) {
-      // Forward, backward and the check as one graph (accumulation is 1: a window of one).
-      graphed_check = graphed->run(x, y, scale);
+      // The step as one graph (accumulation is 1: a window of one). It is captured only once
+      // the optimizer has applied a step, so that its state exists outside the graph.
+      if (optimizer_step->capturable()) optimizer_step->set_device_lrs();
+      const bool may_capture = position.step > scaler->skipped_total();
+      GraphedStep::Result graphed_step = graphed->run(x, y, scale, may_capture);
+      graphed_check = std::move(graphed_step.check);
+      update_ran = graphed_step.updated;
       samples += y.size(0);
       continue;
     }
@@ -580,8 +600,10 @@ void Trainer::Impl::step() {
   step_epoch = epoch;
 
   // Unscale, check, clip, scale update; then the optimizer, or a skip that touches nothing.
-  const StepOutcome outcome = graphed_check ? optimizer_step->run_after_check(step, *graphed_check)
-                                            : optimizer_step->run(step, loss_sum);
+  const StepOutcome outcome = update_ran ? optimizer_step->after_device_update(step, *graphed_check)
+                              : graphed_check
+                                  ? optimizer_step->run_after_check(step, *graphed_check)
+                                  : optimizer_step->run(step, loss_sum);
   if (bar) io::clear_progress_bar(stderr);  // log lines below start on a clean line
   const std::vector<double>& group_lrs = outcome.group_lrs;
   if (lr_driver->changed_notably(outcome.lr)) spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
@@ -620,6 +642,7 @@ void Trainer::Impl::step() {
                         step_time,
                         data_time,
                         samples_total / (step_time + data_time)};
+  record.started = std::chrono::duration<double>(step_start - start).count();
   record.loss_scale = scale;
   record.grad_norm = outcome.check.norm;
   record.skipped = outcome.verdict != StepVerdict::kApply;

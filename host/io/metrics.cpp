@@ -26,13 +26,14 @@ void MetricsWriter::write(const StepRecord& r) {
   std::string lr;
   for (size_t i = 0; i < r.lr.size(); ++i) lr += (i ? "," : "") + num(r.lr[i]);
   out_ << fmt::format(
-      "{{\"type\":\"step\",\"step\":{},\"epoch\":{},\"loss\":{},\"lr\":[{}],\"step_time\":{},"
+      "{{\"type\":\"step\",\"step\":{},\"epoch\":{},\"loss\":{},\"lr\":[{}],\"started\":{},"
+      "\"step_time\":{},"
       "\"data_time\":{},\"samples_per_s\":{},\"loss_scale\":{},\"grad_norm\":{},\"skipped\":{},"
       "\"skipped_total\":{},\"micro_batches\":{},\"memory_mb\":{},\"tensor_mb\":{},"
       "\"tensor_peak_mb\":{},\"activation_mb\":{},\"allreduces\":{}}}\n",
-      r.step, r.epoch, num(r.loss), lr, num(r.step_time), num(r.data_time), num(r.samples_per_s),
-      num(r.loss_scale), num(r.grad_norm), r.skipped ? "true" : "false", r.skipped_total,
-      r.micro_batches, num(r.memory_mb), num(r.tensor_mb), num(r.tensor_peak_mb),
+      r.step, r.epoch, num(r.loss), lr, num(r.started), num(r.step_time), num(r.data_time),
+      num(r.samples_per_s), num(r.loss_scale), num(r.grad_norm), r.skipped ? "true" : "false",
+      r.skipped_total, r.micro_batches, num(r.memory_mb), num(r.tensor_mb), num(r.tensor_peak_mb),
       num(r.activation_mb), r.allreduces);
 }
 

@@ -13,9 +13,10 @@ struct StepRecord {
   int64_t epoch = 0;  // 1-based
   double loss = 0.0;
   std::vector<double> lr;  // per parameter group
-  double step_time = 0.0;  // seconds: forward, backward, optimizer
+  double step_time = 0.0;  // seconds: zero_grad, forward, backward, optimizer, the loss read
   double data_time = 0.0;  // seconds waiting for the batch
   double samples_per_s = 0.0;
+  double started = 0.0;  // seconds since training began, when this step began
   double loss_scale = 1.0;    // the scale this step's loss was multiplied by
   double grad_norm = 0.0;     // global norm of the unscaled gradients, before clipping
   bool skipped = false;       // non-finite gradients: the optimizer did not run

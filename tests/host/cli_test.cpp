@@ -184,10 +184,10 @@ TEST(Cli, TrainsAndWritesMetrics) {
   std::ifstream in(metrics);
   std::string line;
   int steps = 0, evals = 0;
-  double last_accuracy = 0.0;
+  double last_accuracy = 0.0, last_started = -1.0;
   const std::regex step_re(
       R"(\{"type":"step","step":(\d+),"epoch":(\d+),"loss":[-0-9.e]+,"lr":\[[-0-9.e,]+\],)"
-      R"("step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+,)"
+      R"("started":([0-9.e+-]+),"step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+,)"
       R"("loss_scale":1,"grad_norm":[0-9.e+-]+,"skipped":false,"skipped_total":0,)"
       R"("micro_batches":1,"memory_mb":[0-9.e+]+,"tensor_mb":[0-9.e+]+,"tensor_peak_mb":[0-9.e+]+,)"
       R"("activation_mb":[0-9.e+-]+,"allreduces":0\})");
@@ -198,6 +198,10 @@ TEST(Cli, TrainsAndWritesMetrics) {
     if (std::regex_match(line, m, step_re)) {
       ++steps;
       EXPECT_EQ(std::stoi(m[1]), steps);
+      // Steps begin one after another, the evaluation's time between epochs included.
+      const double started = std::stod(m[3]);
+      EXPECT_GT(started, last_started);
+      last_started = started;
     } else if (std::regex_match(line, m, eval_re)) {
       ++evals;
       last_accuracy = std::stod(m[3]);

@@ -493,6 +493,91 @@ TEST(CudaGraph, CheckLaunchedAndReadLaterEqualsTheOneCallCheck) {
   EXPECT_EQ(named.non_finite, std::vector<std::string>{"b"});
 }
 
+// The update a CUDA graph captures (clipping and a capturable optimizer enqueued on the device
+// check's readout, lr from device tensors, the skip decided on the device), run eagerly on the
+// CPU: it gives the eager step's weights, optimizer state, scale, schedule and verdicts, and a
+// step with a NaN gradient moves nothing.
+void check_device_update(const std::string& optimizer) {
+  const std::string sections = "[optimizer]\n" + optimizer +
+                               "clip_grad_norm = 0.5\n"
+                               "[lr_policy]\nwarmup = \"linear\"\nwarmup_iters = 3\n"
+                               "[precision]\nname = \"amp\"\ndtype = \"fp16\"\n";
+  Rig eager(sections), device(sections);
+  ASSERT_TRUE(device.step->capturable());
+  ASSERT_EQ(device.plan.loss_scaling, KILN_SCALE_DYNAMIC);
+  const auto f32 = at::TensorOptions().dtype(at::kFloat);
+  for (int64_t s = 1; s <= 6; ++s) {
+    SCOPED_TRACE("step " + std::to_string(s));
+    auto [x, y] = batch(32, s);
+    std::vector<at::Tensor> before;
+    for (Rig* r : {&eager, &device}) {
+      r->step->zero_grad();
+      r->backward(x, y);
+      if (s == 4) r->groups[0].params[0].grad().view(-1)[2] = NAN;
+    }
+    for (const auto& t : device.step->stepped().flat()) before.push_back(t.detach().clone());
+    const StepOutcome e = eager.step->run(s);
+    StepOutcome d;
+    if (s == 1) {
+      d = device.step->run(s);  // the optimizer's state is made eagerly, before any capture
+    } else {
+      device.step->set_device_lrs();
+      const at::Tensor inv_scale = at::full({1}, 1.0 / device.scaler->scale(), f32);
+      const at::Tensor readout =
+          launch_gradient_check(device.step->stepped().flat(), inv_scale, 2.0, {});
+      device.step->enqueue_update(s, readout);
+      d = device.step->after_device_update(s, read_gradient_check(readout));
+    }
+    EXPECT_EQ(d.verdict, e.verdict);
+    EXPECT_EQ(d.scale, e.scale);
+    EXPECT_EQ(d.group_lrs, e.group_lrs);
+    EXPECT_EQ(d.check.non_finite, e.check.non_finite);
+    if (e.check.finite) {
+      EXPECT_NEAR(d.check.norm, e.check.norm, 1e-6 * e.check.norm);
+    }
+    EXPECT_EQ(device.scaler->scale(), eager.scaler->scale());
+    EXPECT_EQ(device.lr->counted(), eager.lr->counted());
+    const auto& dw = device.step->stepped().flat();
+    const auto& ew = eager.step->stepped().flat();
+    for (size_t i = 0; i < dw.size(); ++i) {
+      if (s == 4) {
+        EXPECT_TRUE(at::equal(dw[i], before[i])) << "a skipped step moved parameter " << i;
+      } else {
+        EXPECT_TRUE(dw[i].allclose(ew[i], 1e-5, 1e-6)) << "parameter " << i;
+      }
+    }
+  }
+  EXPECT_EQ(device.scaler->skipped_total(), 1);
+  for (const auto& [param, tensors] : device.optimizer->state()) {
+    for (const auto& [name, t] : tensors) {
+      EXPECT_TRUE(t.allclose(eager.optimizer->state().at(param).at(name), 1e-5, 1e-6))
+          << param << " " << name;
+    }
+  }
+}
+
+TEST(CudaGraph, DeviceUpdateWithSgdMatchesTheEagerStep) {
+  check_device_update("name = \"sgd\"\nlr = 0.1\nmomentum = 0.9\nnesterov = true\n");
+}
+
+TEST(CudaGraph, DeviceUpdateWithAdamWMatchesTheEagerStep) {
+  check_device_update("name = \"adamw\"\nlr = 0.01\n");
+}
+
+TEST(CudaGraph, AnOptimizerWithoutTheCapabilityIsNotCapturable) {
+  Rig rig("[optimizer]\nname = \"rmsprop\"\nlr = 0.01\n");
+  EXPECT_FALSE(rig.step->capturable());
+  EXPECT_THROW(rig.step->enqueue_update(1, at::zeros({3})), std::logic_error);
+  // The flag counts only from plugins built for ABI 1.4, which see the device tensors.
+  Rig sgd("[optimizer]\nname = \"sgd\"\nlr = 0.01\n");
+  EXPECT_TRUE(sgd.step->capturable());
+  plugin::Component older = *sgd.p.optimizer.component;
+  kiln_plugin_descriptor descriptor = *older.plugin;
+  descriptor.abi_minor = 3;
+  older.plugin = &descriptor;
+  EXPECT_FALSE(plugin::OptimizerAdapter(older, sgd.p.optimizer.options).capturable());
+}
+
 // ---- bf16 autocast against torch.autocast
 // ---------------------------------------------------------
 
