@@ -16,7 +16,7 @@ struct StepRecord {
   double step_time = 0.0;  // seconds: zero_grad, forward, backward, optimizer, the loss read
   double data_time = 0.0;  // seconds waiting for the batch
   double samples_per_s = 0.0;
-  double started = 0.0;  // seconds since training began, when this step began
+  double started = 0.0;       // seconds since training began, when this step began
   double loss_scale = 1.0;    // the scale this step's loss was multiplied by
   double grad_norm = 0.0;     // global norm of the unscaled gradients, before clipping
   bool skipped = false;       // non-finite gradients: the optimizer did not run
@@ -52,6 +52,7 @@ class MetricsWriter {
 
  private:
   std::ofstream out_;
+  std::string line_;  // a step's line, kept so that writing one allocates nothing
 };
 
 }  // namespace kiln::io
