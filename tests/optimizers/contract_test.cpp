@@ -375,6 +375,28 @@ TEST(OptimizerReuse, TokenKeptAcrossCallsMatchesFreshCalls) {
   }
 }
 
+// A call under a kept token is still checked: a NaN lr is refused and nothing moves.
+TEST(OptimizerReuse, AKeptTokenStillRefusesABadLr) {
+  const Trajectory traj = make_trajectory(3, 23);
+  const Case c = find_case("sgd", "nesterov");
+  const kiln_optimizer_vtable& vt = optimizer_vtable(c.library, c.component);
+  ParamSet set = make_params(traj, at::kCPU);
+  Options options = options_of(c);
+  Instance instance(vt, options);
+  kiln_call_context ctx;
+  CallMode mode;
+  mode.reuse_token = 9;
+  ASSERT_EQ(run_steps(vt, instance.get(), ctx, c, set.params, traj.grads, 0, 2, mode), "");
+  std::vector<at::Tensor> before;
+  for (const at::Tensor& p : set.params) before.push_back(p.clone());
+  Case bad = c;
+  bad.base_lr = std::numeric_limits<double>::quiet_NaN();
+  const std::string error =
+      run_steps(vt, instance.get(), ctx, bad, set.params, traj.grads, 2, 1, mode);
+  EXPECT_NE(error.find("lr must be finite"), std::string::npos) << error;
+  for (size_t i = 0; i < before.size(); ++i) EXPECT_TRUE(set.params[i].equal(before[i])) << i;
+}
+
 // ---- dtypes
 // -----------------------------------------------------------------------------------------
 

@@ -70,7 +70,9 @@ struct Param {
 
 // Reads and checks the group: lr and weight decay finite and >= 0, grads shaped and placed like
 // their params, floating dtypes. Empty parameters are left out (nothing to update).
-inline std::vector<Param> read_group(const std::string& component, const kiln_param_group* group) {
+// Checks what every call must carry, whether or not its views are reused: the arrays, lr and
+// weight decay finite and >= 0.
+inline void check_group(const std::string& component, const kiln_param_group* group) {
   if (group == nullptr || group->struct_size < KILN_SIZE_UP_TO(kiln_param_group, weight_decay) ||
       (group->count > 0 && (group->params == nullptr || group->grads == nullptr))) {
     invalid(component, "step called without parameters or gradients");
@@ -81,6 +83,10 @@ inline std::vector<Param> read_group(const std::string& component, const kiln_pa
   if (!(std::isfinite(group->weight_decay) && group->weight_decay >= 0.0)) {
     invalid(component, "weight_decay must be finite and >= 0, got " + number(group->weight_decay));
   }
+}
+
+inline std::vector<Param> read_group(const std::string& component, const kiln_param_group* group) {
+  check_group(component, group);
   std::vector<Param> out;
   out.reserve(group->count);
   for (size_t i = 0; i < group->count; ++i) {

@@ -121,6 +121,10 @@ at::Tensor grad_for(const Batch& b, size_t k, const at::Tensor& grad,
 // Sorts the group's parameters into batches, fetching their state.
 void build_plan(const Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* group,
                 GroupPlan& plan) {
+  // Nothing of an earlier plan survives a build that fails half way.
+  plan.token = 0;
+  plan.batches.clear();
+  plan.flat = kiln::optim::FlatViews();
   const std::vector<Param> params = kiln::optim::read_group("sgd", group);
   const kiln::optim::StateStore state(sgd.host, ctx);
   kiln::optim::FlatViews& flat = plan.flat;
@@ -135,7 +139,6 @@ void build_plan(const Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* 
     created[k] = fresh;
     any_created = any_created || fresh;
   }
-  plan.batches.clear();
   for (const auto& bucket : kiln::optim::by_device_and_dtype(params)) {
     // [fused?][first step?]
     Batch batches[2][2];
@@ -208,6 +211,7 @@ void sgd_update(Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* group)
   GroupPlan& plan = sgd.plans[group->group_index];
   const uint64_t token = kiln::optim::reuse_token(group);
   if (token != 0 && plan.token == token) {
+    kiln::optim::check_group("sgd", group);
     refresh_grads(plan, group);
   } else {
     build_plan(sgd, ctx, group, plan);
