@@ -42,11 +42,12 @@ What the two arms share, per (batch, mode):
 
 Timing. Kiln: the per-step records of `kiln run --metrics F`: step_time (from fetching the batch
 to the loss read back after the optimizer, minus data_time; the read-back is a device sync, so a
-step's time ends after the GPU finished it; zero_grad and the record writing fall outside) and
+step's time ends after the GPU finished it; zero_grad counts, the record writing does not) and
 data_time (waiting for the loader). PyTorch (gpu_reference.py): the same split with
 time.perf_counter: data_time = next(loader iterator), step_time = .to(device), forward, loss,
 backward, scaler/optimizer step and loss.item() (the one sync per step, as Kiln's; no extra
-torch.cuda.synchronize()); zero_grad(set_to_none) before the clock, as in Kiln. Per run the first
+torch.cuda.synchronize()); zero_grad(set_to_none) before the clock, which favours PyTorch by
+that call (on CUDA it launches nothing). Per run the first
 --warmup steps are dropped (cuDNN's benchmark search, allocator warm-up) and
   images/s = batch x measured steps / sum over them of (step_time + data_time),
 i.e. the run's mean throughput including any wait for data. Peak memory: Kiln's memory_mb (the
