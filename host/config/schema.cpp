@@ -58,7 +58,8 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                 "capture a step's forward, loss, backward and gradient check as a CUDA graph "
                 "after 3 eager steps and replay it (static batch shapes; one process, no "
                 "accumulation, no o2, no activation checkpointing: else the run says why and "
-                "stays eager); the optimizer runs after each replay"),
+                "stays eager); clipping and a capturable optimizer (sgd, adam, adamw) are in the "
+                "graph too, others run after each replay"),
            spec("cudnn_benchmark", KILN_OPT_BOOL, "true",
                 "let cuDNN time its convolution algorithms on the first batch of each shape and "
                 "keep the fastest (torch.backends.cudnn.benchmark); false for runs whose shapes "

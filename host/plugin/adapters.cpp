@@ -144,7 +144,10 @@ void OptimizerAdapter::step(const GroupStep& group) {
   ctx.params = &live.params;
   ctx.state = &live.state;
   ctx.group = collective_group();
-  check(vtable_->step(instance_, &ctx, &view), "optimizer '" + name_ + "' step");
+  // Hot paths build the error's context only when there is an error.
+  if (kiln_status* status = vtable_->step(instance_, &ctx, &view)) {
+    check(status, "optimizer '" + name_ + "' step");
+  }
 }
 
 // ---- LR policy --------------------------------------------------------------------------------
@@ -162,8 +165,9 @@ LrPolicyAdapter::~LrPolicyAdapter() {
 
 double LrPolicyAdapter::lr_at(int64_t iter) const {
   double lr = 0.0;
-  check(vtable_->lr_at(instance_, iter, &lr),
-        "lr_policy '" + name_ + "' at iteration " + std::to_string(iter));
+  if (kiln_status* status = vtable_->lr_at(instance_, iter, &lr)) {
+    check(status, "lr_policy '" + name_ + "' at iteration " + std::to_string(iter));
+  }
   return lr;
 }
 
@@ -214,8 +218,9 @@ bool PrecisionAdapter::has_scale_rule() const { return vtable_->update_scale != 
 
 double PrecisionAdapter::update_scale(bool grads_finite, double scale) {
   if (vtable_->update_scale == nullptr) return scale;
-  check(vtable_->update_scale(instance_, grads_finite ? 1 : 0, &scale),
-        "precision '" + name_ + "' update_scale");
+  if (kiln_status* status = vtable_->update_scale(instance_, grads_finite ? 1 : 0, &scale)) {
+    check(status, "precision '" + name_ + "' update_scale");
+  }
   if (!(scale > 0.0) || !std::isfinite(scale)) {
     throw ComponentError(KILN_ERR_INTERNAL, "precision '" + name_ +
                                                 "' update_scale produced a loss scale of " +

@@ -78,8 +78,9 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     args.stream = host_api()->current_stream(x.device);
     kiln_call_context call;
     call.group = collective_group();  // synced norm layers reduce over the run's ranks
-    check(layer->vtable()->forward(layer->instance(), &call, &args),
-          "norm '" + layer->plugin_name() + "' forward");
+    if (kiln_status* status = layer->vtable()->forward(layer->instance(), &call, &args)) {
+      check(status, "norm '" + layer->plugin_name() + "' forward");  // the context only on errors
+    }
 
     const int32_t saves = layer->layout().saves;
     at::Tensor kept = saves == KILN_NORM_SAVE_OUTPUT    ? output
@@ -160,7 +161,7 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
       grad_input = adopt(owned[0], grad_output, name + " grad_input");
       if (want_weight) grad_weight = adopt(owned[1], weight, name + " grad_weight");
       if (want_bias) grad_bias = adopt(owned[2], bias, name + " grad_bias");
-    } else {
+    } else if (status != nullptr) {
       check(status, "norm '" + layer->plugin_name() + "' backward");
     }
     return {grad_input, grad_weight, grad_bias, at::Tensor()};
