@@ -3,6 +3,7 @@ machine line of their tables, and the verdict of their twin checks."""
 import json
 import os
 import platform
+import statistics
 import subprocess
 import sys
 
@@ -84,3 +85,32 @@ def run_kiln_pipeline(kiln, cfg, init, steps, work):
         raise RuntimeError(f"kiln run {path} exited {proc.returncode} after {len(records)} of "
                            f"{steps} steps:\n" + "\n".join(log[-15:]))
     return records, log
+
+
+def torch_build(args):
+    """--python's torch version, whether `args.kiln` loads that torch's libtorch_cpu.so, the
+    libtorch_cpu.so it does load, and --python's Python version."""
+    probe = subprocess.run([args.python, "-c", "import os, platform, torch; "
+                            "print(platform.python_version(), torch.__version__, "
+                            "os.path.join(os.path.dirname(torch.__file__), 'lib'))"],
+                           capture_output=True, text=True)
+    if probe.returncode != 0:
+        raise SystemExit(f"{args.python} cannot import torch:\n{probe.stderr[-2000:]}")
+    python, version, lib = probe.stdout.split()[-3:]
+    ldd = subprocess.run(["ldd", args.kiln], capture_output=True, text=True).stdout
+    linked = next((line.split("=>")[1].split()[0] for line in ldd.splitlines()
+                   if line.strip().startswith("libtorch_cpu.so") and "=>" in line), None)
+    same = linked is not None and os.path.realpath(linked) == os.path.realpath(
+        os.path.join(lib, "libtorch_cpu.so"))
+    return version, same, linked, python
+
+
+def fmt_spread(values, spec, unit=""):
+    """Median (min–max) of the values that are not None, "—" when none are."""
+    values = [v for v in values if v is not None]
+    if not values:
+        return "—"
+    m = statistics.median(values)
+    if len(values) == 1:
+        return f"{m:{spec}}{unit}"
+    return f"{m:{spec}}{unit} ({min(values):{spec}}–{max(values):{spec}})"

@@ -103,7 +103,8 @@ import sys
 import tempfile
 import time
 
-from bench_common import cpu_name, run_kiln_pipeline, twin_verdict
+from bench_common import (cpu_name, fmt_spread, run_kiln_pipeline, torch_build,
+                          twin_verdict)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -235,33 +236,6 @@ def prepare(args, work):
 
 
 # ---- the bench -----------------------------------------------------------------------------------
-
-
-def torch_build(args):
-    """--python's torch version, and whether kiln loads that torch's libtorch_cpu.so."""
-    probe = subprocess.run([args.python, "-c", "import os, platform, torch; "
-                            "print(platform.python_version(), torch.__version__, "
-                            "os.path.join(os.path.dirname(torch.__file__), 'lib'))"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        raise SystemExit(f"{args.python} cannot import torch:\n{probe.stderr[-2000:]}")
-    python, version, lib = probe.stdout.split()[-3:]
-    ldd = subprocess.run(["ldd", args.kiln], capture_output=True, text=True).stdout
-    linked = next((line.split("=>")[1].split()[0] for line in ldd.splitlines()
-                   if line.strip().startswith("libtorch_cpu.so") and "=>" in line), None)
-    same = linked is not None and os.path.realpath(linked) == os.path.realpath(
-        os.path.join(lib, "libtorch_cpu.so"))
-    return version, same, linked, python
-
-
-def fmt_spread(values, spec, unit=""):
-    values = [v for v in values if v is not None]
-    if not values:
-        return "—"
-    m = statistics.median(values)
-    if len(values) == 1:
-        return f"{m:{spec}}{unit}"
-    return f"{m:{spec}}{unit} ({min(values):{spec}}–{max(values):{spec}})"
 
 
 def median_or_none(values):

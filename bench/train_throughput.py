@@ -84,14 +84,14 @@ import json
 import math
 import os
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
 
-from bench_common import cpu_name, run_kiln_pipeline, twin_verdict
+from bench_common import (cpu_name, fmt_spread, run_kiln_pipeline, torch_build,
+                          twin_verdict)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -311,13 +311,6 @@ def bench_case(case, args, tmp):
                 cfg=cfg)
 
 
-def fmt_spread(values, spec):
-    m = statistics.median(values)
-    if len(values) == 1:
-        return f"{m:{spec}}"
-    return f"{m:{spec}} ({min(values):{spec}}–{max(values):{spec}})"
-
-
 def loss_check(a_runs, b_runs):
     """Largest first-step loss gap and largest gap over the first LOSS_STEPS steps over the
     paired runs; a missing or non-finite loss counts as an infinite gap."""
@@ -328,24 +321,6 @@ def loss_check(a_runs, b_runs):
     first = max(gap(a["first_loss"], b["first_loss"]) for a, b in zip(a_runs, b_runs))
     gaps = [gap(x, y) for a, b in zip(a_runs, b_runs) for x, y in zip(a["losses"], b["losses"])]
     return first, max(gaps) if gaps else math.nan
-
-
-def torch_build(args):
-    """--python's Python and torch versions, and whether `kiln` loads that torch's
-    libtorch_cpu.so."""
-    probe = subprocess.run([args.python, "-c", "import os, platform, torch; "
-                            "print(platform.python_version(), torch.__version__, "
-                            "os.path.join(os.path.dirname(torch.__file__), 'lib'))"],
-                           capture_output=True, text=True)
-    if probe.returncode != 0:
-        raise SystemExit(f"{args.python} cannot import torch:\n{probe.stderr[-2000:]}")
-    python, version, lib = probe.stdout.split()[-3:]
-    ldd = subprocess.run(["ldd", args.kiln], capture_output=True, text=True).stdout
-    linked = next((line.split("=>")[1].split()[0] for line in ldd.splitlines()
-                   if line.strip().startswith("libtorch_cpu.so")), None)
-    same = linked is not None and os.path.realpath(linked) == os.path.realpath(
-        os.path.join(lib, "libtorch_cpu.so"))
-    return version, same, linked, python
 
 
 def machine(args):
