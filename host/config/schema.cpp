@@ -68,9 +68,14 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                 "micro-batches per optimizer step (gradient accumulation); the last window of an "
                 "epoch may be shorter and is averaged over its own length",
                 1),
+           choice("grad_check", "auto,every_step", "\"auto\"",
+                  "the pass over every gradient that checks for inf/NaN and measures grad_norm: "
+                  "every_step, or auto = every step where loss scaling, clipping, a half "
+                  "precision model or data parallelism needs it, else on logged steps only, with "
+                  "the step guarded by its loss (a non-finite loss skips it)"),
            spec("max_nonfinite_steps", KILN_OPT_INT, "5",
                 "without dynamic loss scaling: stop after this many consecutive steps with "
-                "non-finite gradients (each is skipped); the run diverged",
+                "non-finite gradients or loss (each is skipped); the run diverged",
                 1),
            spec("output_dir", KILN_OPT_STRING, "\"\"",
                 "folder for what a run saves (checkpoints/, tensorboard/, weights when a guard "

@@ -22,6 +22,7 @@ struct GradCheck {
   double norm = 0.0;   // global norm of the unscaled gradients before clipping (NaN/inf if not)
   std::vector<std::string> non_finite;  // the first parameters with non-finite gradients
   double loss = NAN;                    // the value of the `loss` tensor passed in, if any
+  bool measured = true;  // the gradient pass ran; false: only the loss was checked (norm NaN)
 };
 
 // Unscales `tensors`' gradients in place by 1/`scale`, checks them, and when all are finite
@@ -34,6 +35,14 @@ GradCheck unscale_check_clip(const std::vector<at::Tensor>& tensors,
                              const std::vector<std::string>& names, double scale,
                              const ClipSettings& clip, const at::Tensor& loss = {},
                              size_t name_limit = 3);
+
+// The step's guard without the gradient pass (run.grad_check = "auto" on a step that needs no
+// pass): reads `loss` (one element, required), and fails when it is not finite, naming the first
+// `name_limit` tensors whose gradients are non-finite too. The norm is not measured (NaN). The
+// gradients of a finite loss are not looked at.
+GradCheck check_loss_only(const std::vector<at::Tensor>& tensors,
+                          const std::vector<std::string>& names, const at::Tensor& loss,
+                          size_t name_limit = 3);
 
 // The check in two halves, for a step captured as a CUDA graph, where nothing may read the
 // device: launch_gradient_check enqueues the kernels (unscaling by the device tensor

@@ -49,9 +49,9 @@ StepVerdict LossScaler::after_check(bool grads_finite) {
   // No scale to lower: repeated non-finite steps mean the run diverged.
   if (skipped_in_a_row_ >= max_nonfinite_steps_) {
     stop_reason_ = fmt::format(
-        "{} consecutive steps with non-finite gradients under precision '{}' ({}); the run "
-        "diverged. Lower the lr, clip gradients (optimizer.clip_grad_norm), or use a policy with "
-        "dynamic loss scaling (amp, o2)",
+        "{} consecutive steps with non-finite gradients or loss under precision '{}' ({}); the "
+        "run diverged. Lower the lr, clip gradients (optimizer.clip_grad_norm), or use a policy "
+        "with dynamic loss scaling (amp, o2)",
         skipped_in_a_row_, plan_.name,
         plan_.loss_scaling == KILN_SCALE_STATIC ? fmt::format("static loss scale {}", scale_)
                                                 : std::string("no loss scaling"));

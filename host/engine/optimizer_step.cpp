@@ -30,10 +30,14 @@ void OptimizerStep::zero_grad() {
   for (auto& p : model_params_) p.mutable_grad() = at::Tensor();
 }
 
-StepOutcome OptimizerStep::run(int64_t step, const at::Tensor& loss) {
+StepOutcome OptimizerStep::run(int64_t step, const at::Tensor& loss, bool check_gradients) {
   // Parameters are leaves that require grad; updating them in place must not be recorded.
   at::NoGradGuard no_grad;
   stepped_.gather_grads();
+  const bool needs_pass = scaler_.scale() != 1.0 || clip_.max_norm > 0.0 || clip_.max_value > 0.0;
+  if (!check_gradients && !needs_pass && loss.defined()) {
+    return apply(step, check_loss_only(stepped_.flat(), stepped_.flat_names(), loss));
+  }
   return apply(step, unscale_check_clip(stepped_.flat(), stepped_.flat_names(), scaler_.scale(),
                                         clip_, loss));
 }

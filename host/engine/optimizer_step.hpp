@@ -37,8 +37,9 @@ class OptimizerStep {
   void zero_grad();
   // Runs optimizer step number `step` (1-based, attempted steps) on the gradients backward left.
   // `loss` (optional, one element on the device) is read back with the gradient check, into
-  // check.loss.
-  StepOutcome run(int64_t step, const at::Tensor& loss = {});
+  // check.loss. Without `check_gradients` (and with a loss) only the loss guards the step
+  // (check_loss_only): for a step that neither unscales nor clips.
+  StepOutcome run(int64_t step, const at::Tensor& loss = {}, bool check_gradients = true);
   // The same after a check already read (a step whose backward and check ran as a CUDA graph):
   // clipping, the loss-scale update and the optimizer. Not for master weights.
   StepOutcome run_after_check(int64_t step, const GradCheck& read);

@@ -221,6 +221,8 @@ struct Trainer::Impl {
   std::string out_dir, checkpoint_root;
   bool writer = true;  // rank 0 alone writes checkpoints, metrics, TensorBoard and weights
   int64_t checkpoint_every = 0, checkpointed_step = -1, log_interval = 1;
+  // The gradient pass on every step (run.grad_check), else on logged steps only.
+  bool check_every_step = true;
   std::optional<StopSignals> signals;
   std::unique_ptr<io::TensorBoardWriter> tensorboard;
   std::optional<io::MetricsWriter> metrics;
@@ -247,6 +249,8 @@ struct Trainer::Impl {
   void checkpoint(const RunPosition& at, bool even_if_off = false);
   void end_epoch();
   void finish();
+  // Whether optimizer step `step` gets a progress line.
+  bool logged(int64_t step) const { return step % log_interval == 0 || step == frame.max_iters; }
   // Runs `f`; in a distributed run a failure names the rank to blame, not only a closed socket.
   template <typename F>
   auto blame(F&& f) -> decltype(f());
@@ -449,6 +453,12 @@ void Trainer::Impl::build() {
   writer = rank == 0;
   checkpoint_every = run.get_int("checkpoint_every");
   log_interval = run.get_int("log_interval");
+  // Loss scaling, clipping and half-precision gradients need the pass to step safely, and data
+  // parallel ranks must agree on a skip from the same (all-reduced) gradients, not their own
+  // losses.
+  check_every_step = run.get_string("grad_check") == "every_step" ||
+                     plan.loss_scaling != KILN_SCALE_NONE || plan.half_model() || ddp != nullptr ||
+                     clip.max_norm > 0.0 || clip.max_value > 0.0;
   if (options.handle_signals) signals.emplace();
   if (writer && run.get_bool("tensorboard")) {
     tensorboard = std::make_unique<io::TensorBoardWriter>(out_dir + "/tensorboard");
@@ -600,16 +610,21 @@ void Trainer::Impl::step() {
   step_epoch = epoch;
 
   // Unscale, check, clip, scale update; then the optimizer, or a skip that touches nothing.
-  const StepOutcome outcome = update_ran ? optimizer_step->after_device_update(step, *graphed_check)
-                              : graphed_check
-                                  ? optimizer_step->run_after_check(step, *graphed_check)
-                                  : optimizer_step->run(step, loss_sum);
+  const StepOutcome outcome =
+      update_ran      ? optimizer_step->after_device_update(step, *graphed_check)
+      : graphed_check ? optimizer_step->run_after_check(step, *graphed_check)
+                      : optimizer_step->run(step, loss_sum, check_every_step || logged(step));
   if (bar) io::clear_progress_bar(stderr);  // log lines below start on a clean line
   const std::vector<double>& group_lrs = outcome.group_lrs;
   if (lr_driver->changed_notably(outcome.lr)) spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
   if (outcome.verdict != StepVerdict::kApply) {
-    spdlog::warn("step {}: non-finite gradients (loss scale {}) in {}; step skipped{}", step, scale,
-                 join(outcome.check.non_finite),
+    const GradCheck& check = outcome.check;
+    spdlog::warn("step {}: {}; step skipped{}", step,
+                 check.measured ? fmt::format("non-finite gradients (loss scale {}) in {}", scale,
+                                              join(check.non_finite))
+                 : check.non_finite.empty()
+                     ? std::string("non-finite loss")
+                     : fmt::format("non-finite loss and gradients in {}", join(check.non_finite)),
                  plan.loss_scaling == KILN_SCALE_DYNAMIC
                      ? fmt::format(", loss scale now {}", scaler->scale())
                      : "");
@@ -665,7 +680,7 @@ void Trainer::Impl::step() {
       tensorboard->scalar("lr/" + groups[g].name, group_lrs[g], step);
     }
     tensorboard->scalar("train/loss_scale", scale, step);
-    tensorboard->scalar("train/grad_norm", outcome.check.norm, step);
+    if (outcome.check.measured) tensorboard->scalar("train/grad_norm", outcome.check.norm, step);
     tensorboard->scalar("train/skipped_steps", static_cast<double>(scaler->skipped_total()), step);
     tensorboard->scalar("perf/samples_per_s", record.samples_per_s, step);
     tensorboard->scalar("perf/data_time", data_time, step);
@@ -710,7 +725,7 @@ void Trainer::Impl::step() {
   s.elapsed = seconds_since(start);
   // A terminal gets a bar redrawn every step; logs get a line every log_interval steps.
   if (bar) io::draw_progress_bar(stderr, s);
-  if (step % log_interval == 0 || step == max_steps) {
+  if (logged(step)) {
     if (bar) io::clear_progress_bar(stderr);
     spdlog::info("{}", io::format_progress(s));
     window_loss = window_samples = 0.0;

@@ -18,8 +18,9 @@ struct StepRecord {
   double samples_per_s = 0.0;
   double started = 0.0;       // seconds since training began, when this step began
   double loss_scale = 1.0;    // the scale this step's loss was multiplied by
-  double grad_norm = 0.0;     // global norm of the unscaled gradients, before clipping
-  bool skipped = false;       // non-finite gradients: the optimizer did not run
+  double grad_norm = 0.0;     // global norm of the unscaled gradients, before clipping; NaN on
+                              // a step without the gradient pass (run.grad_check)
+  bool skipped = false;       // non-finite gradients or loss: the optimizer did not run
   int64_t skipped_total = 0;  // skipped steps so far in the run
   int64_t micro_batches = 1;  // accumulated into this step
   double memory_mb = 0.0;     // peak memory so far, MiB (io/memory.hpp says of what)

@@ -321,7 +321,7 @@ TEST_F(ConfigTest, UnknownKey) {
       at(4, 1) +
           ": run.zzzzzzzz: unknown key; valid keys: device, epochs, max_steps, seed, "
           "log_interval, eval, threads, tf32, cuda_graph, cudnn_benchmark, accumulation_steps, "
-          "max_nonfinite_steps, "
+          "grad_check, max_nonfinite_steps, "
           "output_dir, checkpoints, checkpoint_every, checkpoint_keep, resume_fallback, "
           "tensorboard");
   // The keys of the chosen component only: nesterov belongs to sgd, not adamw.

@@ -306,10 +306,13 @@ TEST(TensorBoard, TheReaderFindsEveryScalarARunWrites) {
   while (std::getline(lines, line)) ++per_tag[line.substr(0, line.find('\t'))];
   // 32 steps, 2 evaluations; lr per parameter group ("default" and "bias" for the mlp).
   for (const char* tag :
-       {"train/loss", "lr/default", "lr/bias", "train/loss_scale", "train/grad_norm",
-        "train/skipped_steps", "perf/samples_per_s", "perf/data_time", "perf/memory_mb"}) {
+       {"train/loss", "lr/default", "lr/bias", "train/loss_scale", "train/skipped_steps",
+        "perf/samples_per_s", "perf/data_time", "perf/memory_mb"}) {
     EXPECT_EQ(per_tag[tag], 32) << tag;
   }
+  // The norm on the steps that measured it (run.grad_check = "auto", fp32): steps 10, 20, 30
+  // (log_interval 10) and the last one, 32.
+  EXPECT_EQ(per_tag["train/grad_norm"], 4);
   EXPECT_EQ(per_tag["eval/accuracy"], 2);
   EXPECT_EQ(per_tag["eval/loss"], 2);
   fs::remove_all(dir);

@@ -188,7 +188,7 @@ TEST(Cli, TrainsAndWritesMetrics) {
   const std::regex step_re(
       R"(\{"type":"step","step":(\d+),"epoch":(\d+),"loss":[-0-9.e]+,"lr":\[[-0-9.e,]+\],)"
       R"("started":([0-9.e+-]+),"step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+,)"
-      R"("loss_scale":1,"grad_norm":[0-9.e+-]+,"skipped":false,"skipped_total":0,)"
+      R"("loss_scale":1,"grad_norm":(null|[0-9.e+-]+),"skipped":false,"skipped_total":0,)"
       R"("micro_batches":1,"memory_mb":[0-9.e+]+,"tensor_mb":[0-9.e+]+,"tensor_peak_mb":[0-9.e+]+,)"
       R"("activation_mb":[0-9.e+-]+,"allreduces":0\})");
   const std::regex eval_re(
@@ -202,6 +202,10 @@ TEST(Cli, TrainsAndWritesMetrics) {
       const double started = std::stod(m[3]);
       EXPECT_GT(started, last_started);
       last_started = started;
+      // run.grad_check = "auto", fp32 without clipping: the norm on logged steps only
+      // (log_interval 10, and the last step).
+      const bool logged = steps % 10 == 0 || steps == 32;
+      EXPECT_EQ(m[4].str() != "null", logged) << line;
     } else if (std::regex_match(line, m, eval_re)) {
       ++evals;
       last_accuracy = std::stod(m[3]);
@@ -213,6 +217,29 @@ TEST(Cli, TrainsAndWritesMetrics) {
   EXPECT_EQ(evals, 2);
   // Synthetic classes are separable: a working loop learns them well above chance (10%).
   EXPECT_GT(last_accuracy, 0.9) << r.output;
+  fs::remove_all(dir);
+}
+
+// run.grad_check = "every_step" measures the norm (and checks the gradients) on every step.
+TEST(Cli, GradCheckEveryStepMeasuresTheNormEveryStep) {
+  fs::path dir = temp_dir();
+  fs::path metrics = dir / "metrics.jsonl";
+  Result r =
+      kiln("run " + pipeline("synthetic_mlp.toml") +
+           " --set run.grad_check=every_step --set run.eval=false --metrics " + metrics.string());
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::ifstream in(metrics);
+  std::string line;
+  const std::regex norm_re(R"("grad_norm":([0-9.e+-]+),)");
+  int steps = 0;
+  while (std::getline(in, line)) {
+    if (line.find("\"type\":\"step\"") == std::string::npos) continue;
+    ++steps;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(line, m, norm_re)) << line;
+    EXPECT_GT(std::stod(m[1]), 0.0) << line;
+  }
+  EXPECT_EQ(steps, 32);
   fs::remove_all(dir);
 }
 
@@ -401,13 +428,29 @@ TEST(CliPrecision, EveryModeTrainsTheSyntheticPipeline) {
   }
 }
 
+// fp32 without clipping checks only the loss on unlogged steps (run.grad_check = "auto"): a
+// diverging run is still caught there, named, skipped and stopped.
+TEST(CliPrecision, DivergedFp32RunIsCaughtByItsLossBetweenLoggedSteps) {
+  fs::path dir = temp_dir();
+  Result r = kiln("run " + pipeline("synthetic_mlp.toml") +
+                  " --set optimizer.lr=1e4 --set run.output_dir=" + dir.string());
+  ASSERT_EQ(r.code, 4) << r.output;
+  EXPECT_NE(r.output.find("non-finite loss"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("consecutive steps with non-finite gradients or loss under precision "
+                          "'fp32' (no loss scaling); the run diverged"),
+            std::string::npos)
+      << r.output;
+  fs::remove_all(dir);
+}
+
 TEST(CliPrecision, DivergedRunWithoutScalingStopsWithItsWeightsAndExitCode4) {
   fs::path dir = temp_dir();
   Result r =
       kiln("run " + pipeline("synthetic_mlp.toml") +
            " --set precision.name=o3 --set optimizer.lr=1e4 --set run.output_dir=" + dir.string());
   ASSERT_EQ(r.code, 4) << r.output;
-  EXPECT_NE(r.output.find("consecutive steps with non-finite gradients under precision 'o3' (no "
+  EXPECT_NE(r.output.find("consecutive steps with non-finite gradients or loss under precision "
+                          "'o3' (no "
                           "loss scaling); the run diverged"),
             std::string::npos)
       << r.output;

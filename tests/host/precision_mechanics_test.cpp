@@ -376,6 +376,91 @@ TEST(Clipping, LossIsReadBackWithTheCheck) {
   EXPECT_TRUE(std::isnan(unscale_check_clip({t}, {"t"}, 1.0, {}).loss));
 }
 
+// run.grad_check = "auto" on a step that neither unscales nor clips: the loss alone guards it.
+TEST(LossGuard, AFiniteLossPassesWithoutReadingTheGradients) {
+  at::Tensor t = at::zeros({4}).requires_grad_(true);
+  t.mutable_grad() = at::full({4}, NAN);  // not looked at: no pass over the gradients
+  const GradCheck check = check_loss_only({t}, {"t"}, at::full({}, 1.5));
+  EXPECT_TRUE(check.finite);
+  EXPECT_FALSE(check.measured);
+  EXPECT_TRUE(std::isnan(check.norm));
+  EXPECT_DOUBLE_EQ(check.loss, 1.5);
+  EXPECT_TRUE(check.non_finite.empty());
+}
+
+TEST(LossGuard, ANonFiniteLossFailsAndNamesTheNonFiniteGradients) {
+  for (float bad : {NAN, INFINITY}) {
+    std::vector<at::Tensor> tensors;
+    for (int n : {3, 5, 7}) {
+      at::Tensor t = at::zeros({n}).requires_grad_(true);
+      t.mutable_grad() = at::ones({n});
+      tensors.push_back(t);
+    }
+    tensors[1].mutable_grad()[4] = bad;
+    GradCheck check = check_loss_only(tensors, {"a", "b", "c"}, at::full({}, bad));
+    EXPECT_FALSE(check.finite);
+    EXPECT_EQ(check.non_finite, std::vector<std::string>{"b"});
+    // A loss can overflow while every gradient stays finite: it fails all the same.
+    tensors[1].mutable_grad() = at::ones({5});
+    check = check_loss_only(tensors, {"a", "b", "c"}, at::full({}, bad));
+    EXPECT_FALSE(check.finite);
+    EXPECT_TRUE(check.non_finite.empty());
+  }
+  EXPECT_THROW(check_loss_only({}, {}, at::Tensor()), std::invalid_argument);
+}
+
+// OptimizerStep::run without the gradient check: a finite loss applies the same update as the
+// checked step (no norm measured), a non-finite loss skips it and moves nothing.
+TEST(LossGuard, AnUncheckedStepAppliesAsTheCheckedOneAndSkipsOnANonFiniteLoss) {
+  const std::string sections =
+      "[optimizer]\nname = \"sgd\"\nlr = 0.1\nmomentum = 0.9\n[precision]\nname = \"fp32\"\n";
+  Rig checked(sections), unchecked(sections);
+  for (int64_t s = 1; s <= 3; ++s) {
+    auto [x, y] = batch(16, s);
+    for (Rig* rig : {&checked, &unchecked}) {
+      rig->step->zero_grad();
+      rig->backward(x, y);
+    }
+    const at::Tensor loss = at::full({}, 0.25 * static_cast<double>(s));
+    const StepOutcome a = checked.step->run(s, loss);
+    const StepOutcome b = unchecked.step->run(s, loss, /*check_gradients=*/false);
+    EXPECT_TRUE(a.check.measured && std::isfinite(a.check.norm));
+    EXPECT_FALSE(b.check.measured);
+    EXPECT_TRUE(std::isnan(b.check.norm));
+    EXPECT_EQ(b.verdict, StepVerdict::kApply);
+    EXPECT_DOUBLE_EQ(b.check.loss, 0.25 * static_cast<double>(s));
+  }
+  for (size_t i = 0; i < checked.step->stepped().flat().size(); ++i) {
+    EXPECT_TRUE(at::equal(checked.step->stepped().flat()[i], unchecked.step->stepped().flat()[i]))
+        << checked.step->stepped().flat_names()[i];
+  }
+
+  std::vector<at::Tensor> weights;
+  for (const auto& t : unchecked.step->stepped().flat()) weights.push_back(t.detach().clone());
+  auto [x, y] = batch(16, 4);
+  unchecked.step->zero_grad();
+  unchecked.backward(x, y);
+  const StepOutcome skipped = unchecked.step->run(4, at::full({}, NAN), false);
+  EXPECT_EQ(skipped.verdict, StepVerdict::kSkip);
+  EXPECT_EQ(unchecked.scaler->skipped_total(), 1);
+  for (size_t i = 0; i < weights.size(); ++i) {
+    EXPECT_TRUE(at::equal(weights[i], unchecked.step->stepped().flat()[i]));
+  }
+}
+
+// Clipping needs the norm: with it the step takes the full check even when asked not to.
+TEST(LossGuard, ClippingKeepsTheGradientCheck) {
+  Rig rig(
+      "[optimizer]\nname = \"sgd\"\nlr = 0.1\nclip_grad_norm = 0.5\n"
+      "[precision]\nname = \"fp32\"\n");
+  auto [x, y] = batch(16, 1);
+  rig.step->zero_grad();
+  rig.backward(x, y);
+  const StepOutcome out = rig.step->run(1, at::full({}, 1.0), /*check_gradients=*/false);
+  EXPECT_TRUE(out.check.measured);
+  EXPECT_TRUE(std::isfinite(out.check.norm));
+}
+
 // model.memory_format = "auto" picks NHWC only where it pays: CUDA, a half precision, and a
 // model with convolution weights; the explicit settings win everywhere.
 TEST(MemoryFormat, AutoIsChannelsLastOnlyForConvolutionsUnderHalfPrecisionOnCuda) {
@@ -647,7 +732,7 @@ TEST(LossScalerGuards, WithoutScalingConsecutiveNonFiniteStepsStopTheRun) {
   EXPECT_EQ(s.after_check(false), StepVerdict::kSkip);
   EXPECT_EQ(s.after_check(false), StepVerdict::kSkip);
   EXPECT_EQ(s.after_check(false), StepVerdict::kStop);
-  EXPECT_NE(s.stop_reason().find("3 consecutive steps with non-finite gradients"),
+  EXPECT_NE(s.stop_reason().find("3 consecutive steps with non-finite gradients or loss"),
             std::string::npos)
       << s.stop_reason();
   EXPECT_EQ(s.skipped_total(), 5);

@@ -161,7 +161,8 @@ typedef struct kiln_metrics {
   double loss;               /* step: mean training loss of the step; eval: mean test loss */
   double accuracy;           /* eval: test accuracy in [0, 1] */
   double lr;                 /* step: the first parameter group's learning rate */
-  double grad_norm;          /* step: global norm of the unscaled gradients, before clipping */
+  double grad_norm;          /* step: global norm of the unscaled gradients, before clipping;
+                                NaN on a step that ran no gradient pass (run.grad_check) */
   double loss_scale;         /* step: the scale this step's loss was multiplied by */
   double step_seconds;       /* step: forward, backward and optimizer time */
   double data_seconds;       /* step: time spent waiting for batches */
