@@ -49,6 +49,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/calling_thread.hpp"
 #include "data/dataset.hpp"
 #include "data/sampler.hpp"
 #include "io/heap.hpp"
@@ -295,26 +296,42 @@ void load_weights(torch::nn::Module& model, const std::string& path) {
 
 // ---- the optimizer -----------------------------------------------------------------------------
 
-// torch.optim.SGD over every parameter in one call of ATen's fused kernel, as the sgd plugin does
-// for float32 parameters whose momentum buffer shares their dense layout (all of them here).
+// torch.optim.SGD with ATen's fused kernel, called as the sgd plugin calls it for float32
+// parameters whose momentum buffer shares their dense layout (all of them here): one call for the
+// tensors of at least at::internal::GRAIN_SIZE elements and one, with the OpenMP team shrunk to
+// the calling thread, for the smaller ones (plugins/optimizer/common/calling_thread.hpp says
+// why).
 // Where Kiln differs: it calls the plugin once per parameter group (default, norm, bias; the same
 // lr and weight decay unless configured otherwise), with its momentum buffers in the host's state
 // store, and before that computes the gradient norm it logs (_foreach_norm), which this loop
 // does not.
 struct Sgd {
   std::vector<at::Tensor> params, bufs;
+  // [0]: stepped with the intra-op team, [1]: on the calling thread alone.
+  std::vector<at::Tensor> split_params[2], split_bufs[2];
   double lr = 0.1, momentum = 0.9, dampening = 0.0, weight_decay = 5e-4;
   bool nesterov = true;
   bool first = true;  // the buffers start as the first gradient (torch's rule)
 
   void step() {
     at::NoGradGuard no_grad;
-    std::vector<at::Tensor> grads;
-    grads.reserve(params.size());
-    for (const auto& p : params) grads.push_back(p.grad());
-    at::_fused_sgd_(params, grads, momentum != 0.0 ? at::TensorList(bufs) : at::TensorList(),
-                    weight_decay, momentum, lr, dampening, nesterov, /*maximize=*/false,
-                    /*is_first_step=*/first);
+    if (first) {
+      for (size_t i = 0; i < params.size(); ++i) {
+        const int k = kiln::optim::steps_on_calling_thread(params[i]) ? 1 : 0;
+        split_params[k].push_back(params[i]);
+        if (momentum != 0.0) split_bufs[k].push_back(bufs[i]);
+      }
+    }
+    for (int k = 0; k < 2; ++k) {
+      if (split_params[k].empty()) continue;
+      std::vector<at::Tensor> grads;
+      grads.reserve(split_params[k].size());
+      for (const auto& p : split_params[k]) grads.push_back(p.grad());
+      const kiln::optim::CallingThreadOnly small(k == 1);
+      at::_fused_sgd_(split_params[k], grads, at::TensorList(split_bufs[k]), weight_decay, momentum,
+                      lr, dampening, nesterov, /*maximize=*/false,
+                      /*is_first_step=*/first);
+    }
     first = false;
   }
   // Gradients set to none, as the host's zero_grad.

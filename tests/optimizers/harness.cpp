@@ -137,7 +137,9 @@ Trajectory make_trajectory(int64_t steps, uint64_t seed) {
   at::manual_seed(seed);
   Trajectory t;
   t.steps = steps;
-  t.shapes = {{5, 7}, {4, 3, 3, 3}, {13}, {1}, {6, 5}};
+  // The last one is large enough (≥ at::internal::GRAIN_SIZE elements) for the fused kernels to
+  // step it with the intra-op team; the others go on the calling thread alone.
+  t.shapes = {{5, 7}, {4, 3, 3, 3}, {13}, {1}, {6, 5}, {40, 1000}};
   for (const auto& shape : t.shapes) {
     t.initial.push_back(at::randn(shape));
     std::vector<int64_t> grad_shape = {steps};

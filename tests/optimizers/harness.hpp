@@ -51,8 +51,9 @@ struct Trajectory {
   std::vector<at::Tensor> grads;
   int64_t steps = 0;
 };
-// A matrix, a 4-D conv weight, a vector, a one-element tensor and a matrix that the parameter
-// set holds as a strided (non-dense) view; values from at::randn under `seed`.
+// A matrix, a 4-D conv weight, a vector, a one-element tensor, a matrix that the parameter set
+// holds as a strided (non-dense) view, and a 40x1000 matrix (large enough for the fused kernels'
+// intra-op team); values from at::randn under `seed`.
 Trajectory make_trajectory(int64_t steps, uint64_t seed);
 
 // Parameters as a host may hand them over: parameter 0 a transposed (dense, non-contiguous)

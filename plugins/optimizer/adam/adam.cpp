@@ -1,7 +1,8 @@
 // kiln_adam — the "adam" and "adamw" optimizers: torch.optim.Adam (L2 weight decay added to the
 // gradient) and torch.optim.AdamW (decoupled weight decay), optionally AMSGrad, over the whole
 // group per call with ATen's fused kernels (_fused_adam_ / _fused_adamw_), as torch's
-// fused=True path runs them: the per-parameter "step" is a float32 0-dim tensor on the
+// fused=True path runs them (CPU tensors below ATen's grain size on the calling thread alone:
+// common/calling_thread.hpp): the per-parameter "step" is a float32 0-dim tensor on the
 // parameter's device, incremented before the kernel. Capturable (kiln/optimizer.h): the kernels
 // take the device lr and found_inf.
 #include <ATen/core/Tensor.h>
@@ -52,7 +53,7 @@ void adam_update(const Adam& opt, kiln_call_context* ctx, const kiln_param_group
     }
     st[k].step = state.get(p, "step", KILN_STATE_SCALAR_LIKE_PARAM);
   }
-  for (const auto& bucket : kiln::optim::by_device_and_dtype(params)) {
+  for (const auto& bucket : kiln::optim::fused_kernel_buckets(params)) {
     std::vector<at::Tensor> ps, gs, exp_avgs, exp_avg_sqs, max_exp_avg_sqs, steps;
     for (size_t k : bucket) {
       const Param& p = params[k];
@@ -69,6 +70,8 @@ void adam_update(const Adam& opt, kiln_call_context* ctx, const kiln_param_group
       steps.push_back(st[k].step);
     }
     at::_foreach_add_(steps, 1);
+    const kiln::optim::CallingThreadOnly small(
+        kiln::optim::steps_on_calling_thread(params[bucket.front()].param));
     if (device.defined()) {
       // Capturable: lr and the skip flag on the device; a skipped step takes its count back,
       // as torch.optim's fused path does under a GradScaler.

@@ -1,6 +1,7 @@
 // Shared helpers of the built-in optimizer plugins (header-only; each plugin library compiles
 // its own copy): option checks, reading a parameter group, host state tensors, grouping by
-// device and dtype for multi-tensor ops, and flat views for the fused kernels.
+// device and dtype for multi-tensor ops (and by size for the fused kernels), and flat views for
+// the fused kernels.
 #ifndef KILN_PLUGINS_OPTIMIZER_COMMON_OPTIM_COMMON_HPP_
 #define KILN_PLUGINS_OPTIMIZER_COMMON_OPTIM_COMMON_HPP_
 
@@ -17,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "common/calling_thread.hpp"
 #include "kiln/sdk.hpp"
 #include "kiln/torch.hpp"
 
@@ -198,6 +200,21 @@ inline std::vector<std::vector<size_t>> by_device_and_dtype(const std::vector<Pa
   }
   std::vector<std::vector<size_t>> out;
   for (auto& b : buckets) out.push_back(std::move(b.second));
+  return out;
+}
+
+// by_device_and_dtype, each bucket split further into the tensors a fused kernel steps with the
+// intra-op team and those it steps on the calling thread (steps_on_calling_thread), in that
+// order: one fused kernel call per bucket.
+inline std::vector<std::vector<size_t>> fused_kernel_buckets(const std::vector<Param>& params) {
+  std::vector<std::vector<size_t>> out;
+  for (const auto& bucket : by_device_and_dtype(params)) {
+    std::vector<size_t> team, inline_;
+    for (size_t i : bucket)
+      (steps_on_calling_thread(params[i].param) ? inline_ : team).push_back(i);
+    if (!team.empty()) out.push_back(std::move(team));
+    if (!inline_.empty()) out.push_back(std::move(inline_));
+  }
   return out;
 }
 

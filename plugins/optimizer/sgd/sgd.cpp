@@ -1,6 +1,7 @@
 // kiln_sgd — the "sgd" optimizer: torch.optim.SGD's update (momentum, dampening, Nesterov,
 // weight decay) over the whole group per call: ATen's fused SGD kernel for parameters whose
-// momentum buffer shares their dense layout, the multi-tensor (_foreach) ops for the rest (and
+// momentum buffer shares their dense layout (CPU tensors below ATen's grain size on the calling
+// thread alone: common/calling_thread.hpp), the multi-tensor (_foreach) ops for the rest (and
 // for float16/bfloat16 on the CPU). Capturable (kiln/optimizer.h): the fused kernel takes the
 // device lr and found_inf; the multi-tensor path selects its results on the device.
 #include <ATen/core/Tensor.h>
@@ -32,6 +33,7 @@ struct Batch {
   std::vector<size_t> grad_of;     // the group position of each entry's gradient
   bool fused = false;
   bool first = false;
+  bool calling_thread = false;  // fused, on the calling thread alone (steps_on_calling_thread)
 };
 
 // What one call built from the group, kept for the next call with the same reuse_token.
@@ -52,6 +54,7 @@ struct Sgd {
 void run_fused(const Sgd& sgd, const Batch& b, double lr, double wd,
                const kiln::optim::DeviceScalars& device) {
   if (b.params.empty()) return;
+  const kiln::optim::CallingThreadOnly small(b.calling_thread);
   // With momentum 0 the kernel takes no buffers at all.
   if (device.defined()) {
     at::_fused_sgd_(b.params, b.grads, b.bufs, wd, sgd.momentum, device.lr, sgd.dampening,
@@ -140,11 +143,12 @@ void build_plan(const Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* 
     any_created = any_created || fresh;
   }
   for (const auto& bucket : kiln::optim::by_device_and_dtype(params)) {
-    // [fused?][first step?]
-    Batch batches[2][2];
-    for (int f = 0; f < 2; ++f) {
+    // [kernel: multi-tensor, fused with the team, fused on the calling thread][first step?]
+    Batch batches[3][2];
+    for (int f = 0; f < 3; ++f) {
       for (int first = 0; first < 2; ++first) {
-        batches[f][first].fused = f == 1;
+        batches[f][first].fused = f >= 1;
+        batches[f][first].calling_thread = f == 2;
         batches[f][first].first = first == 1;
       }
     }
@@ -159,7 +163,8 @@ void build_plan(const Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* 
           (p.param.is_cuda() || dtype == at::kFloat || dtype == at::kDouble) &&
           p.param.is_non_overlapping_and_dense() &&
           (!with_momentum || kiln::optim::dense_with_strides(buf, p.param.strides()));
-      Batch& b = batches[fused ? 1 : 0][created[k] ? 1 : 0];
+      const int kernel = !fused ? 0 : kiln::optim::steps_on_calling_thread(p.param) ? 2 : 1;
+      Batch& b = batches[kernel][created[k] ? 1 : 0];
       if (b.params.empty()) {
         // Room for the whole bucket at once: a step then grows no vector one by one.
         b.params.reserve(bucket.size());
@@ -180,7 +185,7 @@ void build_plan(const Sgd& sgd, kiln_call_context* ctx, const kiln_param_group* 
     }
     // Fused before multi-tensor, then the first-step batches, as the calls always ran.
     for (int first = 0; first < 2; ++first) {
-      for (int f = 1; f >= 0; --f) {
+      for (int f : {1, 2, 0}) {
         if (!batches[f][first].params.empty()) {
           plan.batches.push_back(std::move(batches[f][first]));
         }
