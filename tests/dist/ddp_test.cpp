@@ -127,6 +127,18 @@ class Ddp : public ::testing::Test {
     return out;
   }
 
+  // Per step of a metrics file: the "grad_norm" field as written (a number or null).
+  std::vector<std::string> grad_norms(const std::string& name) const {
+    std::ifstream in(scratch_.path(name + ".jsonl"));
+    std::vector<std::string> out;
+    const std::regex re(R"("type":"step".*"grad_norm":([^,]+),)");
+    std::smatch m;
+    for (std::string line; std::getline(in, line);) {
+      if (std::regex_search(line, m, re)) out.push_back(m[1]);
+    }
+    return out;
+  }
+
   // The last evaluation line of a metrics file.
   std::string last_eval(const std::string& name) const {
     std::ifstream in(scratch_.path(name + ".jsonl"));
@@ -159,6 +171,15 @@ TEST_F(Ddp, TwoRanksMatchPyTorchDdpAndOneRankOnTheGlobalBatch) {
             two.output.rfind("info epoch 1/1  step 20/20"))
       << "progress logged by more than one rank:\n"
       << two.output;
+  // run.grad_check = "auto": data-parallel ranks check every step's (all-reduced) gradients;
+  // the one-process fp32 run only its logged steps (log_interval 50: the last one, 20).
+  const std::vector<std::string> norms_two = grad_norms("two"), norms_one = grad_norms("one");
+  ASSERT_EQ(norms_two.size(), 20u);
+  ASSERT_EQ(norms_one.size(), 20u);
+  for (size_t i = 0; i < norms_two.size(); ++i) {
+    EXPECT_NE(norms_two[i], "null") << "step " << i + 1;
+    EXPECT_EQ(norms_one[i] != "null", i + 1 == 20) << "step " << i + 1;
+  }
   // Evaluation over both shards equals evaluation in one process.
   const std::regex eval(R"("accuracy":([0-9.e-]+),"loss":([0-9.e-]+))");
   std::smatch a, b;

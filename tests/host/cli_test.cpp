@@ -220,27 +220,32 @@ TEST(Cli, TrainsAndWritesMetrics) {
   fs::remove_all(dir);
 }
 
-// run.grad_check = "every_step" measures the norm (and checks the gradients) on every step.
-TEST(Cli, GradCheckEveryStepMeasuresTheNormEveryStep) {
-  fs::path dir = temp_dir();
-  fs::path metrics = dir / "metrics.jsonl";
-  Result r =
-      kiln("run " + pipeline("synthetic_mlp.toml") +
-           " --set run.grad_check=every_step --set run.eval=false --metrics " + metrics.string());
-  ASSERT_EQ(r.code, 0) << r.output;
-  std::ifstream in(metrics);
-  std::string line;
-  const std::regex norm_re(R"("grad_norm":([0-9.e+-]+),)");
-  int steps = 0;
-  while (std::getline(in, line)) {
-    if (line.find("\"type\":\"step\"") == std::string::npos) continue;
-    ++steps;
-    std::smatch m;
-    ASSERT_TRUE(std::regex_search(line, m, norm_re)) << line;
-    EXPECT_GT(std::stod(m[1]), 0.0) << line;
+// The norm (and the check of every gradient) on every step: run.grad_check = "every_step", and
+// under "auto" wherever the step needs the pass, here dynamic loss scaling (amp in float16; amp's
+// CPU default, bfloat16, scales nothing).
+TEST(Cli, GradCheckEveryStepOrWhereNeededMeasuresTheNormEveryStep) {
+  for (const std::string set :
+       {"run.grad_check=every_step", "precision.name=amp --set precision.dtype=fp16"}) {
+    SCOPED_TRACE(set);
+    fs::path dir = temp_dir();
+    fs::path metrics = dir / "metrics.jsonl";
+    Result r = kiln("run " + pipeline("synthetic_mlp.toml") + " --set " + set +
+                    " --set run.eval=false --metrics " + metrics.string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    std::ifstream in(metrics);
+    std::string line;
+    const std::regex norm_re(R"("grad_norm":([0-9.e+-]+),)");
+    int steps = 0;
+    while (std::getline(in, line)) {
+      if (line.find("\"type\":\"step\"") == std::string::npos) continue;
+      ++steps;
+      std::smatch m;
+      ASSERT_TRUE(std::regex_search(line, m, norm_re)) << line;
+      EXPECT_GT(std::stod(m[1]), 0.0) << line;
+    }
+    EXPECT_EQ(steps, 32);
+    fs::remove_all(dir);
   }
-  EXPECT_EQ(steps, 32);
-  fs::remove_all(dir);
 }
 
 // Each step's loss from a metrics file.
