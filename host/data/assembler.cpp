@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <random>
 
 namespace kiln::data {
@@ -71,7 +72,9 @@ Batch BatchAssembler::build(const int64_t* indices, int64_t count, int64_t epoch
 
   const bool crop = options_.crop_padding > 0;
   const bool augment = crop || options_.flip;
-  std::mt19937_64 gen;
+  // Seeded only for augmentation: constructing the engine fills its 312-word state, a cost a
+  // batch without augmentation need not pay.
+  std::optional<std::mt19937_64> gen;
   if (augment) {
     const auto s = options_.seed;
     const auto e = static_cast<uint64_t>(epoch);
@@ -82,7 +85,7 @@ Batch BatchAssembler::build(const int64_t* indices, int64_t count, int64_t epoch
     // Ranks build different samples at the same batch index: give each its own stream.
     if (options_.world_size > 1) words.push_back(static_cast<uint32_t>(options_.rank));
     std::seed_seq seq(words.begin(), words.end());
-    gen.seed(seq);
+    gen.emplace(seq);
   }
   const uint64_t offsets = static_cast<uint64_t>(2 * options_.crop_padding + 1);
   for (int64_t i = 0; i < count; ++i) {
@@ -94,9 +97,9 @@ Batch BatchAssembler::build(const int64_t* indices, int64_t count, int64_t epoch
       std::memcpy(dst, src, static_cast<size_t>(sample_bytes));
       continue;
     }
-    const int64_t dy = crop ? static_cast<int64_t>(gen() % offsets) : options_.crop_padding;
-    const int64_t dx = crop ? static_cast<int64_t>(gen() % offsets) : options_.crop_padding;
-    const bool flip = options_.flip && (gen() & 1) != 0;
+    const int64_t dy = crop ? static_cast<int64_t>((*gen)() % offsets) : options_.crop_padding;
+    const int64_t dx = crop ? static_cast<int64_t>((*gen)() % offsets) : options_.crop_padding;
+    const bool flip = options_.flip && ((*gen)() & 1) != 0;
     copy_sample(src, dst, dy, dx, flip);
   }
 
