@@ -303,8 +303,8 @@ void load_weights(torch::nn::Module& model, const std::string& path) {
 // why).
 // Where Kiln differs: it calls the plugin once per parameter group (default, norm, bias; the same
 // lr and weight decay unless configured otherwise), with its momentum buffers in the host's state
-// store, and before that computes the gradient norm it logs (_foreach_norm), which this loop
-// does not.
+// store, and before that guards the step by its loss (run.grad_check = "auto"; the full
+// gradient check and norm only on logged steps), which this loop does not.
 struct Sgd {
   std::vector<at::Tensor> params, bufs;
   // [0]: stepped with the intra-op team, [1]: on the calling thread alone.
