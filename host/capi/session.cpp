@@ -19,7 +19,6 @@
 #include "dist/launch_env.hpp"
 #include "engine/checks.hpp"
 #include "engine/trainer.hpp"
-#include "io/heap.hpp"
 #include "io/memory.hpp"
 
 struct kiln_session {
@@ -191,9 +190,7 @@ kiln_status* create(const std::string& text, const std::string& name, const std:
   }
   std::lock_guard<std::mutex> lock(training_lock());
   set_log_level(o.log_level);
-  // Before the run allocates: freed step-sized blocks stay in the process (see io/heap.hpp);
-  // and tensor memory is counted from the start.
-  io::tune_heap_for_training();
+  // Tensor memory is counted from the start (the heap is tuned by the Trainer: io/heap.hpp).
   io::count_cpu_tensor_memory();
 
   auto session = std::make_unique<kiln_session>();

@@ -14,7 +14,6 @@
 #include "engine/plan.hpp"
 #include "engine/trainer.hpp"
 #include "io/checkpoint.hpp"
-#include "io/heap.hpp"
 #include "io/metrics_plot.hpp"
 #include "io/safetensors.hpp"
 #include "plugin/host_api.hpp"
@@ -118,8 +117,6 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
   config::Pipeline pipeline;
   int code = 0;
   if (!resolve(args, plugins, pipeline, code)) return code;
-  // Before the run allocates: freed step-sized blocks stay in the process (see io/heap.hpp).
-  io::tune_heap_for_training();
   engine::RunOptions options;
   try {
     options.launch = dist::read_launch_env();

@@ -9,7 +9,8 @@ namespace kiln::io {
 // Serves blocks up to 32 MiB (glibc's ceiling for this setting) from the heap instead of fresh
 // mappings, and keeps up to 1 GiB of freed heap top instead of trimming it. Does nothing when
 // the user set any MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_TOP_PAD_ or
-// GLIBC_TUNABLES (their choice wins), or with another libc. Returns whether it applied.
+// GLIBC_TUNABLES (their choice wins), or with another libc. Returns whether it applied. The
+// Trainer calls it once its set-up is built, before the first step.
 bool tune_heap_for_training();
 
 }  // namespace kiln::io

@@ -5,9 +5,9 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <iterator>
 #include <stdexcept>
 #include <string>
+#include <string_view>
 
 namespace kiln::io {
 namespace {
@@ -15,42 +15,39 @@ namespace {
 // JSON has no NaN/Infinity; write null so readers do not choke on a diverged run.
 std::string num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
 
-// A step line, appended to a kept buffer without temporaries: a record is written every step.
+// A step line, written into a kept buffer without temporaries: a record is written every step.
 class Line {
  public:
-  explicit Line(std::string& buffer) : s_(buffer) { s_.clear(); }
+  explicit Line(fmt::memory_buffer& buffer) : b_(buffer) { b_.clear(); }
   void number(double v) {
     if (std::isfinite(v)) {
-      fmt::format_to(std::back_inserter(s_), "{}", v);
+      fmt::format_to(fmt::appender(b_), "{}", v);
     } else {
-      s_ += "null";
+      text("null");
     }
   }
-  void integer(int64_t v) { fmt::format_to(std::back_inserter(s_), "{}", v); }
-  // `,"key":` (the first field has no comma).
-  Line& key(const char* name) {
-    s_ += s_.size() > 1 ? ",\"" : "\"";
-    s_ += name;
-    s_ += "\":";
+  void integer(int64_t v) { fmt::format_to(fmt::appender(b_), "{}", v); }
+  Line& text(std::string_view s) {
+    b_.append(s);
     return *this;
   }
-  Line& field(const char* name, double v) {
+  // `,"key":` (the first field has no comma).
+  Line& key(std::string_view name) {
+    text(b_.size() > 1 ? ",\"" : "\"").text(name).text("\":");
+    return *this;
+  }
+  Line& field(std::string_view name, double v) {
     key(name).number(v);
     return *this;
   }
-  Line& field(const char* name, int64_t v) {
+  Line& field(std::string_view name, int64_t v) {
     key(name).integer(v);
     return *this;
   }
-  Line& field(const char* name, bool v) {
-    key(name);
-    s_ += v ? "true" : "false";
-    return *this;
-  }
-  std::string& text() { return s_; }
+  Line& field(std::string_view name, bool v) { return key(name).text(v ? "true" : "false"); }
 
  private:
-  std::string& s_;
+  fmt::memory_buffer& b_;
 };
 
 }  // namespace
@@ -64,16 +61,15 @@ MetricsWriter::MetricsWriter(const std::string& path, bool append) {
 void MetricsWriter::write(const StepRecord& r) {
   if (!enabled()) return;
   Line line(line_);
-  line.text() += "{";
-  line.key("type").text() += "\"step\"";
+  line.text("{").key("type").text("\"step\"");
   line.field("step", r.step).field("epoch", r.epoch).field("loss", r.loss);
-  line.key("lr").text() += "[";
+  line.key("lr").text("[");
   for (size_t i = 0; i < r.lr.size(); ++i) {
-    if (i > 0) line.text() += ",";
+    if (i > 0) line.text(",");
     line.number(r.lr[i]);
   }
-  line.text() += "]";
-  line.field("started", r.started)
+  line.text("]")
+      .field("started", r.started)
       .field("step_time", r.step_time)
       .field("data_time", r.data_time)
       .field("samples_per_s", r.samples_per_s)
@@ -86,8 +82,8 @@ void MetricsWriter::write(const StepRecord& r) {
       .field("tensor_mb", r.tensor_mb)
       .field("tensor_peak_mb", r.tensor_peak_mb)
       .field("activation_mb", r.activation_mb)
-      .field("allreduces", r.allreduces);
-  line.text() += "}\n";
+      .field("allreduces", r.allreduces)
+      .text("}\n");
   out_.write(line_.data(), static_cast<std::streamsize>(line_.size()));
 }
 

@@ -1,6 +1,8 @@
 // Metrics as JSON lines: one object per training step and per evaluation.
 #pragma once
 
+#include <fmt/format.h>
+
 #include <cstdint>
 #include <fstream>
 #include <string>
@@ -53,7 +55,7 @@ class MetricsWriter {
 
  private:
   std::ofstream out_;
-  std::string line_;  // a step's line, kept so that writing one allocates nothing
+  fmt::memory_buffer line_;  // a step's line, kept so that writing one allocates nothing
 };
 
 }  // namespace kiln::io

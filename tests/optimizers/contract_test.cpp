@@ -378,6 +378,40 @@ TEST(OptimizerReuse, TokenKeptAcrossCallsMatchesFreshCalls) {
   }
 }
 
+// Under a kept token, gradients handed over in the memory of the call before (as the host's
+// allocator gives a step the blocks of the step before) are read afresh, and a gradient whose
+// layout changed in that same memory is taken in its new layout: the results equal fresh calls.
+TEST(OptimizerReuse, GradientsInTheLastCallsMemoryAreReadAfresh) {
+  const int64_t steps = 6;
+  const Trajectory traj = make_trajectory(steps, 29);
+  for (const Case& c :
+       {find_case("sgd", "nesterov"), find_case("sgd", "dampening_wd"), find_case("adamw", "wd")}) {
+    SCOPED_TRACE(c.name);
+    const kiln_optimizer_vtable& vt = optimizer_vtable(c.library, c.component);
+    auto run = [&](uint64_t token, bool same_memory) {
+      ParamSet set = make_params(traj, at::kCPU);
+      Options options = options_of(c);
+      Instance instance(vt, options);
+      kiln_call_context ctx;
+      std::vector<at::Tensor> memory;
+      for (const at::Tensor& g : traj.grads) memory.push_back(at::empty_like(g[0]));
+      CallMode mode;
+      mode.reuse_token = token;
+      if (same_memory) mode.grad_memory = &memory;
+      EXPECT_EQ(run_steps(vt, instance.get(), ctx, c, set.params, traj.grads, 0, 3, mode), "");
+      // The same memory in another layout: the matrix's gradient column-major from here on.
+      const at::Tensor m = memory[0];
+      memory[0] = m.as_strided(m.sizes(), {1, m.size(0)});
+      EXPECT_EQ(run_steps(vt, instance.get(), ctx, c, set.params, traj.grads, 3, 3, mode), "");
+      return set.params;
+    };
+    const std::vector<at::Tensor> fresh = run(0, false), kept = run(11, true);
+    for (size_t i = 0; i < fresh.size(); ++i) {
+      EXPECT_TRUE(kept[i].equal(fresh[i])) << "parameter " << i;
+    }
+  }
+}
+
 // A call under a kept token is still checked: a NaN lr is refused and nothing moves.
 TEST(OptimizerReuse, AKeptTokenStillRefusesABadLr) {
   const Trajectory traj = make_trajectory(3, 23);

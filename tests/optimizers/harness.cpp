@@ -181,7 +181,11 @@ std::string run_steps(const kiln_optimizer_vtable& vt, void* instance, kiln_call
     std::vector<at::Tensor> grad_views;
     std::vector<DLTensor> p_dl, g_dl;
     for (size_t i = 0; i < params.size(); ++i) {
-      grad_views.push_back(grads[i][step].to(params[i].scalar_type()));
+      if (mode.grad_memory != nullptr) {
+        grad_views.push_back((*mode.grad_memory)[i].copy_(grads[i][step]));
+      } else {
+        grad_views.push_back(grads[i][step].to(params[i].scalar_type()));
+      }
       p_dl.push_back(kiln::as_dltensor(params[i]));
       g_dl.push_back(kiln::as_dltensor(grad_views.back()));
     }

@@ -70,6 +70,10 @@ struct CallMode {
   uint64_t reuse_token = 0;     // passed on every call
   bool device_scalars = false;  // capturable calls: lr_tensor and found_inf on the params' device
   double found_inf = 0.0;       // the flag's value in those calls
+  // When set: each step's gradients are copied into these tensors (one per parameter, any
+  // layout) and handed over from there, the same memory every call, as the host's allocator
+  // gives a step the blocks of the step before. Borrowed.
+  const std::vector<at::Tensor>* grad_memory = nullptr;
 };
 
 // Runs steps [first, first + count) of `c` on `params` (updated in place) with grads[i][step] of

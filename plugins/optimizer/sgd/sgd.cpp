@@ -201,7 +201,16 @@ void refresh_grads(GroupPlan& plan, const kiln_param_group* group) {
   kiln::ViewCache& views = kiln::thread_view_cache();
   for (Batch& b : plan.batches) {
     for (size_t k = 0; k < b.params.size(); ++k) {
-      const at::Tensor grad = views.get(group->grads[b.grad_of[k]]);
+      const DLTensor& view = group->grads[b.grad_of[k]];
+      // A step usually gets its gradients in the blocks of the step before: the tensor kept from
+      // then, when it is that very view (not a copy), already is what grad_for would return.
+      const at::Tensor& kept = b.grads[k];
+      if (kept.defined() &&
+          kept.const_data_ptr() == static_cast<const char*>(view.data) + view.byte_offset &&
+          kiln::same_layout(kept, view)) {
+        continue;
+      }
+      const at::Tensor grad = views.get(view);
       if (grad.sizes() != b.shapes[k].sizes() || grad.device() != b.shapes[k].device()) {
         kiln::optim::invalid("sgd", "gradient " + std::to_string(b.grad_of[k]) +
                                         " differs from its parameter in shape or device");

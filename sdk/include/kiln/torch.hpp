@@ -194,6 +194,17 @@ inline at::Tensor as_tensor(const DLTensor& t) {
                        options);
 }
 
+// Whether `v` has the dtype, device, shape and strides `t` describes (its memory is not compared).
+inline bool same_layout(const at::Tensor& v, const DLTensor& t) {
+  if (v.dim() != t.ndim || v.scalar_type() != scalar_type_of(t.dtype)) return false;
+  const bool cuda = t.device.device_type == kDLCUDA;
+  if (v.is_cuda() != cuda || (cuda && v.get_device() != t.device.device_id)) return false;
+  for (int32_t i = 0; i < t.ndim; ++i) {
+    if (v.sizes()[i] != t.shape[i] || v.strides()[i] != t.strides[i]) return false;
+  }
+  return true;
+}
+
 // Reuses the at::Tensor wrapper of a view seen before (same data, shape, strides, dtype and
 // device). Wrapping allocates a TensorImpl and a storage each time, which an optimizer stepping
 // hundreds of tensors per call pays for measurably. A direct-mapped table keyed by the data
@@ -206,7 +217,9 @@ class ViewCache {
   at::Tensor get(const DLTensor& t) {
     const void* data = static_cast<const char*>(t.data) + t.byte_offset;
     Entry& entry = slots_[slot_of(data)];
-    if (entry.data == data && entry.view.defined() && matches(entry.view, t)) return entry.view;
+    if (entry.data == data && entry.view.defined() && same_layout(entry.view, t)) {
+      return entry.view;
+    }
     entry.data = data;
     entry.view = as_tensor(t);
     return entry.view;
@@ -222,15 +235,6 @@ class ViewCache {
   static size_t slot_of(const void* data) {
     const auto bits = reinterpret_cast<uintptr_t>(data) >> 6;
     return (bits ^ (bits >> 12) ^ (bits >> 24)) & (kSlots - 1);
-  }
-  static bool matches(const at::Tensor& v, const DLTensor& t) {
-    if (v.dim() != t.ndim || v.scalar_type() != scalar_type_of(t.dtype)) return false;
-    const bool cuda = t.device.device_type == kDLCUDA;
-    if (v.is_cuda() != cuda || (cuda && v.get_device() != t.device.device_id)) return false;
-    for (int32_t i = 0; i < t.ndim; ++i) {
-      if (v.sizes()[i] != t.shape[i] || v.strides()[i] != t.strides[i]) return false;
-    }
-    return true;
   }
   std::vector<Entry> slots_ = std::vector<Entry>(kSlots);
 };
