@@ -273,7 +273,7 @@ Trainer::Impl::Impl(const config::Pipeline& pipeline, const RunOptions& run_opti
   join_group();
   if (group) group_for_plugins.emplace(group.get());
   blame([&] { build(); });
-  // Once the set-up is done, not before: its large buffers (the decoded dataset splits) are then
+  // Once the set-up is done, not before: its large buffers (the decoded test split) are then
   // mapped apart instead of lying among the small blocks every step frees and takes again, which
   // cost a tiny model's steps 9 % more malloc work (callgrind; docs/speed.md).
   io::tune_heap_for_training();
