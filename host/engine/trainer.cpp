@@ -58,6 +58,7 @@ using Clock = std::chrono::steady_clock;
 at::Tensor on_device(const at::Tensor& t, const c10::Device& device) {
   return t.device() == device ? t : t.to(device, /*non_blocking=*/true);
 }
+
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
