@@ -16,8 +16,11 @@ Columns: instructions (Ir), L1 instruction-cache misses (I1mr), L1 data-cache re
 misses (D1mr, D1mw), per step; Kiln ÷ bare loop of instructions and of all L1 misses (above 1:
 Kiln does more). The simulated caches are callgrind's defaults for this CPU.
 
-  ~/.cache/kiln/venv/bin/python bench/step_instructions.py                 # tiny, about 4 min
-  ~/.cache/kiln/venv/bin/python bench/step_instructions.py --cases tiny,cnn --steps 4,10
+  ~/.cache/kiln/venv/bin/python bench/step_instructions.py                 # tiny, about 5 min
+  ~/.cache/kiln/venv/bin/python bench/step_instructions.py --cases cnn --steps 2,4
+
+cnn is slow under the simulation: its 10-step runs had not finished after 20 minutes on the
+2-core VM, so keep its step counts small.
 """
 import argparse
 import os
