@@ -12,9 +12,15 @@ run one at a time, and a spinning OpenMP worker would be counted as work). Each 
 for --steps A and B steps; per step = (count at B - count at A) / (B - A), which cancels the
 start-up (plugin loading, data loading, the first step's allocations).
 
-Columns: instructions (Ir), L1 instruction-cache misses (I1mr), L1 data-cache read and write
-misses (D1mr, D1mw), per step; Kiln ÷ bare loop of instructions and of all L1 misses (above 1:
-Kiln does more). The simulated caches are callgrind's defaults for this CPU.
+Columns, per step: instructions (Ir); L1 misses (instruction, data read, data write); L2
+misses, with callgrind's last level simulated as this CPU's per-core L2 (read from sysfs; a VM
+that reports a shared L3 of hundreds of MiB would otherwise show almost none); mispredicted
+branches (conditional and indirect, callgrind's branch simulation). Then Kiln ÷ bare loop of
+each (above 1: Kiln does more). `--keep DIR` keeps the callgrind files for callgrind_annotate.
+
+What the simulation cannot see: the kernel. A system call in the step costs a dispatch-bound
+step far more than its own instructions on this VM (docs/speed.md), and callgrind counts none
+of it; `strace -c -f` on a run shows which ones a step makes.
 
   ~/.cache/kiln/venv/bin/python bench/step_instructions.py                 # tiny, about 5 min
   ~/.cache/kiln/venv/bin/python bench/step_instructions.py --cases cnn --steps 2,4
@@ -33,12 +39,43 @@ from concurrent.futures import ThreadPoolExecutor
 import train_throughput as tt
 from bench_common import to_toml
 
-EVENTS = ("Ir", "I1mr", "D1mr", "D1mw")
+EVENTS = ("Ir", "I1mr", "D1mr", "D1mw", "ILmr", "DLmr", "DLmw", "Bcm", "Bim")
+L1_MISSES = ("I1mr", "D1mr", "D1mw")
+L2_MISSES = ("ILmr", "DLmr", "DLmw")
+MISPREDICTS = ("Bcm", "Bim")
+
+
+def l2_geometry():
+    """`--LL=size,ways,line` for this CPU's level-2 cache (sysfs), or None where not listed.
+
+    callgrind simulates two levels, L1 and a last level that defaults to the largest cache. On
+    a VM that reports a shared L3 of hundreds of MiB, almost nothing misses there; simulating the
+    per-core L2 as the last level counts what does leave the core.
+    """
+    root = "/sys/devices/system/cpu/cpu0/cache"
+    try:
+        for index in sorted(os.listdir(root)):
+            d = os.path.join(root, index)
+            if not index.startswith("index"):
+                continue
+            read = lambda name: open(os.path.join(d, name)).read().strip()  # noqa: E731
+            if read("level") == "2" and read("type") in ("Unified", "Data"):
+                size = read("size")
+                kib = int(size[:-1]) * (1024 if size.endswith("M") else 1)
+                return f"--LL={kib * 1024},{read('ways_of_associativity')}," \
+                       f"{read('coherency_line_size')}"
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+L2 = l2_geometry()
 
 
 def callgrind(cmd, out, cwd):
     """Runs `cmd` under callgrind (cache simulation on); returns {event: total}."""
-    full = ["valgrind", "--tool=callgrind", "--cache-sim=yes", f"--callgrind-out-file={out}"]
+    full = ["valgrind", "--tool=callgrind", "--cache-sim=yes", "--branch-sim=yes",
+            f"--callgrind-out-file={out}"] + ([L2] if L2 else [])
     proc = subprocess.run(full + cmd, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
@@ -52,6 +89,22 @@ def callgrind(cmd, out, cwd):
     if names is None or totals is None:
         raise RuntimeError(f"{out}: no events or summary line")
     return dict(zip(names, totals))
+
+
+def syscalls(cmd, out, cwd):
+    """Runs `cmd` under `strace -f -c`; returns {system call: calls} over all its threads."""
+    proc = subprocess.run(["strace", "-f", "-c", "-o", out, "--"] + cmd, cwd=cwd,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    calls = {}
+    with open(out) as f:
+        for line in f:
+            cols = line.split()
+            # "% time seconds usecs/call calls [errors] syscall"; skip the header, rules, total.
+            if len(cols) in (5, 6) and cols[3].isdigit() and cols[-1] != "total":
+                calls[cols[-1]] = int(cols[3])
+    return calls
 
 
 def kiln_cmd(args, cfg, init, steps, work):
@@ -80,10 +133,10 @@ def bare_cmd(case, args, cfg, init, steps):
 
 
 def per_step(case, args, tmp):
-    """{arm: {event: count per step}} for `case`."""
+    """({arm: {event: count per step}}, {arm: {system call: calls per step}} or None)."""
     a, b = args.steps
     work = os.path.join(tmp, case)
-    os.makedirs(work)
+    os.makedirs(work, exist_ok=True)
     cfg = tt.pipeline(case, b, args)
     cfg["run"]["threads"] = 1
     init = tt.make_init(cfg, args, work)
@@ -97,8 +150,24 @@ def per_step(case, args, tmp):
             jobs[("bare loop", n)] = pool.submit(callgrind, bare_cmd(case, args, cfg, init, n),
                                                  out, work)
         counts = {key: job.result() for key, job in jobs.items()}
-    return {arm: {e: (counts[(arm, b)][e] - counts[(arm, a)][e]) / (b - a) for e in EVENTS}
-            for arm in ("Kiln", "bare loop")}
+    arms = ("Kiln", "bare loop")
+    events = {arm: {e: (counts[(arm, b)][e] - counts[(arm, a)][e]) / (b - a) for e in EVENTS}
+              for arm in arms}
+    if shutil.which("strace") is None:
+        return events, None
+    # The same runs without valgrind, under strace: what the kernel does for each step.
+    calls = {}
+    for n in (a, b):
+        calls[("Kiln", n)] = syscalls(kiln_cmd(args, cfg, init, n, work),
+                                      os.path.join(work, f"kiln-{n}.strace"), work)
+        calls[("bare loop", n)] = syscalls(bare_cmd(case, args, cfg, init, n),
+                                           os.path.join(work, f"bare-{n}.strace"), work)
+    per = {}
+    for arm in arms:
+        names = set(calls[(arm, a)]) | set(calls[(arm, b)])
+        per[arm] = {name: (calls[(arm, b)].get(name, 0) - calls[(arm, a)].get(name, 0)) / (b - a)
+                    for name in names}
+    return events, per
 
 
 def main():
@@ -112,6 +181,8 @@ def main():
     ap.add_argument("--python", default=sys.executable,
                     help="Python with torch, for the twin's initial weights")
     ap.add_argument("--data-root", default=tt.FMNIST)
+    ap.add_argument("--keep", metavar="DIR",
+                    help="keep the callgrind outputs in DIR (for callgrind_annotate)")
     args = ap.parse_args()
     args.kiln = os.path.join(args.build_dir, "bin", "kiln")
     args.bare_bin = os.path.join(args.build_dir, "bench", "bench_bare_loop")
@@ -129,23 +200,45 @@ def main():
         if not os.path.exists(path):
             sys.exit(f"step_instructions.py: {path} not found (build first)")
 
-    with tempfile.TemporaryDirectory(prefix="kiln-step-instructions-") as tmp:
-        results = {case: per_step(case, args, tmp) for case in cases}
+    if args.keep:
+        os.makedirs(args.keep, exist_ok=True)
+        measured = {case: per_step(case, args, args.keep) for case in cases}
+    else:
+        with tempfile.TemporaryDirectory(prefix="kiln-step-instructions-") as tmp:
+            measured = {case: per_step(case, args, tmp) for case in cases}
+    results = {case: m[0] for case, m in measured.items()}
 
     a, b = args.steps
-    print(f"\nPer step (callgrind, cache simulation on; steps {b} minus steps {a}; 1 thread)\n")
-    print("| case | arm | instructions | I1 misses | D1 read misses | D1 write misses |")
+    total = lambda c, events: sum(c[e] for e in events)  # noqa: E731
+    print(f"\nPer step (callgrind, cache and branch simulation on; steps {b} minus steps {a}; "
+          f"1 thread; last level simulated as {L2 or 'callgrind default'})\n")
+    print("| case | arm | instructions | L1 misses (I1, D1 read, D1 write) | L2 misses | "
+          "mispredicted branches |")
     print("|---|---|---:|---:|---:|---:|")
     for case, arms in results.items():
         for arm, c in arms.items():
-            print(f"| {case} | {arm} | {c['Ir']:,.0f} | {c['I1mr']:,.0f} | {c['D1mr']:,.0f} | "
-                  f"{c['D1mw']:,.0f} |")
-    print("\n| case | Kiln ÷ bare loop, instructions | Kiln ÷ bare loop, L1 misses |")
-    print("|---|---:|---:|")
+            print(f"| {case} | {arm} | {c['Ir']:,.0f} | {total(c, L1_MISSES):,.0f} "
+                  f"({c['I1mr']:,.0f}, {c['D1mr']:,.0f}, {c['D1mw']:,.0f}) | "
+                  f"{total(c, L2_MISSES):,.0f} | {total(c, MISPREDICTS):,.0f} |")
+    print("\n| case | Kiln ÷ bare loop: instructions | L1 misses | L2 misses | mispredicted "
+          "branches |")
+    print("|---|---:|---:|---:|---:|")
     for case, arms in results.items():
         k, m = arms["Kiln"], arms["bare loop"]
-        misses = [sum(x[e] for e in EVENTS[1:]) for x in (k, m)]
-        print(f"| {case} | {k['Ir'] / m['Ir']:.4f} | {misses[0] / misses[1]:.4f} |")
+        ratios = [k["Ir"] / m["Ir"]] + [total(k, ev) / max(total(m, ev), 1)
+                                         for ev in (L1_MISSES, L2_MISSES, MISPREDICTS)]
+        print("| " + case + " | " + " | ".join(f"{r:.4f}" for r in ratios) + " |")
+    print("\n| case | arm | system calls per step | the calls (per step) |")
+    print("|---|---|---:|---|")
+    for case, (_, per) in measured.items():
+        if per is None:
+            print(f"| {case} | — | strace is not installed | |")
+            continue
+        for arm, calls in per.items():
+            shown = sorted(((n, c) for n, c in calls.items() if abs(c) >= 0.005),
+                           key=lambda item: -item[1])
+            print(f"| {case} | {arm} | {sum(calls.values()):.3f} | "
+                  + ", ".join(f"{n} {c:.3f}" for n, c in shown) + " |")
     print(f"\nReproduce: `{sys.executable} bench/step_instructions.py --cases {args.cases} "
           f"--steps {a},{b}`")
 

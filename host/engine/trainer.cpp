@@ -523,6 +523,8 @@ void Trainer::Impl::build() {
 void Trainer::Impl::checkpoint(const RunPosition& at, bool even_if_off) {
   if (!writer || (!even_if_off && !p.run.get_bool("checkpoints")) || at.step == checkpointed_step)
     return;
+  // Every step the checkpoint covers has its metrics line on disk: a resumed run starts after it.
+  if (metrics) metrics->flush();
   result.last_checkpoint = io::write_checkpoint(
       checkpoint_root, capture(at, *model, *optimizer_step, *optimizer, *lr_driver, *scaler, p),
       p.run.get_int("checkpoint_keep"));
@@ -675,7 +677,10 @@ void Trainer::Impl::step() {
   record.skipped = outcome.verdict != StepVerdict::kApply;
   record.skipped_total = scaler->skipped_total();
   record.micro_batches = micro;
-  record.memory_mb = io::peak_memory_mib(device);
+  // The CPU's peak is the process's resident set, a system call to read (getrusage), and one
+  // per step costs a dispatch-bound CPU step more than the call itself (docs/speed.md): it is
+  // read on logged steps. CUDA's is the caching allocator's count, read every step.
+  record.memory_mb = device.is_cpu() && !logged(step) ? std::nan("") : io::peak_memory_mib(device);
   const io::TensorMemory tensors = io::tensor_memory(device);
   record.tensor_mb = mib(tensors.current_bytes);
   record.tensor_peak_mb = mib(tensors.peak_bytes);
@@ -696,7 +701,9 @@ void Trainer::Impl::step() {
     tensorboard->scalar("train/skipped_steps", static_cast<double>(scaler->skipped_total()), step);
     tensorboard->scalar("perf/samples_per_s", record.samples_per_s, step);
     tensorboard->scalar("perf/data_time", data_time, step);
-    tensorboard->scalar("perf/memory_mb", record.memory_mb, step);
+    if (std::isfinite(record.memory_mb)) {
+      tensorboard->scalar("perf/memory_mb", record.memory_mb, step);
+    }
   }
   if (heartbeat) heartbeat->set_step(step);
   last = position;

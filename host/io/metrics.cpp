@@ -1,6 +1,10 @@
 #include "io/metrics.hpp"
 
+#include <fcntl.h>
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cerrno>
 #include <cmath>
@@ -12,13 +16,42 @@
 namespace kiln::io {
 namespace {
 
+// Past either bound the buffered lines go to the OS: about 150 step lines, or a second, so a
+// reader following the file (tail -f, a notebook) is at most a second behind.
+constexpr size_t kFlushBytes = 64 * 1024;
+constexpr auto kFlushAge = std::chrono::seconds(1);
+
+std::runtime_error file_error(const std::string& path, const char* what, int error) {
+  return std::runtime_error(path + ": " + what + ": " + std::strerror(error));
+}
+
+// The length of `fd`'s content up to and including its last newline: a line a killed writer
+// left half-written is not a record, and appending after it would corrupt the next one too.
+off_t whole_lines_length(int fd, const std::string& path) {
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) throw file_error(path, "cannot read metrics file", errno);
+  char chunk[4096];
+  for (off_t end = st.st_size; end > 0;) {
+    const off_t begin = end > static_cast<off_t>(sizeof chunk) ? end - sizeof chunk : 0;
+    const ssize_t n = ::pread(fd, chunk, static_cast<size_t>(end - begin), begin);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) throw file_error(path, "cannot read metrics file", n < 0 ? errno : EIO);
+    for (ssize_t i = n; i > 0; --i) {
+      if (chunk[i - 1] == '\n') return begin + i;
+    }
+    end = begin;
+  }
+  return 0;
+}
+
 // JSON has no NaN/Infinity; write null so readers do not choke on a diverged run.
 std::string num(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
 
 // A step line, written into a kept buffer without temporaries: a record is written every step.
 class Line {
  public:
-  explicit Line(fmt::memory_buffer& buffer) : b_(buffer) { b_.clear(); }
+  // Appends to `buffer` (the lines before it stay).
+  explicit Line(fmt::memory_buffer& buffer) : b_(buffer), start_(buffer.size()) {}
   void number(double v) {
     if (std::isfinite(v)) {
       fmt::format_to(fmt::appender(b_), "{}", v);
@@ -33,7 +66,7 @@ class Line {
   }
   // `,"key":` (the first field has no comma).
   Line& key(std::string_view name) {
-    text(b_.size() > 1 ? ",\"" : "\"").text(name).text("\":");
+    text(b_.size() > start_ + 1 ? ",\"" : "\"").text(name).text("\":");
     return *this;
   }
   Line& field(std::string_view name, double v) {
@@ -48,19 +81,70 @@ class Line {
 
  private:
   fmt::memory_buffer& b_;
+  size_t start_;  // where this line begins in b_
 };
 
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& path, bool append) {
+MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
   if (path.empty()) return;
-  out_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
-  if (!out_) throw std::runtime_error(path + ": cannot open metrics file: " + std::strerror(errno));
+  // Read access too: appending first finds where the whole lines end.
+  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
+  if (fd_ < 0) throw file_error(path, "cannot open metrics file", errno);
+  if (append) {
+    try {
+      const off_t keep = whole_lines_length(fd_, path);
+      if (::ftruncate(fd_, keep) != 0 || ::lseek(fd_, keep, SEEK_SET) < 0) {
+        throw file_error(path, "cannot append to metrics file", errno);
+      }
+    } catch (...) {
+      ::close(fd_);  // the destructor does not run for a throwing constructor
+      throw;
+    }
+  }
+  last_flush_ = std::chrono::steady_clock::now();
+}
+
+MetricsWriter::~MetricsWriter() {
+  if (fd_ < 0) return;
+  try {
+    flush();
+  } catch (const std::exception& e) {
+    spdlog::warn("{}", e.what());
+  }
+  ::close(fd_);
+}
+
+void MetricsWriter::flush() {
+  if (fd_ < 0) return;
+  size_t written = 0;
+  while (written < pending_.size()) {
+    const ssize_t n = ::write(fd_, pending_.data() + written, pending_.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) {
+      const int error = errno;
+      // Keep what did not go out, so a later flush retries it.
+      std::string rest(pending_.data() + written, pending_.size() - written);
+      pending_.clear();
+      pending_.append(rest);
+      throw file_error(path_, "cannot write metrics", error);
+    }
+    written += static_cast<size_t>(n);
+  }
+  pending_.clear();
+  last_flush_ = std::chrono::steady_clock::now();
+}
+
+void MetricsWriter::flush_if_due() {
+  if (pending_.size() >= kFlushBytes ||
+      std::chrono::steady_clock::now() - last_flush_ >= kFlushAge) {
+    flush();
+  }
 }
 
 void MetricsWriter::write(const StepRecord& r) {
   if (!enabled()) return;
-  Line line(line_);
+  Line line(pending_);
   line.text("{").key("type").text("\"step\"");
   line.field("step", r.step).field("epoch", r.epoch).field("loss", r.loss);
   line.key("lr").text("[");
@@ -84,15 +168,15 @@ void MetricsWriter::write(const StepRecord& r) {
       .field("activation_mb", r.activation_mb)
       .field("allreduces", r.allreduces)
       .text("}\n");
-  out_.write(line_.data(), static_cast<std::streamsize>(line_.size()));
+  flush_if_due();
 }
 
 void MetricsWriter::write(const EvalRecord& r) {
   if (!enabled()) return;
-  out_ << fmt::format(
-      "{{\"type\":\"eval\",\"epoch\":{},\"step\":{},\"accuracy\":{},\"loss\":{}}}\n", r.epoch,
-      r.step, num(r.accuracy), num(r.loss));
-  out_.flush();
+  fmt::format_to(fmt::appender(pending_),
+                 "{{\"type\":\"eval\",\"epoch\":{},\"step\":{},\"accuracy\":{},\"loss\":{}}}\n",
+                 r.epoch, r.step, num(r.accuracy), num(r.loss));
+  flush();
 }
 
 }  // namespace kiln::io

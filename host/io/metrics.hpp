@@ -3,8 +3,8 @@
 
 #include <fmt/format.h>
 
+#include <chrono>
 #include <cstdint>
-#include <fstream>
 #include <string>
 #include <vector>
 
@@ -25,7 +25,8 @@ struct StepRecord {
   bool skipped = false;       // non-finite gradients or loss: the optimizer did not run
   int64_t skipped_total = 0;  // skipped steps so far in the run
   int64_t micro_batches = 1;  // accumulated into this step
-  double memory_mb = 0.0;     // peak memory so far, MiB (io/memory.hpp says of what)
+  double memory_mb = 0.0;     // peak memory so far, MiB (io/memory.hpp says of what); NaN on a
+                              // step that did not read it (the CPU's is read on logged steps)
   // Tensor storage on the run's device, MiB (counted by Kiln: io/memory.hpp): live at the end
   // of the step (weights, gradients, optimizer state), the step's peak, and that peak above
   // what was live when the step began (weights and optimizer state; gradients are released
@@ -44,18 +45,33 @@ struct EvalRecord {
   double loss = 0.0;
 };
 
+// Buffered: step lines go to the OS once 64 KiB or a second old, with an evaluation, on flush()
+// (the trainer's, before each checkpoint) and on destruction. A write is a system call, which
+// costs a dispatch-bound CPU step more than its own time (docs/speed.md), so lines are not
+// written one per step. Only whole lines are written; reopening to append drops a partial last
+// line that a crash in the middle of a write left.
 class MetricsWriter {
  public:
-  // An empty path writes nothing. Throws std::runtime_error if the file cannot be opened.
-  // `append`: continue an existing file (a resumed run) instead of starting it afresh.
+  // An empty path writes nothing. Throws std::runtime_error naming the path if the file cannot
+  // be opened. `append`: continue an existing file (a resumed run) instead of starting afresh.
   explicit MetricsWriter(const std::string& path, bool append = false);
+  ~MetricsWriter();  // flushes (a failure is logged) and closes
+  MetricsWriter(const MetricsWriter&) = delete;
+  MetricsWriter& operator=(const MetricsWriter&) = delete;
+
+  // Each throws std::runtime_error naming the path when writing to the OS fails.
   void write(const StepRecord& r);
-  void write(const EvalRecord& r);
-  bool enabled() const { return out_.is_open(); }
+  void write(const EvalRecord& r);  // written through at once
+  void flush();                     // writes the buffered lines to the OS
+  bool enabled() const { return fd_ >= 0; }
 
  private:
-  std::ofstream out_;
-  fmt::memory_buffer line_;  // a step's line, kept so that writing one allocates nothing
+  void flush_if_due();
+
+  std::string path_;
+  int fd_ = -1;
+  fmt::memory_buffer pending_;  // whole lines not yet written; kept, so a step allocates nothing
+  std::chrono::steady_clock::time_point last_flush_;
 };
 
 }  // namespace kiln::io

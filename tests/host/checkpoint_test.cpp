@@ -16,6 +16,8 @@
 #include <fstream>
 #include <map>
 #include <random>
+#include <regex>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -131,13 +133,32 @@ TEST(Checkpoint, KillNineAtARandomStepThenResumeIsBitIdentical) {
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status));
 
-  Result resumed = kiln(base_args(dir / "b") + every + " --resume auto");
+  Result resumed =
+      kiln(base_args(dir / "b") + every + " --resume auto --metrics " + (dir / "b.jsonl").string());
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from "), std::string::npos) << resumed.output;
   for (const char* file : {"/model.safetensors", "/trainer.safetensors"}) {
     expect_same_tensors(final_checkpoint(dir / "a", 128) + file,
                         final_checkpoint(dir / "b", 128) + file);
   }
+  // The metrics lines of both runs: whole records, every step there. A step's line is on disk
+  // before its checkpoint is written, so a kill between the two repeats that one step at most.
+  std::ifstream in((dir / "b.jsonl").string());
+  std::set<int> steps;
+  int lines = 0;
+  const std::regex step_re(R"(\{"type":"step","step":(\d+),.*"allreduces":0\})");
+  const std::regex eval_re(R"(\{"type":"eval",.*"loss":[-0-9.e]+\})");
+  std::smatch m;
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_match(line, eval_re)) continue;
+    ++lines;
+    ASSERT_TRUE(std::regex_match(line, m, step_re)) << line;
+    steps.insert(std::stoi(m[1]));
+  }
+  EXPECT_EQ(steps.size(), 128u);
+  EXPECT_EQ(*steps.begin(), 1);
+  EXPECT_EQ(*steps.rbegin(), 128);
+  EXPECT_LE(lines, 129);
   fs::remove_all(dir);
 }
 
@@ -305,14 +326,14 @@ TEST(TensorBoard, TheReaderFindsEveryScalarARunWrites) {
   std::string line;
   while (std::getline(lines, line)) ++per_tag[line.substr(0, line.find('\t'))];
   // 32 steps, 2 evaluations; lr per parameter group ("default" and "bias" for the mlp).
-  for (const char* tag :
-       {"train/loss", "lr/default", "lr/bias", "train/loss_scale", "train/skipped_steps",
-        "perf/samples_per_s", "perf/data_time", "perf/memory_mb"}) {
+  for (const char* tag : {"train/loss", "lr/default", "lr/bias", "train/loss_scale",
+                          "train/skipped_steps", "perf/samples_per_s", "perf/data_time"}) {
     EXPECT_EQ(per_tag[tag], 32) << tag;
   }
-  // The norm on the steps that measured it (run.grad_check = "auto", fp32): steps 10, 20, 30
-  // (log_interval 10) and the last one, 32.
+  // The norm on the steps that measured it (run.grad_check = "auto", fp32), and the CPU's
+  // peak resident set: steps 10, 20, 30 (log_interval 10) and the last one, 32.
   EXPECT_EQ(per_tag["train/grad_norm"], 4);
+  EXPECT_EQ(per_tag["perf/memory_mb"], 4);
   EXPECT_EQ(per_tag["eval/accuracy"], 2);
   EXPECT_EQ(per_tag["eval/loss"], 2);
   fs::remove_all(dir);
