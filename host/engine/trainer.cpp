@@ -244,6 +244,8 @@ struct Trainer::Impl {
   int64_t step_epoch = 0;    // the epoch of the latest step
   bool eval_due = false;     // resumed at an epoch's last step: its evaluation is still to come
   bool bar = false;          // a progress bar on the terminal
+  bool bar_shown = false;    // the bar is on the terminal now (a log line must clear it first)
+  Clock::time_point bar_drawn_at;
   Clock::time_point start;
   double window_loss = 0.0, window_samples = 0.0;
   Clock::time_point window_start;
@@ -255,6 +257,12 @@ struct Trainer::Impl {
   void step();
   io::EvalRecord evaluate();
   void checkpoint(const RunPosition& at, bool even_if_off = false);
+  // Erases the progress bar, when one is shown, so that a log line starts on a clean line.
+  void clear_bar() {
+    if (!bar_shown) return;
+    io::clear_progress_bar(stderr);
+    bar_shown = false;
+  }
   void end_epoch();
   void finish();
   // Whether optimizer step `step` gets a progress line.
@@ -529,6 +537,7 @@ void Trainer::Impl::checkpoint(const RunPosition& at, bool even_if_off) {
       checkpoint_root, capture(at, *model, *optimizer_step, *optimizer, *lr_driver, *scaler, p),
       p.run.get_int("checkpoint_keep"));
   checkpointed_step = at.step;
+  clear_bar();
   spdlog::info("checkpoint {}", result.last_checkpoint);
 }
 
@@ -539,6 +548,7 @@ void Trainer::Impl::step() {
   const int64_t max_steps = frame.max_iters;
   // A stop asked for between steps (cancel, an observer) is honoured before any work.
   if (cancel_requested.load() && !group) {
+    clear_bar();
     spdlog::info("cancelled: stopping after step {}", position.step);
     if (last.step > 0) checkpoint(last);
     state = TrainerState::kCancelled;
@@ -628,10 +638,13 @@ void Trainer::Impl::step() {
       update_ran      ? optimizer_step->after_device_update(step, *graphed_check)
       : graphed_check ? optimizer_step->run_after_check(step, *graphed_check)
                       : optimizer_step->run(step, loss_sum, check_every_step || logged(step));
-  if (bar) io::clear_progress_bar(stderr);  // log lines below start on a clean line
   const std::vector<double>& group_lrs = outcome.group_lrs;
-  if (lr_driver->changed_notably(outcome.lr)) spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
+  if (lr_driver->changed_notably(outcome.lr)) {
+    clear_bar();
+    spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
+  }
   if (outcome.verdict != StepVerdict::kApply) {
+    clear_bar();
     const GradCheck& check = outcome.check;
     spdlog::warn("step {}: {}; step skipped{}", step,
                  check.measured ? fmt::format("non-finite gradients (loss scale {}) in {}", scale,
@@ -721,6 +734,7 @@ void Trainer::Impl::step() {
   }
   if (checkpoint_every > 0 && step % checkpoint_every == 0) checkpoint(last);
   if (stop_signal != 0 || cancel) {
+    clear_bar();
     if (stop_signal != 0) {
       spdlog::warn("signal {}: stopping after step {}", stop_signal, step);
       result.signal = stop_signal;
@@ -742,13 +756,23 @@ void Trainer::Impl::step() {
   s.lr = group_lrs[0];
   s.samples_per_s = window_samples / seconds_since(window_start);
   s.elapsed = seconds_since(start);
-  // A terminal gets a bar redrawn every step; logs get a line every log_interval steps.
-  if (bar) io::draw_progress_bar(stderr, s);
+  // Logs get a line every log_interval steps. A terminal gets the bar redrawn ten times a
+  // second at most, and at once after a log line cleared it: each redraw writes to the
+  // terminal, a system call (docs/speed.md), and a small model's step is much shorter.
   if (logged(step)) {
-    if (bar) io::clear_progress_bar(stderr);
+    clear_bar();
     spdlog::info("{}", io::format_progress(s));
     window_loss = window_samples = 0.0;
     window_start = Clock::now();
+  }
+  // Not after the epoch's or the run's last step, whose end clears the bar at once.
+  if (bar && !epoch_ended && step < max_steps) {
+    const auto now = Clock::now();
+    if (!bar_shown || now - bar_drawn_at >= std::chrono::milliseconds(100)) {
+      io::draw_progress_bar(stderr, s);
+      bar_shown = true;
+      bar_drawn_at = now;
+    }
   }
   if (epoch_ended) end_epoch();
   if (step >= max_steps) finish();
@@ -756,7 +780,7 @@ void Trainer::Impl::step() {
 
 // The epoch's batches are consumed: the next step opens the next epoch.
 void Trainer::Impl::end_epoch() {
-  if (bar) io::clear_progress_bar(stderr);
+  clear_bar();
   epoch_open = false;
   last = {position.step, position.epoch + 1, 0};
   position = last;
@@ -769,6 +793,7 @@ void Trainer::Impl::end_epoch() {
 void Trainer::Impl::finish() {
   if (state != TrainerState::kReady) return;
   state = TrainerState::kFinished;
+  clear_bar();  // the run's last lines (here and the caller's) start on a clean line
   checkpoint(last);
   if (scaler->skipped_total() > 0) {
     spdlog::info("{} of {} steps skipped for non-finite gradients", scaler->skipped_total(),
@@ -784,6 +809,7 @@ io::EvalRecord Trainer::Impl::evaluate() {
   const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
   const io::EvalRecord record{epoch, position.step, e.accuracy, e.loss};
   metrics->write(record);
+  clear_bar();
   spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  loss {:.4f}", record.epoch,
                100.0 * e.accuracy, e.loss);
   result.test_accuracy = e.accuracy;

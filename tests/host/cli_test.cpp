@@ -3,11 +3,14 @@
 // input.
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
+#include <pty.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <array>
 #include <boost/filesystem.hpp>
+#include <cerrno>
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <regex>
@@ -225,6 +228,71 @@ TEST(Cli, TrainsAndWritesMetrics) {
 // The norm (and the check of every gradient) on every step: run.grad_check = "every_step", and
 // under "auto" wherever the step needs the pass, here dynamic loss scaling (amp in float16; amp's
 // CPU default, bfloat16, scales nothing).
+// Runs kiln with a pseudo-terminal as its stdout and stderr, as a user at a terminal would;
+// returns its exit code and everything it wrote there, escapes included.
+Result kiln_at_a_terminal(const std::string& args) {
+  int master = -1;
+  winsize size{};
+  size.ws_col = 120;
+  size.ws_row = 40;
+  const pid_t pid = forkpty(&master, nullptr, nullptr, &size);
+  if (pid == 0) {
+    const std::string command = "exec " KILN_CLI " " + args;
+    execl("/bin/sh", "sh", "-c", command.c_str(), static_cast<char*>(nullptr));
+    _exit(127);
+  }
+  if (pid < 0) return {-1, "forkpty failed"};
+  std::string output;
+  std::array<char, 4096> buffer{};
+  for (;;) {
+    const ssize_t n = read(master, buffer.data(), buffer.size());
+    if (n > 0) {
+      output.append(buffer.data(), static_cast<size_t>(n));
+    } else if (n < 0 && errno == EINTR) {
+      continue;
+    } else {
+      break;  // EIO once the child has closed its side
+    }
+  }
+  close(master);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// A bar redraw is a write to the terminal, a system call, which costs a small model's step
+// more than the call itself (docs/speed.md): the bar is redrawn ten times a second at most,
+// not every step, and log lines still start on a clean line.
+TEST(Cli, TheProgressBarIsRedrawnTenTimesASecondAtMost) {
+  const auto start = std::chrono::steady_clock::now();
+  Result r = kiln_at_a_terminal("run " + pipeline("synthetic_mlp.toml") +
+                                " --set data.synthetic_train=32768 --set run.epochs=1" +
+                                " --set run.log_interval=100000 --set run.eval=false" +
+                                " --set run.tensorboard=false --set run.checkpoints=false");
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(r.code, 0) << r.output;
+  // A draw is "\r", the bar, "\033[K"; a clear is "\r\033[K".
+  int draws = 0;
+  for (size_t at = r.output.find('\r'); at != std::string::npos; at = r.output.find('\r', at + 1)) {
+    if (r.output.compare(at + 1, 3, "\033[K") != 0 && r.output.compare(at + 1, 1, "\n") != 0) {
+      ++draws;
+    }
+  }
+  constexpr int kSteps = 32768 / 64;
+  EXPECT_GE(draws, 1) << r.output;
+  EXPECT_LT(draws, kSteps / 4) << r.output;
+  EXPECT_LE(draws, 3 + static_cast<int>(seconds * 10.0)) << seconds << " s\n" << r.output;
+  // The last step's log line and the end of the run start on a clean line.
+  const size_t done = r.output.find("done: 512 steps");
+  ASSERT_NE(done, std::string::npos) << r.output;
+  const size_t line = r.output.rfind("step 512/512", done);
+  ASSERT_NE(line, std::string::npos) << r.output;
+  EXPECT_EQ(r.output.substr(0, line).rfind("\r\033[K"), r.output.substr(0, line).rfind('\r'))
+      << "the last progress line follows a bar that was not cleared:\n"
+      << r.output;
+}
+
 TEST(Cli, GradCheckEveryStepOrWhereNeededMeasuresTheNormEveryStep) {
   for (const std::string set :
        {"run.grad_check=every_step", "precision.name=amp --set precision.dtype=fp16"}) {
