@@ -13,6 +13,8 @@
 #include <string>
 #include <string_view>
 
+#include "io/write_all.hpp"
+
 namespace kiln::io {
 namespace {
 
@@ -117,19 +119,14 @@ MetricsWriter::~MetricsWriter() {
 
 void MetricsWriter::flush() {
   if (fd_ < 0) return;
-  size_t written = 0;
-  while (written < pending_.size()) {
-    const ssize_t n = ::write(fd_, pending_.data() + written, pending_.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      // Keep what did not go out, so a later flush retries it.
-      std::string rest(pending_.data() + written, pending_.size() - written);
-      pending_.clear();
-      pending_.append(rest);
-      throw file_error(path_, "cannot write metrics", error);
-    }
-    written += static_cast<size_t>(n);
+  const size_t written = write_all(fd_, pending_.data(), pending_.size());
+  if (written < pending_.size()) {
+    const int error = errno;
+    // Keep what did not go out, so a later flush retries it.
+    const size_t rest = pending_.size() - written;
+    std::memmove(pending_.data(), pending_.data() + written, rest);
+    pending_.resize(rest);
+    throw file_error(path_, "cannot write metrics", error);
   }
   pending_.clear();
   last_flush_ = std::chrono::steady_clock::now();

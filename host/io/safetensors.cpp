@@ -14,6 +14,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "io/write_all.hpp"
+
 namespace kiln::io {
 namespace {
 
@@ -46,14 +48,9 @@ std::string json_string(const std::string& s) {
 }
 
 // Writes all of `size` bytes or throws.
-void write_all(int fd, const void* data, size_t size, const std::string& path) {
-  const char* p = static_cast<const char*>(data);
-  while (size > 0) {
-    const ssize_t n = ::write(fd, p, size);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) throw std::runtime_error(path + ": write failed: " + std::strerror(errno));
-    p += n;
-    size -= static_cast<size_t>(n);
+void write_or_throw(int fd, const void* data, size_t size, const std::string& path) {
+  if (write_all(fd, data, size) < size) {
+    throw std::runtime_error(path + ": write failed: " + std::strerror(errno));
   }
 }
 
@@ -190,9 +187,11 @@ void write_safetensors(const std::string& path,
     uint64_t length = header.size();
     unsigned char le[8];
     for (int i = 0; i < 8; ++i) le[i] = static_cast<unsigned char>(length >> (8 * i));
-    write_all(fd, le, 8, tmp);
-    write_all(fd, header.data(), header.size(), tmp);
-    for (const auto& t : data) write_all(fd, t.data_ptr(), t.numel() * t.element_size(), tmp);
+    write_or_throw(fd, le, 8, tmp);
+    write_or_throw(fd, header.data(), header.size(), tmp);
+    for (const auto& t : data) {
+      write_or_throw(fd, t.data_ptr(), t.numel() * t.element_size(), tmp);
+    }
     if (::fsync(fd) != 0) throw std::runtime_error(tmp + ": fsync failed: " + std::strerror(errno));
   } catch (...) {
     ::close(fd);

@@ -11,6 +11,8 @@
 #include <cstring>
 #include <stdexcept>
 
+#include "io/write_all.hpp"
+
 namespace kiln::io {
 namespace {
 
@@ -173,17 +175,11 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t ste
 }
 
 void TensorBoardWriter::flush() {
-  size_t written = 0;
-  while (written < buffer_.size()) {
-    const ssize_t n = ::write(fd_, buffer_.data() + written, buffer_.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const int error = errno;
-      buffer_.erase(0, written);
-      throw std::runtime_error(path_ +
-                               ": cannot write TensorBoard events: " + std::strerror(error));
-    }
-    written += static_cast<size_t>(n);
+  const size_t written = write_all(fd_, buffer_.data(), buffer_.size());
+  if (written < buffer_.size()) {
+    const int error = errno;
+    buffer_.erase(0, written);
+    throw std::runtime_error(path_ + ": cannot write TensorBoard events: " + std::strerror(error));
   }
   buffer_.clear();
   last_flush_ = std::chrono::steady_clock::now();
