@@ -1,6 +1,5 @@
 #include "capi/session.hpp"
 
-#include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -19,6 +18,7 @@
 #include "dist/launch_env.hpp"
 #include "engine/checks.hpp"
 #include "engine/trainer.hpp"
+#include "io/log.hpp"
 #include "io/memory.hpp"
 
 struct kiln_session {
@@ -131,12 +131,7 @@ void update_snapshot(kiln_session* s, const engine::TrainerProgress& p) {
 void set_log_level(int32_t level) {
   // Once per process: logs go to stderr, so a program's stdout stays its own.
   static std::once_flag once;
-  std::call_once(once, [] {
-    auto logger = std::make_shared<spdlog::logger>(
-        "kiln", std::make_shared<spdlog::sinks::stderr_color_sink_mt>());
-    spdlog::set_default_logger(logger);
-    spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
-  });
+  std::call_once(once, [] { kiln::io::install_console_logger(kiln::io::ConsoleStream::kStderr); });
   switch (level) {
     case KILN_SESSION_LOG_DEBUG:
       spdlog::set_level(spdlog::level::debug);

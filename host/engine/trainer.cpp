@@ -42,6 +42,7 @@
 #include "io/metrics.hpp"
 #include "io/progress.hpp"
 #include "io/safetensors.hpp"
+#include "io/status_line.hpp"
 #include "io/tensorboard.hpp"
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
@@ -243,8 +244,7 @@ struct Trainer::Impl {
   bool epoch_ended = false;  // the latest step finished its epoch
   int64_t step_epoch = 0;    // the epoch of the latest step
   bool eval_due = false;     // resumed at an epoch's last step: its evaluation is still to come
-  bool bar = false;          // a progress bar on the terminal
-  bool bar_shown = false;    // the bar is on the terminal now (a log line must clear it first)
+  bool bar = false;          // a progress bar on the terminal's status line
   Clock::time_point bar_drawn_at;
   Clock::time_point start;
   double window_loss = 0.0, window_samples = 0.0;
@@ -257,11 +257,10 @@ struct Trainer::Impl {
   void step();
   io::EvalRecord evaluate();
   void checkpoint(const RunPosition& at, bool even_if_off = false);
-  // Erases the progress bar, when one is shown, so that a log line starts on a clean line.
+  // Erases the progress bar, when one is shown: the run's end and the caller's lines after it
+  // start on a clean line. (Log lines erase it themselves: io/log.)
   void clear_bar() {
-    if (!bar_shown) return;
-    io::clear_progress_bar(stderr);
-    bar_shown = false;
+    if (bar) io::terminal_status_line().clear();
   }
   void end_epoch();
   void finish();
@@ -537,7 +536,6 @@ void Trainer::Impl::checkpoint(const RunPosition& at, bool even_if_off) {
       checkpoint_root, capture(at, *model, *optimizer_step, *optimizer, *lr_driver, *scaler, p),
       p.run.get_int("checkpoint_keep"));
   checkpointed_step = at.step;
-  clear_bar();
   spdlog::info("checkpoint {}", result.last_checkpoint);
 }
 
@@ -548,7 +546,6 @@ void Trainer::Impl::step() {
   const int64_t max_steps = frame.max_iters;
   // A stop asked for between steps (cancel, an observer) is honoured before any work.
   if (cancel_requested.load() && !group) {
-    clear_bar();
     spdlog::info("cancelled: stopping after step {}", position.step);
     if (last.step > 0) checkpoint(last);
     state = TrainerState::kCancelled;
@@ -640,11 +637,9 @@ void Trainer::Impl::step() {
                       : optimizer_step->run(step, loss_sum, check_every_step || logged(step));
   const std::vector<double>& group_lrs = outcome.group_lrs;
   if (lr_driver->changed_notably(outcome.lr)) {
-    clear_bar();
     spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
   }
   if (outcome.verdict != StepVerdict::kApply) {
-    clear_bar();
     const GradCheck& check = outcome.check;
     spdlog::warn("step {}: {}; step skipped{}", step,
                  check.measured ? fmt::format("non-finite gradients (loss scale {}) in {}", scale,
@@ -734,7 +729,6 @@ void Trainer::Impl::step() {
   }
   if (checkpoint_every > 0 && step % checkpoint_every == 0) checkpoint(last);
   if (stop_signal != 0 || cancel) {
-    clear_bar();
     if (stop_signal != 0) {
       spdlog::warn("signal {}: stopping after step {}", stop_signal, step);
       result.signal = stop_signal;
@@ -760,7 +754,6 @@ void Trainer::Impl::step() {
   // second at most, and at once after a log line cleared it: each redraw writes to the
   // terminal, a system call (docs/speed.md), and a small model's step is much shorter.
   if (logged(step)) {
-    clear_bar();
     spdlog::info("{}", io::format_progress(s));
     window_loss = window_samples = 0.0;
     window_start = Clock::now();
@@ -768,9 +761,9 @@ void Trainer::Impl::step() {
   // Not after the epoch's or the run's last step, whose end clears the bar at once.
   if (bar && !epoch_ended && step < max_steps) {
     const auto now = Clock::now();
-    if (!bar_shown || now - bar_drawn_at >= std::chrono::milliseconds(100)) {
-      io::draw_progress_bar(stderr, s);
-      bar_shown = true;
+    io::StatusLine& line = io::terminal_status_line();
+    if (!line.shown() || now - bar_drawn_at >= std::chrono::milliseconds(100)) {
+      line.draw(io::format_progress_bar(s, io::terminal_width() - 1));
       bar_drawn_at = now;
     }
   }
@@ -809,7 +802,6 @@ io::EvalRecord Trainer::Impl::evaluate() {
   const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
   const io::EvalRecord record{epoch, position.step, e.accuracy, e.loss};
   metrics->write(record);
-  clear_bar();
   spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  loss {:.4f}", record.epoch,
                100.0 * e.accuracy, e.loss);
   result.test_accuracy = e.accuracy;

@@ -1,8 +1,6 @@
 #include "io/progress.hpp"
 
 #include <fmt/format.h>
-#include <sys/ioctl.h>
-#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
@@ -97,25 +95,6 @@ std::string format_progress_bar(const ProgressState& s, int width) {
   for (const Field& f : fields) line += "  " + f.text;
   if (static_cast<int>(line.size()) > width) line.resize(static_cast<size_t>(width));
   return line;
-}
-
-bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
-
-int terminal_width() {
-  winsize ws{};
-  if (ioctl(STDERR_FILENO, TIOCGWINSZ, &ws) == 0 && ws.ws_col > 0) return ws.ws_col;
-  return 100;
-}
-
-void draw_progress_bar(std::FILE* out, const ProgressState& s) {
-  // "\033[K" clears what a longer previous bar left behind.
-  std::fprintf(out, "\r%s\033[K", format_progress_bar(s, terminal_width() - 1).c_str());
-  std::fflush(out);
-}
-
-void clear_progress_bar(std::FILE* out) {
-  std::fputs("\r\033[K", out);
-  std::fflush(out);
 }
 
 }  // namespace kiln::io

@@ -1,9 +1,8 @@
 // Progress lines with throughput and ETA: plain lines at an interval of steps for logs, and a
-// one-line bar redrawn in place when stderr is a terminal.
+// one-line bar for the terminal's status line (io/status_line).
 #pragma once
 
 #include <cstdint>
-#include <cstdio>
 #include <string>
 
 namespace kiln::io {
@@ -28,18 +27,5 @@ std::string format_progress(const ProgressState& s);
 // (samples/s, lr, step, epoch, loss, then the bar itself), and as a last resort the line is cut.
 // The fill is step / total_steps, rounded down, so the bar is full only at the last step.
 std::string format_progress_bar(const ProgressState& s, int width);
-
-// Whether stderr is a terminal (isatty), i.e. whether an in-place bar makes sense.
-bool stderr_is_terminal();
-
-// Columns of the terminal on stderr (TIOCGWINSZ); 100 when it has none.
-int terminal_width();
-
-// Redraws the bar in place on `out`: carriage return, the bar (one column short of
-// terminal_width(), so the cursor never wraps), clear to end of line. Flushes.
-void draw_progress_bar(std::FILE* out, const ProgressState& s);
-
-// Erases a bar drawn by draw_progress_bar so that a log line can be printed on a clean line.
-void clear_progress_bar(std::FILE* out);
 
 }  // namespace kiln::io

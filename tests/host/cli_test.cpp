@@ -262,17 +262,40 @@ Result kiln_at_a_terminal(const std::string& args) {
 
 // A bar redraw is a write to the terminal, a system call, which costs a small model's step
 // more than the call itself (docs/speed.md): the bar is redrawn ten times a second at most,
-// not every step, and log lines still start on a clean line.
+// not every step, and log lines (checkpoints in the middle of the run here) still start on a
+// clean line.
 TEST(Cli, TheProgressBarIsRedrawnTenTimesASecondAtMost) {
+  const fs::path dir = temp_dir();
   const auto start = std::chrono::steady_clock::now();
   Result r = kiln_at_a_terminal("run " + pipeline("synthetic_mlp.toml") +
                                 " --set data.synthetic_train=32768 --set run.epochs=1" +
                                 " --set run.log_interval=100000 --set run.eval=false" +
-                                " --set run.tensorboard=false --set run.checkpoints=false");
+                                " --set run.tensorboard=false --set run.checkpoint_every=128" +
+                                " --set run.output_dir='\"" + dir.string() + "\"'");
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  fs::remove_all(dir);
   ASSERT_EQ(r.code, 0) << r.output;
-  // A draw is "\r", the bar, "\033[K"; a clear is "\r\033[K".
+  // Every log line ("[12:34:56] ...") starts the output, a line, or an erased bar's line:
+  // the lr lines of the warm-up, the checkpoints, the last step's progress line, the end.
+  const std::regex stamp(R"(\[\d\d:\d\d:\d\d\] )");
+  int logs = 0, checkpoints = 0;
+  for (auto it = std::sregex_iterator(r.output.begin(), r.output.end(), stamp);
+       it != std::sregex_iterator(); ++it) {
+    const size_t at = static_cast<size_t>(it->position());
+    ++logs;
+    const std::string log_line = r.output.substr(at, r.output.find('\n', at) - at);
+    if (log_line.find(" checkpoint ") != std::string::npos) ++checkpoints;
+    EXPECT_TRUE(at == 0 || r.output[at - 1] == '\n' ||
+                (at >= 4 && r.output.compare(at - 4, 4, "\r\033[K") == 0))
+        << "log line " << logs << " follows \"" << r.output.substr(at >= 20 ? at - 20 : 0, 20)
+        << "\":\n"
+        << r.output;
+  }
+  EXPECT_NE(r.output.find("step 512/512"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("done: 512 steps"), std::string::npos) << r.output;
+  // A draw is "\r", the bar, "\033[K"; an erase is "\r\033[K"; "\r\n" ends a line at a
+  // terminal. Ten draws a second, plus one at once after each log line erased the bar.
   int draws = 0;
   for (size_t at = r.output.find('\r'); at != std::string::npos; at = r.output.find('\r', at + 1)) {
     if (r.output.compare(at + 1, 3, "\033[K") != 0 && r.output.compare(at + 1, 1, "\n") != 0) {
@@ -282,15 +305,8 @@ TEST(Cli, TheProgressBarIsRedrawnTenTimesASecondAtMost) {
   constexpr int kSteps = 32768 / 64;
   EXPECT_GE(draws, 1) << r.output;
   EXPECT_LT(draws, kSteps / 4) << r.output;
-  EXPECT_LE(draws, 3 + static_cast<int>(seconds * 10.0)) << seconds << " s\n" << r.output;
-  // The last step's log line and the end of the run start on a clean line.
-  const size_t done = r.output.find("done: 512 steps");
-  ASSERT_NE(done, std::string::npos) << r.output;
-  const size_t line = r.output.rfind("step 512/512", done);
-  ASSERT_NE(line, std::string::npos) << r.output;
-  EXPECT_EQ(r.output.substr(0, line).rfind("\r\033[K"), r.output.substr(0, line).rfind('\r'))
-      << "the last progress line follows a bar that was not cleared:\n"
-      << r.output;
+  EXPECT_LE(draws, 3 + static_cast<int>(seconds * 10.0) + logs) << seconds << " s\n" << r.output;
+  EXPECT_GE(checkpoints, 3) << r.output;  // steps 128, 256, 384 (512 is the run's end)
 }
 
 TEST(Cli, GradCheckEveryStepOrWhereNeededMeasuresTheNormEveryStep) {

@@ -1,6 +1,5 @@
 // kiln::io::format_progress_bar: the bar's fill follows step / total_steps, the line never
-// exceeds the width it is given (the bar shrinks before fields go), and the fields are there;
-// draw_progress_bar redraws in place.
+// exceeds the width it is given (the bar shrinks before fields go), and the fields are there.
 #include "io/progress.hpp"
 
 #include <gtest/gtest.h>
@@ -114,21 +113,6 @@ TEST(ProgressBar, FitsTheWidth) {
     EXPECT_LE(format_progress_bar(big, width).size(), static_cast<size_t>(width));
     EXPECT_LE(format_progress_bar(state(3, 7), width).size(), static_cast<size_t>(width));
   }
-}
-
-TEST(ProgressBar, DrawsInPlace) {
-  std::FILE* out = std::tmpfile();
-  ASSERT_NE(out, nullptr);
-  draw_progress_bar(out, state(590, 1407));
-  clear_progress_bar(out);
-  std::rewind(out);
-  std::string text;
-  for (int c; (c = std::fgetc(out)) != EOF;) text += static_cast<char>(c);
-  std::fclose(out);
-  const std::string bar = format_progress_bar(state(590, 1407), terminal_width() - 1);
-  EXPECT_EQ(text, "\r" + bar + "\033[K" + "\r\033[K");
-  EXPECT_LT(bar.size(), static_cast<size_t>(terminal_width()));
-  EXPECT_GT(terminal_width(), 0);
 }
 
 TEST(ProgressLine, Unchanged) {
