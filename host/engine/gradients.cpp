@@ -155,7 +155,7 @@ GradCheck read_gradient_check(const at::Tensor& readout) {
 
 void clip_on_device(const std::vector<at::Tensor>& tensors, const at::Tensor& norm,
                     const ClipSettings& clip) {
-  if (!(clip.max_norm > 0.0) && !(clip.max_value > 0.0)) return;
+  if (!clip.any()) return;
   std::vector<at::Tensor> grads;
   for (const auto& t : tensors) {
     if (t.grad().defined()) grads.push_back(t.grad());
@@ -190,7 +190,7 @@ GradCheck clip_after_check(GradCheck result, const std::vector<at::Tensor>& tens
     }
     return result;
   }
-  if (!(clip.max_norm > 0.0) && !(clip.max_value > 0.0)) return result;
+  if (!clip.any()) return result;
   std::vector<at::Tensor> grads;
   for (const auto& t : tensors) {
     if (t.grad().defined()) grads.push_back(t.grad());

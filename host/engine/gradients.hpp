@@ -15,6 +15,9 @@ struct ClipSettings {
   double max_norm = 0.0;   // clip to this global norm; 0 = off
   double norm_type = 2.0;  // p of the norm (inf: max |g|)
   double max_value = 0.0;  // clamp to [-v, v]; 0 = off
+
+  // Whether either clip is on (a NaN setting is off, as 0).
+  bool any() const { return max_norm > 0.0 || max_value > 0.0; }
 };
 
 struct GradCheck {

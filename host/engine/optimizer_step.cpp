@@ -34,7 +34,7 @@ StepOutcome OptimizerStep::run(int64_t step, const at::Tensor& loss, bool check_
   // Parameters are leaves that require grad; updating them in place must not be recorded.
   at::NoGradGuard no_grad;
   stepped_.gather_grads();
-  const bool needs_pass = scaler_.scale() != 1.0 || clip_.max_norm > 0.0 || clip_.max_value > 0.0;
+  const bool needs_pass = scaler_.scale() != 1.0 || clip_.any();
   if (!check_gradients && !needs_pass && loss.defined()) {
     return apply(step, check_loss_only(stepped_.flat(), stepped_.flat_names(), loss));
   }

@@ -477,7 +477,7 @@ void Trainer::Impl::build() {
   // losses.
   check_every_step = run.get_string("grad_check") == "every_step" ||
                      plan.loss_scaling != KILN_SCALE_NONE || plan.half_model() || ddp != nullptr ||
-                     clip.max_norm > 0.0 || clip.max_value > 0.0;
+                     clip.any();
   if (options.handle_signals) signals.emplace();
   if (writer && run.get_bool("tensorboard")) {
     tensorboard = std::make_unique<io::TensorBoardWriter>(out_dir + "/tensorboard");
