@@ -88,7 +88,10 @@ struct GraphedStep::Impl {
     const bool cache = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_cache_enabled(false);
     try {
-      graph->capture_begin();
+      // Thread-local mode: only this thread is held to capture's rules. In global mode a
+      // CUDA call from any other thread during the capture (a loader worker's pinned batch
+      // buffer: cudaHostAlloc, cudaEventQuery) would invalidate it and fail in that thread.
+      graph->capture_begin(/*pool=*/{0, 0}, cudaStreamCaptureModeThreadLocal);
       readout = enqueue(static_x, static_y);
       if (update) update(readout);
       graph->capture_end();
