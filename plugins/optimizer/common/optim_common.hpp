@@ -241,9 +241,12 @@ inline std::vector<int64_t> row_major_strides(at::IntArrayRef sizes) {
 }
 
 // The fused kernels walk each tensor's memory linearly, so a parameter and its gradient and
-// state must share one dense layout. FlatViews hands out 1-D views over memory that already has
-// the chosen layout and, for tensors that do not, staged copies in it; commit() writes the staged
-// copies of writable tensors back.
+// state must share one dense layout. FlatViews hands out views over memory that already has the
+// chosen layout and, for tensors that do not, staged copies in it; commit() writes the staged
+// copies of writable tensors back. The CUDA kernels also want the tensors at one list position to
+// have the same sizes (ForeachUtils.h, check_fast_path_restrictions), so every tensor flattened
+// in one layout comes back alike: in the parameter's own shape when the layout is row-major,
+// else 1-D.
 class FlatViews {
  public:
   // The layout a parameter's tensors are flattened in: that of `reference` (the first state
@@ -257,8 +260,8 @@ class FlatViews {
     return row_major_strides(param.sizes());
   }
 
-  // A 1-D view of `t` in `strides` order with dtype `dtype` (a copy when `t` has another layout or
-  // dtype, written back by commit() when `writable`).
+  // `t` in `strides` order with dtype `dtype`: itself when row-major, else a 1-D view (a copy
+  // when `t` has another layout or dtype, written back by commit() when `writable`).
   at::Tensor flat(const at::Tensor& t, at::IntArrayRef strides, at::ScalarType dtype,
                   bool writable) {
     if (t.scalar_type() == dtype && dense_with_strides(t, strides)) {
@@ -269,7 +272,8 @@ class FlatViews {
     at::Tensor work = at::empty_strided(t.sizes(), strides, t.options().dtype(dtype));
     work.copy_(t);
     if (writable) staged_.emplace_back(t, work);
-    return work.as_strided({work.numel()}, {1});
+    // As the branch above returns a tensor already in this layout.
+    return work.is_contiguous() ? work : work.as_strided({work.numel()}, {1});
   }
 
   void commit() {
