@@ -1,11 +1,13 @@
 #include "engine/graph_step.hpp"
 
 #include <ATen/autocast_mode.h>
+#include <ATen/core/CachingHostAllocator.h>
 #include <ATen/core/grad_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
 #include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/full.h>
+#include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
@@ -84,6 +86,9 @@ struct GraphedStep::Impl {
     drop_grads();
     c10::cuda::device_synchronize();
     graph = std::make_unique<at::cuda::CUDAGraph>();
+    // A pool of our own, so that a failed capture can take the allocators off it (below).
+    const at::cuda::MempoolId_t pool = at::cuda::graph_pool_handle();
+    const c10::DeviceIndex pool_device = c10::cuda::current_device();
     // Casts autocast caches would be made inside the capture and freed after it.
     const bool cache = at::autocast::is_autocast_cache_enabled();
     at::autocast::set_autocast_cache_enabled(false);
@@ -91,7 +96,7 @@ struct GraphedStep::Impl {
       // Thread-local mode: only this thread is held to capture's rules. In global mode a
       // CUDA call from any other thread during the capture (a loader worker's pinned batch
       // buffer: cudaHostAlloc, cudaEventQuery) would invalidate it and fail in that thread.
-      graph->capture_begin(/*pool=*/{0, 0}, cudaStreamCaptureModeThreadLocal);
+      graph->capture_begin(pool, cudaStreamCaptureModeThreadLocal);
       readout = enqueue(static_x, static_y);
       if (update) update(readout);
       graph->capture_end();
@@ -101,9 +106,40 @@ struct GraphedStep::Impl {
         graph->capture_end();  // ends an invalidated capture; throws on its way out
       } catch (...) {
       }
-      graph.reset();
+      // capture_end() throws at an invalidated capture before it takes the device and host
+      // allocators off the graph's pool (torch 2.11's CUDAGraph.cpp), and they would go on
+      // sending this stream's allocations there, through a filter that points at the deleted
+      // graph. Each call throws when capture_end() did take them off: nothing to do then.
+      bool ended = true;
+      try {
+        (void)graph->pool();  // throws unless the capture ended
+      } catch (...) {
+        ended = false;
+      }
+      if (!ended) {
+        try {
+          c10::cuda::CUDACachingAllocator::endAllocateToPool(pool_device, pool);
+        } catch (...) {
+        }
+        try {
+          at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(pool);
+        } catch (...) {
+        }
+      }
+      graph.reset();  // releases the pool of a capture that ended
       readout = at::Tensor();
       drop_grads();
+      if (!ended) {
+        // What the capture allocated is dropped above; the pool's blocks go back to the cache.
+        try {
+          c10::cuda::CUDACachingAllocator::releasePool(pool_device, pool);
+        } catch (...) {
+        }
+        try {
+          at::getHostAllocator(at::kCUDA)->release_pool(pool);
+        } catch (...) {
+        }
+      }
       (void)cudaGetLastError();  // the failed capture's error is not sticky: clear it
       throw;
     }
