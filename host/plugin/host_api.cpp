@@ -4,6 +4,7 @@
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
+#include <c10/cuda/CUDAGraphsC10Utils.h>
 #include <c10/cuda/CUDAStream.h>
 #include <spdlog/spdlog.h>
 
@@ -57,6 +58,17 @@ kiln_status* state_tensor(kiln_call_context* ctx, size_t param_index, const char
     if (it == states.end()) it = states.emplace(name, at::Tensor()).first;
     at::Tensor& slot = it->second;
     bool fresh = !slot.defined();
+    if (fresh && param.is_cuda() &&
+        c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
+      // Made inside the graph, its initialisation would run again on every replay. The refusal
+      // fails the capture, and the run goes on eagerly (engine/graph_step.cpp).
+      return make_status(
+          KILN_ERR_FAILED_PRECONDITION,
+          ("state_tensor: '" + std::string(name) + "' of parameter " + std::to_string(param_index) +
+           " is first asked for while the step is captured as a CUDA graph, "
+           "whose every replay would initialise it again")
+              .c_str());
+    }
     if (fresh) {
       switch (init) {
         case KILN_STATE_ZEROS_LIKE_PARAM:

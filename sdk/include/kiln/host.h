@@ -80,6 +80,8 @@ typedef struct kiln_host_api {
    * `name` is borrowed; use PyTorch's names ("momentum_buffer", "exp_avg", "step").
    * `out` is filled as a borrowed view valid until the call that received `ctx` returns.
    * `*created` (may be NULL) is set to 1 when the tensor was just created, else 0.
+   * While the step is captured as a CUDA graph (run.cuda_graph), creating a tensor is refused
+   * with KILN_ERR_FAILED_PRECONDITION: every replay would initialise it again.
    * Not thread-safe for one ctx; does not block. */
   kiln_status* (*state_tensor)(kiln_call_context* ctx, size_t param_index, const char* name,
                                int32_t init, DLTensor* out, int32_t* created);
