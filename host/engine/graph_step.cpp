@@ -102,14 +102,18 @@ struct GraphedStep::Impl {
       graph->capture_end();
     } catch (...) {
       at::autocast::set_autocast_cache_enabled(cache);
-      try {
-        graph->capture_end();  // ends an invalidated capture; throws on its way out
-      } catch (...) {
-      }
+      // The clean-up calls below throw where torch already did their work: nothing to undo.
+      const auto quietly = [](auto&& call) {
+        try {
+          call();
+        } catch (...) {
+        }
+      };
+      quietly([&] { graph->capture_end(); });  // ends an invalidated capture, throwing
       // capture_end() throws at an invalidated capture before it takes the device and host
       // allocators off the graph's pool (torch 2.11's CUDAGraph.cpp), and they would go on
       // sending this stream's allocations there, through a filter that points at the deleted
-      // graph. Each call throws when capture_end() did take them off: nothing to do then.
+      // graph.
       bool ended = true;
       try {
         (void)graph->pool();  // throws unless the capture ended
@@ -117,28 +121,16 @@ struct GraphedStep::Impl {
         ended = false;
       }
       if (!ended) {
-        try {
-          c10::cuda::CUDACachingAllocator::endAllocateToPool(pool_device, pool);
-        } catch (...) {
-        }
-        try {
-          at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(pool);
-        } catch (...) {
-        }
+        quietly([&] { c10::cuda::CUDACachingAllocator::endAllocateToPool(pool_device, pool); });
+        quietly([&] { at::getHostAllocator(at::kCUDA)->end_allocate_to_pool(pool); });
       }
       graph.reset();  // releases the pool of a capture that ended
       readout = at::Tensor();
       drop_grads();
       if (!ended) {
         // What the capture allocated is dropped above; the pool's blocks go back to the cache.
-        try {
-          c10::cuda::CUDACachingAllocator::releasePool(pool_device, pool);
-        } catch (...) {
-        }
-        try {
-          at::getHostAllocator(at::kCUDA)->release_pool(pool);
-        } catch (...) {
-        }
+        quietly([&] { c10::cuda::CUDACachingAllocator::releasePool(pool_device, pool); });
+        quietly([&] { at::getHostAllocator(at::kCUDA)->release_pool(pool); });
       }
       (void)cudaGetLastError();  // the failed capture's error is not sticky: clear it
       throw;
