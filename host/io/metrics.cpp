@@ -2,18 +2,18 @@
 
 #include <fcntl.h>
 #include <fmt/format.h>
-#include <spdlog/spdlog.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <stdexcept>
 #include <string>
 #include <string_view>
 
-#include "io/write_all.hpp"
+#include "io/buffered_file.hpp"
 
 namespace kiln::io {
 namespace {
@@ -88,60 +88,25 @@ class Line {
 
 }  // namespace
 
-MetricsWriter::MetricsWriter(const std::string& path, bool append) : path_(path) {
+MetricsWriter::MetricsWriter(const std::string& path, bool append) {
   if (path.empty()) return;
   // Read access too: appending first finds where the whole lines end.
-  fd_ = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
-  if (fd_ < 0) throw file_error(path, "cannot open metrics file", errno);
+  const int fd = ::open(path.c_str(), O_RDWR | O_CREAT | O_CLOEXEC | (append ? 0 : O_TRUNC), 0644);
+  if (fd < 0) throw file_error(path, "cannot open metrics file", errno);
+  file_.attach(fd, path, "metrics", kFlushAge, kFlushBytes);
   if (append) {
-    try {
-      const off_t keep = whole_lines_length(fd_, path);
-      if (::ftruncate(fd_, keep) != 0 || ::lseek(fd_, keep, SEEK_SET) < 0) {
-        throw file_error(path, "cannot append to metrics file", errno);
-      }
-    } catch (...) {
-      ::close(fd_);  // the destructor does not run for a throwing constructor
-      throw;
+    const off_t keep = whole_lines_length(fd, path);
+    if (::ftruncate(fd, keep) != 0 || ::lseek(fd, keep, SEEK_SET) < 0) {
+      throw file_error(path, "cannot append to metrics file", errno);
     }
   }
-  last_flush_ = std::chrono::steady_clock::now();
 }
 
-MetricsWriter::~MetricsWriter() {
-  if (fd_ < 0) return;
-  try {
-    flush();
-  } catch (const std::exception& e) {
-    spdlog::warn("{}", e.what());
-  }
-  ::close(fd_);
-}
-
-void MetricsWriter::flush() {
-  if (fd_ < 0) return;
-  const size_t written = write_all(fd_, pending_.data(), pending_.size());
-  if (written < pending_.size()) {
-    const int error = errno;
-    // Keep what did not go out, so a later flush retries it.
-    const size_t rest = pending_.size() - written;
-    std::memmove(pending_.data(), pending_.data() + written, rest);
-    pending_.resize(rest);
-    throw file_error(path_, "cannot write metrics", error);
-  }
-  pending_.clear();
-  last_flush_ = std::chrono::steady_clock::now();
-}
-
-void MetricsWriter::flush_if_due() {
-  if (pending_.size() >= kFlushBytes ||
-      std::chrono::steady_clock::now() - last_flush_ >= kFlushAge) {
-    flush();
-  }
-}
+void MetricsWriter::flush() { file_.flush(); }
 
 void MetricsWriter::write(const StepRecord& r) {
   if (!enabled()) return;
-  Line line(pending_);
+  Line line(file_.buffer());
   line.text("{").key("type").text("\"step\"");
   line.field("step", r.step).field("epoch", r.epoch).field("loss", r.loss);
   line.key("lr").text("[");
@@ -165,15 +130,15 @@ void MetricsWriter::write(const StepRecord& r) {
       .field("activation_mb", r.activation_mb)
       .field("allreduces", r.allreduces)
       .text("}\n");
-  flush_if_due();
+  file_.flush_if_due();
 }
 
 void MetricsWriter::write(const EvalRecord& r) {
   if (!enabled()) return;
-  fmt::format_to(fmt::appender(pending_),
+  fmt::format_to(fmt::appender(file_.buffer()),
                  "{{\"type\":\"eval\",\"epoch\":{},\"step\":{},\"accuracy\":{},\"loss\":{}}}\n",
                  r.epoch, r.step, num(r.accuracy), num(r.loss));
-  flush();
+  file_.flush();
 }
 
 }  // namespace kiln::io

@@ -1,12 +1,11 @@
 // Metrics as JSON lines: one object per training step and per evaluation.
 #pragma once
 
-#include <fmt/format.h>
-
-#include <chrono>
 #include <cstdint>
 #include <string>
 #include <vector>
+
+#include "io/buffered_file.hpp"
 
 namespace kiln::io {
 
@@ -55,23 +54,15 @@ class MetricsWriter {
   // An empty path writes nothing. Throws std::runtime_error naming the path if the file cannot
   // be opened. `append`: continue an existing file (a resumed run) instead of starting afresh.
   explicit MetricsWriter(const std::string& path, bool append = false);
-  ~MetricsWriter();  // flushes (a failure is logged) and closes
-  MetricsWriter(const MetricsWriter&) = delete;
-  MetricsWriter& operator=(const MetricsWriter&) = delete;
 
   // Each throws std::runtime_error naming the path when writing to the OS fails.
   void write(const StepRecord& r);
   void write(const EvalRecord& r);  // written through at once
   void flush();                     // writes the buffered lines to the OS
-  bool enabled() const { return fd_ >= 0; }
+  bool enabled() const { return file_.is_open(); }
 
  private:
-  void flush_if_due();
-
-  std::string path_;
-  int fd_ = -1;
-  fmt::memory_buffer pending_;  // whole lines not yet written; kept, so a step allocates nothing
-  std::chrono::steady_clock::time_point last_flush_;
+  BufferedFile file_;  // flushed (a failure logged) and closed on destruction
 };
 
 }  // namespace kiln::io

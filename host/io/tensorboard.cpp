@@ -2,7 +2,6 @@
 
 #include <fcntl.h>
 #include <limits.h>
-#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <array>
@@ -10,8 +9,6 @@
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
-
-#include "io/write_all.hpp"
 
 namespace kiln::io {
 namespace {
@@ -124,34 +121,26 @@ TensorBoardWriter::TensorBoardWriter(const std::string& dir) {
                            std::to_string(static_cast<int64_t>(unix_now())) + "." + host_name() +
                            "." + std::to_string(getpid()) + ".kiln";
   // O_EXCL: never append to or truncate another writer's file.
-  for (int n = 0; fd_ < 0; ++n) {
+  int fd = -1;
+  for (int n = 0; fd < 0; ++n) {
     path_ = n == 0 ? base : base + "." + std::to_string(n);
-    fd_ = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+    fd = ::open(path_.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
     const int error = errno;
-    if (fd_ < 0 && (error != EEXIST || n == 1000)) {
+    if (fd < 0 && (error != EEXIST || n == 1000)) {
       throw std::runtime_error(path_ +
                                ": cannot create TensorBoard event file: " + std::strerror(error));
     }
   }
-  last_flush_ = std::chrono::steady_clock::now();
+  file_.attach(fd, path_, "TensorBoard events", kFlushAge, kFlushBytes);
   std::string event = event_header(unix_now());
   put_bytes(event, kEventFileVersion, "brain.Event:2");
   append_record(event);
   try {
-    flush();  // an empty run still shows up as a valid event file
+    file_.flush();  // an empty run still shows up as a valid event file
   } catch (...) {
-    ::close(fd_);  // the destructor does not run for a throwing constructor
+    file_.close();  // the error is thrown, not logged again on the way out
     throw;
   }
-}
-
-TensorBoardWriter::~TensorBoardWriter() {
-  try {
-    flush();
-  } catch (const std::exception& e) {
-    spdlog::warn("{}", e.what());
-  }
-  ::close(fd_);
 }
 
 void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t step) {
@@ -168,31 +157,20 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t ste
   }
   put_bytes(event, kEventSummary, summary);
   append_record(event);
-  if (buffer_.size() >= kFlushBytes ||
-      std::chrono::steady_clock::now() - last_flush_ >= kFlushAge) {
-    flush();
-  }
+  file_.flush_if_due();
 }
 
-void TensorBoardWriter::flush() {
-  const size_t written = write_all(fd_, buffer_.data(), buffer_.size());
-  if (written < buffer_.size()) {
-    const int error = errno;
-    buffer_.erase(0, written);
-    throw std::runtime_error(path_ + ": cannot write TensorBoard events: " + std::strerror(error));
-  }
-  buffer_.clear();
-  last_flush_ = std::chrono::steady_clock::now();
-}
+void TensorBoardWriter::flush() { file_.flush(); }
 
 // TFRecord framing: length, masked CRC of the length, data, masked CRC of the data.
 void TensorBoardWriter::append_record(const std::string& event) {
-  std::string length;
-  put_fixed(length, event.size(), 8);
-  buffer_ += length;
-  put_fixed(buffer_, masked_crc32c(length), 4);
-  buffer_ += event;
-  put_fixed(buffer_, masked_crc32c(event), 4);
+  std::string record;
+  put_fixed(record, event.size(), 8);
+  const uint32_t length_crc = masked_crc32c(record);
+  put_fixed(record, length_crc, 4);
+  record += event;
+  put_fixed(record, masked_crc32c(event), 4);
+  file_.buffer().append(record.data(), record.data() + record.size());
 }
 
 }  // namespace kiln::io

@@ -1,9 +1,10 @@
 // Training scalars as TensorBoard event files, so `tensorboard --logdir <dir>` plots a run.
 #pragma once
 
-#include <chrono>
 #include <cstdint>
 #include <string>
+
+#include "io/buffered_file.hpp"
 
 namespace kiln::io {
 
@@ -15,9 +16,6 @@ class TensorBoardWriter {
   // A second writer of the same process in the same directory and second gets ".kiln.<n>"
   // (n = 1, 2, ...) instead of overwriting the first one's file.
   explicit TensorBoardWriter(const std::string& dir);
-  ~TensorBoardWriter();  // flushes and closes
-  TensorBoardWriter(const TensorBoardWriter&) = delete;
-  TensorBoardWriter& operator=(const TensorBoardWriter&) = delete;
 
   // One Event with a simple_value (float). Buffered: written to the OS by flush(), by the
   // destructor, and on its own once the buffer is large or a few seconds old, so a live
@@ -30,9 +28,7 @@ class TensorBoardWriter {
   void append_record(const std::string& event);
 
   std::string path_;
-  int fd_ = -1;
-  std::string buffer_;  // framed records not yet written
-  std::chrono::steady_clock::time_point last_flush_;
+  BufferedFile file_;  // framed records; flushed (a failure logged) and closed on destruction
 };
 
 }  // namespace kiln::io
