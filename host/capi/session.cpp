@@ -153,18 +153,24 @@ void set_log_level(int32_t level) {
   }
 }
 
-std::vector<std::string> strings_of(const char* const* items, size_t count, const char* what) {
+// The strings of a caller's array; a NULL array with a count, or a NULL entry, is the caller's
+// mistake (KILN_ERR_INVALID_ARGUMENT), reported before anything is loaded.
+kiln_status* strings_of(const char* const* items, size_t count, const char* what,
+                        std::vector<std::string>& out) {
   if (count > 0 && items == nullptr) {
-    throw std::invalid_argument(std::string("kiln_session_options.") + what + " is NULL");
+    return make_status(KILN_ERR_INVALID_ARGUMENT, std::string("kiln_session_options.") + what +
+                                                      " is NULL but its count is " +
+                                                      std::to_string(count));
   }
-  std::vector<std::string> out;
+  out.clear();
   for (size_t i = 0; i < count; ++i) {
     if (items[i] == nullptr) {
-      throw std::invalid_argument(std::string("kiln_session_options.") + what + " has a NULL");
+      return make_status(KILN_ERR_INVALID_ARGUMENT, std::string("kiln_session_options.") + what +
+                                                        "[" + std::to_string(i) + "] is NULL");
     }
     out.emplace_back(items[i]);
   }
-  return out;
+  return nullptr;
 }
 
 // Builds a session from TOML text; `file` is the path it came from, or empty.
@@ -188,9 +194,12 @@ kiln_status* create(const std::string& text, const std::string& name, const std:
   // Tensor memory is counted from the start (the heap is tuned by the Trainer: io/heap.hpp).
   io::count_cpu_tensor_memory();
 
+  std::vector<std::string> overrides, dirs;
+  if (kiln_status* s = strings_of(o.overrides, o.override_count, "overrides", overrides)) return s;
+  if (kiln_status* s = strings_of(o.plugin_paths, o.plugin_path_count, "plugin_paths", dirs)) {
+    return s;
+  }
   auto session = std::make_unique<kiln_session>();
-  const std::vector<std::string> overrides = strings_of(o.overrides, o.override_count, "overrides");
-  std::vector<std::string> dirs = strings_of(o.plugin_paths, o.plugin_path_count, "plugin_paths");
   for (const auto& d : file.empty() ? config::read_plugin_paths_text(text, name, overrides)
                                     : config::read_plugin_paths(file, overrides)) {
     dirs.push_back(d);
@@ -204,9 +213,8 @@ kiln_status* create(const std::string& text, const std::string& name, const std:
   session->pipeline =
       file.empty() ? config::load_pipeline_text(text, name, overrides, session->plugins->registry)
                    : config::load_pipeline(file, overrides, session->plugins->registry);
-  engine::check_pipeline(session->pipeline,
-                         engine::resolve_device(session->pipeline.run.get_string("device")));
-
+  // The Trainer checks the pipeline and refuses what the configuration cannot do as a located
+  // config::ConfigError (KILN_ERR_CONFIG) before its first step.
   engine::RunOptions run;
   run.metrics_path = o.metrics_path != nullptr ? o.metrics_path : "";
   run.resume = o.resume != nullptr ? o.resume : "";

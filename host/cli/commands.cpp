@@ -12,6 +12,7 @@
 #include "engine/checks.hpp"
 #include "engine/lr_schedule.hpp"
 #include "engine/plan.hpp"
+#include "engine/preflight.hpp"
 #include "engine/trainer.hpp"
 #include "io/checkpoint.hpp"
 #include "io/metrics_plot.hpp"
@@ -43,10 +44,11 @@ void print_refused(const std::vector<std::string>& refused) {
   for (const auto& r : refused) fmt::print(stderr, "error: plugin refused: {}\n", r);
 }
 
-// Loads plugins (with the pipeline's own folders) and resolves the pipeline. On failure prints
-// the reason and sets `exit_code`.
-bool resolve(const PipelineArgs& args, Plugins& plugins, config::Pipeline& pipeline,
-             int& exit_code) {
+// Loads plugins (with the pipeline's own folders) and resolves the pipeline; with
+// `preflight_world` > 0 also creates every component as a run of that many ranks would
+// (engine::preflight). On failure prints the reason and sets `exit_code`.
+bool resolve(const PipelineArgs& args, Plugins& plugins, config::Pipeline& pipeline, int& exit_code,
+             int64_t preflight_world = 1) {
   try {
     plugins = load_plugins(config::read_plugin_paths(args.file, args.overrides));
     if (!plugins.refused.empty()) {
@@ -55,19 +57,20 @@ bool resolve(const PipelineArgs& args, Plugins& plugins, config::Pipeline& pipel
       return false;
     }
     pipeline = config::load_pipeline(args.file, args.overrides, plugins.registry);
-    engine::check_pipeline(pipeline, engine::resolve_device(pipeline.run.get_string("device")));
+    if (preflight_world > 0) {
+      engine::as_config_errors(pipeline, [&] {
+        engine::preflight(pipeline, engine::resolve_device(pipeline.run.get_string("device")),
+                          preflight_world);
+      });
+    }
     return true;
-  } catch (const engine::PipelineError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    exit_code = kConfigError;
-    return false;
-  } catch (const plugin::ComponentError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    exit_code = kConfigError;
-    return false;
   } catch (const config::ConfigError& e) {
     fmt::print(stderr, "{}\n", e.what());
     exit_code = kConfigError;
+    return false;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    exit_code = kRunFailed;
     return false;
   }
 }
@@ -116,7 +119,7 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
   Plugins plugins;
   config::Pipeline pipeline;
   int code = 0;
-  if (!resolve(args, plugins, pipeline, code)) return code;
+  if (!resolve(args, plugins, pipeline, code, /*preflight_world=*/0)) return code;
   engine::RunOptions options;
   try {
     options.launch = dist::read_launch_env();
@@ -147,6 +150,11 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
                    100.0 * r.test_accuracy, r.test_loss, r.steps, r.train_seconds);
     }
     return 0;
+  } catch (const config::ConfigError& e) {
+    // A component refused its options, or the world cannot run the pipeline: found while the
+    // run was built, before its first step.
+    fmt::print(stderr, "{}\n", e.what());
+    return kConfigError;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return kRunFailed;
@@ -186,21 +194,16 @@ int export_weights(const std::string& checkpoint, const std::string& to, const s
   }
 }
 
-int validate(const PipelineArgs& args) {
+int validate(const PipelineArgs& args, int64_t world_size) {
   Plugins plugins;
   config::Pipeline pipeline;
   int code = 0;
-  if (!resolve(args, plugins, pipeline, code)) return code;
-  try {
-    engine::check_model(pipeline);
-  } catch (const engine::PipelineError& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kConfigError;
-  }
-  fmt::print("{}: ok (model {}, optimizer {}, lr_policy {}, norm {}, precision {})\n", args.file,
+  if (!resolve(args, plugins, pipeline, code, world_size)) return code;
+  fmt::print("{}: ok (model {}, optimizer {}, lr_policy {}, norm {}, precision {}{})\n", args.file,
              pipeline.model.component->name(), pipeline.optimizer.component->name(),
              pipeline.lr_policy.component->name(), pipeline.norm.component->name(),
-             pipeline.precision.component->name());
+             pipeline.precision.component->name(),
+             world_size > 1 ? fmt::format("; {} ranks", world_size) : std::string());
   return 0;
 }
 

@@ -22,7 +22,8 @@ int export_weights(const std::string& checkpoint, const std::string& to, const s
 int plot(const std::string& metrics, const std::string& png);
 
 int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume);
-int validate(const PipelineArgs& args);
+// Creates every component as a run over `world_size` ranks would, and reports what it refuses.
+int validate(const PipelineArgs& args, int64_t world_size);
 int plan(const PipelineArgs& args);
 // Prints every group's lr at every iteration (table or CSV) and optionally writes a PNG plot.
 int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::string& png);

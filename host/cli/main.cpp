@@ -11,6 +11,7 @@
 #include "dist/launcher.hpp"
 #include "io/log.hpp"
 #include "kiln/abi.h"
+#include "plugin/plugin_call.hpp"
 
 namespace {
 
@@ -61,9 +62,7 @@ int launch_ranks(const kiln::dist::LaunchOptions& options, const std::vector<std
   }
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+int dispatch(int argc, char** argv) {
   CLI::App app{"Kiln: a C++ training framework on LibTorch with C-ABI plugins"};
   app.require_subcommand(1);
   bool verbose = false;
@@ -99,8 +98,14 @@ int main(int argc, char** argv) {
       ->required()
       ->check(CLI::ExistingFile);
   plot_cmd->add_option("-o,--output", plot_png, "PNG to write (default curves.png)");
-  CLI::App* validate = app.add_subcommand("validate", "check a pipeline without running it");
+  CLI::App* validate = app.add_subcommand(
+      "validate", "check a pipeline without running it: every component is created as a run would");
   add_pipeline(validate);
+  int64_t validate_world = 1;
+  validate
+      ->add_option("--world-size", validate_world,
+                   "check for data parallelism over this many ranks (kiln launch's nproc x nnodes)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 20));
   CLI::App* plan = app.add_subcommand("plan", "print the resolved pipeline and parameter groups");
   add_pipeline(plan);
 
@@ -171,7 +176,7 @@ int main(int argc, char** argv) {
   if (*run) return kiln::cli::run(args, metrics, resume);
   if (*plot_cmd) return kiln::cli::plot(plot_metrics_file, plot_png);
   if (*export_cmd) return kiln::cli::export_weights(export_from, export_to, export_dtype);
-  if (*validate) return kiln::cli::validate(args);
+  if (*validate) return kiln::cli::validate(args, validate_world);
   if (*plan) return kiln::cli::plan(args);
   if (*lr) return kiln::cli::lr_schedule(args, lr_iters, lr_csv, lr_png);
   if (*config_docs) return kiln::cli::config_docs();
@@ -183,4 +188,18 @@ int main(int argc, char** argv) {
     return 0;
   }
   return 2;
+}
+
+}  // namespace
+
+// Every command runs inside one backstop: an exception that escaped everything else (whatever
+// its type) ends the command as a run-time failure with its text, never as std::terminate.
+int main(int argc, char** argv) {
+  try {
+    return dispatch(argc, argv);
+  } catch (...) {
+    std::string text = kiln::plugin::describe_current_exception();
+    std::fprintf(stderr, "error: %s\n", text.c_str());
+    return 1;
+  }
 }

@@ -105,7 +105,7 @@ void Document::apply_overrides(const std::vector<std::string>& overrides, Diagno
   for (std::size_t i = 0; i < overrides.size(); ++i) {
     const std::string& text = overrides[i];
     Where where;
-    where.pos = SourcePos{"--set", 0, 0};
+    where.pos = SourcePos{"--set", 0, 0, text};
     where.prefix = "--set " + text;
     where.group = 2;
     where.major = static_cast<int64_t>(i);
@@ -125,10 +125,20 @@ void Document::apply_overrides(const std::vector<std::string>& overrides, Diagno
     const std::string option = key.substr(dot + 1);
     if (!only_section.empty() && section_name != only_section) continue;
 
-    override_values_.push_back(parse_override_value(trim(text.substr(equals + 1))));
+    const std::string value = trim(text.substr(equals + 1));
+    override_values_.push_back(parse_override_value(value));
     const toml::node* node = override_values_.back()->get("v");
+    // The text as a string too: `--set model.depth=18` gives a string option "18" (the shell
+    // already took the quotes a TOML string would need).
+    const toml::node* text_node = node;
+    if (!node->is_string()) {
+      auto as_text = std::make_unique<toml::table>();
+      as_text->insert("v", value);
+      override_values_.push_back(std::move(as_text));
+      text_node = override_values_.back()->get("v");
+    }
     Section& s = section(section_name, where);
-    Entry entry{option, node, where, where};
+    Entry entry{option, node, where, where, text_node};
     auto existing = std::find_if(s.entries.begin(), s.entries.end(),
                                  [&](const Entry& e) { return e.key == option; });
     if (existing != s.entries.end()) {

@@ -29,6 +29,9 @@ struct Entry {
   const toml::node* node = nullptr;  // owned by the Document
   Where key_where;                   // for "unknown key"
   Where value_where;                 // for type, range and choice errors
+  // An override's value as the string it was typed as (owned by the Document), for string
+  // options; null for file entries, where TOML's own types stand.
+  const toml::node* text = nullptr;
 };
 
 struct Section {

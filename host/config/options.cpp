@@ -4,6 +4,12 @@
 
 namespace kiln::config {
 
+std::string SourcePos::text() const {
+  if (line > 0) return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+  if (!argument.empty()) return "--set " + argument;
+  return file;
+}
+
 namespace {
 
 template <typename T>

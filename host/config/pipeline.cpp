@@ -100,7 +100,9 @@ Resolved resolve_entries(const Document& doc, const std::string& section, const 
       }
       seen.insert(entry.key);
       std::string error;
-      auto value = check_value(*entry.node, *ref->spec, section + "." + entry.key, true, error);
+      const bool typed_as_text = ref->spec->type == KILN_OPT_STRING && entry.text != nullptr;
+      auto value = check_value(typed_as_text ? *entry.text : *entry.node, *ref->spec,
+                               section + "." + entry.key, true, error);
       if (!value) {
         diagnostics.add(entry.value_where, error);
         continue;
@@ -117,7 +119,9 @@ Resolved resolve_entries(const Document& doc, const std::string& section, const 
     } else if (seen.count(name) != 0 || !ref.use_default) {
       continue;  // already reported
     } else if (ref.spec->default_value == nullptr) {
-      diagnostics.add(doc.file_where(), section + "." + name + ": required key is missing");
+      // Where the key belongs: its table's header, or the file when the table is absent.
+      diagnostics.add(sec != nullptr ? sec->where : doc.file_where(),
+                      section + "." + name + ": required key is missing");
     } else if (auto value = parse_default(*ref.spec)) {
       out.emplace_back(ref.spec, std::move(*value));
     } else {
@@ -173,38 +177,6 @@ std::optional<std::string> swapped_norm(const Document& doc, std::optional<std::
   return name;
 }
 
-// The component's own option specs, less those that clash with the host's or have a broken
-// default (both reported as plugin errors).
-std::vector<SpecRef> component_specs(const plugin::Component& component,
-                                     const std::vector<kiln_option_spec>& core,
-                                     Diagnostics& diagnostics) {
-  Where where;
-  where.pos = SourcePos{component.library_path, 0, 0};
-  where.prefix = component.library_path;
-  where.group = 1;
-  const std::string name(component.name());
-  const kiln_component_descriptor* d = component.descriptor;
-  std::vector<SpecRef> out;
-  for (std::size_t i = 0; i < d->option_count; ++i) {
-    const kiln_option_spec& spec = d->options[i];
-    bool reserved = false;
-    for (const auto& c : core) reserved = reserved || std::strcmp(c.name, spec.name) == 0;
-    if (reserved) {
-      diagnostics.add(where, "component '" + name + "' declares option '" + spec.name +
-                                 "' which is reserved by the host");
-      continue;
-    }
-    SpecRef ref{&spec, true};
-    if (spec.default_value != nullptr && !parse_default(spec)) {
-      diagnostics.add(where, "component '" + name + "' option '" + spec.name + "': default " +
-                                 spec.default_value + " is not a valid " + want_name(spec.type));
-      ref.use_default = false;
-    }
-    out.push_back(ref);
-  }
-  return out;
-}
-
 ComponentChoice component_section(const Document& doc, const std::string& section, int32_t kind,
                                   const plugin::Registry& registry, Diagnostics& diagnostics) {
   ComponentChoice choice;
@@ -224,11 +196,13 @@ ComponentChoice component_section(const Document& doc, const std::string& sectio
                         (best ? "did you mean '" + *best + "'? " : std::string()) +
                         "available: " + (available.empty() ? "(none)" : join(available)));
   }
+  // The loader refused components whose options clash with the core keys or have broken
+  // defaults, so the component's specs join the core ones as they are.
   std::vector<SpecRef> specs = refs(core);
   if (choice.component != nullptr) {
-    for (const auto& ref : component_specs(*choice.component, core, diagnostics)) {
-      specs.push_back(ref);
-    }
+    const kiln_component_descriptor* d = choice.component->descriptor;
+    for (std::size_t i = 0; i < d->option_count; ++i)
+      specs.push_back(SpecRef{&d->options[i], true});
   }
   // [optimizer.custom_keys] is a table of rules, read by param_rules().
   const std::set<std::string> skip =
@@ -347,6 +321,7 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
   }
   Pipeline p;
   p.path = doc.name();
+  for (const auto& s : doc.sections()) p.table_pos[s.name] = s.where.pos;
   p.run = plain_section(doc, "run", diagnostics);
   p.data = plain_section(doc, "data", diagnostics);
   p.model = component_section(doc, "model", KILN_COMPONENT_MODEL, registry, diagnostics);

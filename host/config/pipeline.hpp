@@ -2,6 +2,7 @@
 // against each chosen component's options schema, with defaults filled.
 #pragma once
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -29,19 +30,20 @@ struct ComponentChoice {
 };
 
 struct Pipeline {
-  std::string path;                       // the TOML file
-  OptionSet run;                          // [run]
-  OptionSet data;                         // [data]
-  ComponentChoice model;                  // [model]
-  ComponentChoice norm;                   // [norm]
-  ComponentChoice optimizer;              // [optimizer]
-  ComponentChoice lr_policy;              // [lr_policy]
-  ComponentChoice precision;              // [precision]
-  OptionSet lr_scaling;                   // [lr_scaling]
-  OptionSet dist;                         // [dist]: data-parallel settings
-  OptionSet memory;                       // [memory]: activation checkpointing
-  std::vector<ParamRule> param_rules;     // [optimizer.custom_keys], in file order
-  std::vector<std::string> plugin_paths;  // [plugins] paths: extra plugin folders
+  std::string path;                            // the TOML file
+  OptionSet run;                               // [run]
+  OptionSet data;                              // [data]
+  ComponentChoice model;                       // [model]
+  ComponentChoice norm;                        // [norm]
+  ComponentChoice optimizer;                   // [optimizer]
+  ComponentChoice lr_policy;                   // [lr_policy]
+  ComponentChoice precision;                   // [precision]
+  OptionSet lr_scaling;                        // [lr_scaling]
+  OptionSet dist;                              // [dist]: data-parallel settings
+  OptionSet memory;                            // [memory]: activation checkpointing
+  std::vector<ParamRule> param_rules;          // [optimizer.custom_keys], in file order
+  std::vector<std::string> plugin_paths;       // [plugins] paths: extra plugin folders
+  std::map<std::string, SourcePos> table_pos;  // where each [section] the file has begins
 };
 
 // Extra plugin folders named in the file's [plugins] table (read before the registry is built,

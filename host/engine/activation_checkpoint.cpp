@@ -313,22 +313,25 @@ std::map<BlockChain*, std::vector<Segment>> plan_names(const std::vector<NamedCh
     auto it = valid.find(name);
     if (it == valid.end()) {
       const std::optional<std::string> near = config::nearest(name, candidates);
-      throw PipelineError("memory.checkpoint: " + model_label(model_name) +
-                          " has no block or chain '" + name + "'" +
-                          (near ? " (did you mean '" + *near + "'?)" : std::string()) +
-                          "; available: " + available_names(chains));
+      throw PipelineError("memory.checkpoint",
+                          "memory.checkpoint: " + model_label(model_name) +
+                              " has no block or chain '" + name + "'" +
+                              (near ? " (did you mean '" + *near + "'?)" : std::string()) +
+                              "; available: " + available_names(chains));
     }
     if (!seen.insert(name).second) {
-      throw PipelineError("memory.checkpoint: '" + name + "' is named twice");
+      throw PipelineError("memory.checkpoint", "memory.checkpoint: '" + name + "' is named twice");
     }
     BlockChain* chain = it->second.first;
     const std::optional<size_t> index = it->second.second;
     if (!index && chain->size() == 0) {
-      throw PipelineError("memory.checkpoint: chain '" + name + "' has no blocks");
+      throw PipelineError("memory.checkpoint",
+                          "memory.checkpoint: chain '" + name + "' has no blocks");
     }
     if (first_named.count(chain) != 0 && (whole[chain] || !index)) {
-      throw PipelineError("memory.checkpoint: '" + name + "' overlaps '" + first_named[chain] +
-                          "'; name either a whole chain or some of its blocks");
+      throw PipelineError("memory.checkpoint",
+                          "memory.checkpoint: '" + name + "' overlaps '" + first_named[chain] +
+                              "'; name either a whole chain or some of its blocks");
     }
     first_named.emplace(chain, name);
     whole[chain] = !index;
@@ -375,6 +378,7 @@ std::string apply_activation_checkpointing(kiln::Model& model, const std::vector
       spec.begin(), spec.end(), [](const std::string& s) { return s == "none" || s == "sqrt"; });
   if (has_keyword && spec.size() > 1) {
     throw PipelineError(
+        "memory.checkpoint",
         "memory.checkpoint: 'none' and 'sqrt' stand alone; give one of them, or a list of block "
         "and chain names, not both");
   }
@@ -383,9 +387,11 @@ std::string apply_activation_checkpointing(kiln::Model& model, const std::vector
   size_t blocks = 0;
   for (const NamedChain& c : chains) blocks += c.chain->size();
   if (blocks == 0) {
-    throw PipelineError("memory.checkpoint: " + model_label(model_name) +
-                        " exposes no blocks to checkpoint (it registers no kiln::BlockChain with "
-                        "blocks); set memory.checkpoint = \"none\"");
+    throw PipelineError(
+        "memory.checkpoint",
+        "memory.checkpoint: " + model_label(model_name) +
+            " exposes no blocks to checkpoint (it registers no kiln::BlockChain with "
+            "blocks); set memory.checkpoint = \"none\"");
   }
 
   std::map<BlockChain*, std::vector<Segment>> plan;

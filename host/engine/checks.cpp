@@ -2,11 +2,13 @@
 
 #include <ATen/Context.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
 #include <utility>
 #include <vector>
 
+#include "config/locate.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/precision.hpp"
 #include "kiln/torch.hpp"
@@ -17,18 +19,42 @@ namespace kiln::engine {
 c10::Device resolve_device(const std::string& wanted) {
   const bool have_cuda = at::hasCUDA() && c10::cuda::device_count() > 0;
   if (wanted == "cuda" && !have_cuda) {
-    throw PipelineError("run.device = \"cuda\" but no CUDA device is available");
+    throw PipelineError("run.device", "\"cuda\" but no CUDA device is available");
   }
   return (wanted == "cuda" || (wanted == "auto" && have_cuda)) ? c10::Device(c10::kCUDA, 0)
                                                                : c10::Device(c10::kCPU);
 }
 
-void check_pipeline(const config::Pipeline& p, c10::Device device) {
+config::ConfigError located(const config::Pipeline& p, const PipelineError& problem) {
+  return config::located_error(p, problem.key(), problem.what());
+}
+
+config::ConfigError located(const config::Pipeline& p, const plugin::OptionsRefused& refusal) {
+  const config::ComponentChoice* choice = config::choice_of(p, refusal.section());
+  // A norm layer refused while the model was being built: the model passes on the host's own
+  // words, "norm '<name>' refused a layer …", and the fault is in [norm].
+  if (refusal.section() == "model" && p.norm.component != nullptr &&
+      refusal.reason().find("norm '" + std::string(p.norm.component->name()) + "' refused") !=
+          std::string::npos) {
+    choice = &p.norm;
+  }
+  if (choice == nullptr) return config::ConfigError(refusal.what());
+  return config::located_error(p, config::key_named_in(*choice, refusal.reason()), refusal.what());
+}
+
+void check_pipeline(const config::Pipeline& p, c10::Device device, int64_t world_size) {
   try {
     (void)schedule_frame(p, /*iters_per_epoch=*/1, /*world_size=*/1,
                          p.run.get_int("accumulation_steps"));
   } catch (const std::invalid_argument& e) {
-    throw PipelineError(e.what());
+    throw PipelineError("lr_policy.warmup_epochs", e.what());
+  }
+  const int64_t batch = p.data.get_int("batch_size");
+  if (batch % world_size != 0) {
+    throw PipelineError("data.batch_size",
+                        fmt::format("{} is the global batch and must be a multiple of the world "
+                                    "size {} (each rank takes batch_size / world size)",
+                                    batch, world_size));
   }
   const auto& checkpoint = p.memory.get_string_list("checkpoint");
   const bool checkpointing =
@@ -37,6 +63,7 @@ void check_pipeline(const config::Pipeline& p, c10::Device device) {
     // The Reducer's graph walk cannot see inside a checkpointed segment, so it would call the
     // segment's parameters unused and then see their gradients arrive.
     throw PipelineError(
+        "memory.checkpoint",
         "memory.checkpoint and dist.find_unused_parameters cannot be combined: the unused-"
         "parameter search cannot see inside checkpointed segments; turn one off");
   }
@@ -55,7 +82,8 @@ void check_pipeline(const config::Pipeline& p, c10::Device device) {
     for (at::ScalarType dtype : dtypes) {
       std::string problem = plugin::capability_problem(*choice->component, device.type(), dtype);
       if (!problem.empty()) {
-        throw PipelineError(problem + (plan.half_model() || plan.autocast
+        throw PipelineError(choice->section + ".name",
+                            problem + (plan.half_model() || plan.autocast
                                            ? " (needed by precision '" + plan.name + "')"
                                            : std::string()));
       }
@@ -69,10 +97,11 @@ void check_model_precision(torch::nn::Module& model, const PrecisionPlan& plan) 
     if (dynamic_cast<kiln::NormLayer*>(item.value().get()) == nullptr) continue;
     if (item.value()->named_buffers(/*recurse=*/false).find("running_var") == nullptr) continue;
     throw PipelineError(
+        "precision.name",
         "precision '" + plan.name + "' would keep the running statistics of norm layer '" +
-        item.key() + "' in " + dtype_name(plan.model_dtype) +
-        ", where the running variance loses its precision and batch norm diverges; set "
-        "[precision] keep_norm_fp32 = true (apex keep_batchnorm_fp32), or use precision o2");
+            item.key() + "' in " + dtype_name(plan.model_dtype) +
+            ", where the running variance loses its precision and batch norm diverges; set "
+            "[precision] keep_norm_fp32 = true (apex keep_batchnorm_fp32), or use precision o2");
   }
 }
 

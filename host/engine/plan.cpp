@@ -7,6 +7,7 @@
 #include "engine/checks.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/memory_plan.hpp"
+#include "engine/model_build.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/precision.hpp"
 #include "kiln/torch.hpp"
@@ -17,37 +18,7 @@
 namespace kiln::engine {
 
 std::shared_ptr<kiln::Model> build_model_for_inspection(const config::Pipeline& p) {
-  // Input geometry as the data section describes it (Fashion-MNIST is 1×28×28, 10 classes).
-  kiln_model_input input{};
-  input.struct_size = sizeof(input);
-  const bool synthetic = p.data.get_string("dataset") == "synthetic";
-  input.channels = synthetic ? p.data.get_int("channels") : 1;
-  input.height = synthetic ? p.data.get_int("height") : 28;
-  input.width = synthetic ? p.data.get_int("width") : 28;
-  input.num_classes = synthetic ? p.data.get_int("synthetic_classes") : 10;
-  plugin::set_norm_factory([&](const kiln_norm_request& request) {
-    return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request);
-  });
-  try {
-    auto model = plugin::create_model(*p.model.component, p.model.options, input);
-    plugin::set_norm_factory(nullptr);
-    return model;
-  } catch (...) {
-    plugin::set_norm_factory(nullptr);
-    throw;
-  }
-}
-
-void check_model(const config::Pipeline& p) {
-  std::shared_ptr<kiln::Model> model;
-  try {
-    model = build_model_for_inspection(p);
-  } catch (const std::exception& e) {
-    throw PipelineError("the model cannot be built with norm '" +
-                        std::string(p.norm.component->name()) + "': " + e.what());
-  }
-  (void)apply_activation_checkpointing(*model, p.memory.get_string_list("checkpoint"),
-                                       std::string(p.model.component->name()));
+  return build_model(p, described_input(p));
 }
 
 namespace {

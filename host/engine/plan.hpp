@@ -20,9 +20,4 @@ std::string describe_plan(const config::Pipeline& pipeline);
 // input geometry comes from the data section).
 std::shared_ptr<kiln::Model> build_model_for_inspection(const config::Pipeline& pipeline);
 
-// The checks that need the built model, for `kiln validate`: every norm layer the model asks for
-// is accepted by the norm plugin (InPlace-ABN refuses relu), and memory.checkpoint names blocks
-// the model has. Throws PipelineError with the reason.
-void check_model(const config::Pipeline& pipeline);
-
 }  // namespace kiln::engine

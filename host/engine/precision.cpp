@@ -17,8 +17,8 @@ at::ScalarType to_scalar_type(int32_t dtype, const std::string& name, const char
     case KILN_DTYPE_BF16:
       return at::kBFloat16;
     default:
-      throw PipelineError("precision '" + name + "' declares an unknown " + field + " (" +
-                          std::to_string(dtype) + ")");
+      throw PipelineError("precision.name", "precision '" + name + "' declares an unknown " +
+                                                field + " (" + std::to_string(dtype) + ")");
   }
 }
 
@@ -53,23 +53,26 @@ PrecisionPlan plan_precision(const kiln_precision_policy& policy, const std::str
 
   const std::string who = "precision '" + name + "' ";
   if (plan.autocast && plan.autocast_dtype == at::kFloat) {
-    throw PipelineError(who + "asks for autocast to float32, which changes nothing");
+    throw PipelineError("precision.name",
+                        who + "asks for autocast to float32, which changes nothing");
   }
   if (plan.autocast && plan.half_model()) {
-    throw PipelineError(who + "asks for autocast on a " + dtype_name(plan.model_dtype) +
-                        " model; autocast is for fp32 models (use one or the other)");
+    throw PipelineError("precision.name",
+                        who + "asks for autocast on a " + dtype_name(plan.model_dtype) +
+                            " model; autocast is for fp32 models (use one or the other)");
   }
   if (plan.master_weights && !plan.half_model()) {
-    throw PipelineError(who + "asks for fp32 master weights of an fp32 model");
+    throw PipelineError("precision.name", who + "asks for fp32 master weights of an fp32 model");
   }
   if (policy.loss_scaling != KILN_SCALE_NONE && policy.loss_scaling != KILN_SCALE_STATIC &&
       policy.loss_scaling != KILN_SCALE_DYNAMIC) {
-    throw PipelineError(who + "declares an unknown loss-scaling mode (" +
-                        std::to_string(policy.loss_scaling) + ")");
+    throw PipelineError("precision.name", who + "declares an unknown loss-scaling mode (" +
+                                              std::to_string(policy.loss_scaling) + ")");
   }
   if (!(plan.initial_scale > 0.0) || !std::isfinite(plan.initial_scale)) {
-    throw PipelineError(who + "declares an initial loss scale of " +
-                        std::to_string(plan.initial_scale) + " (must be finite, > 0)");
+    throw PipelineError("precision.name", who + "declares an initial loss scale of " +
+                                              std::to_string(plan.initial_scale) +
+                                              " (must be finite, > 0)");
   }
   return plan;
 }

@@ -31,10 +31,12 @@
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/memory_format.hpp"
+#include "engine/model_build.hpp"
 #include "engine/optimizer_step.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/precision.hpp"
 #include "engine/resume.hpp"
+#include "engine/run_data.hpp"
 #include "engine/stop_signal.hpp"
 #include "engine/torch_settings.hpp"
 #include "io/heap.hpp"
@@ -62,54 +64,6 @@ at::Tensor on_device(const at::Tensor& t, const c10::Device& device) {
 
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
-}
-
-// Train and test splits. Synthetic splits come from one draw (same class prototypes, disjoint
-// samples), so the test split measures what the model learnt.
-std::pair<data::Dataset, data::Dataset> load_data(const config::OptionSet& d, uint64_t seed) {
-  if (d.get_string("dataset") == "synthetic") {
-    data::SyntheticSpec spec;
-    const int64_t n_train = d.get_int("synthetic_train");
-    spec.samples = n_train + d.get_int("synthetic_test");
-    spec.num_classes = d.get_int("synthetic_classes");
-    spec.channels = d.get_int("channels");
-    spec.height = d.get_int("height");
-    spec.width = d.get_int("width");
-    spec.seed = seed;
-    data::Dataset all = data::make_synthetic(spec);
-    auto slice = [&](int64_t from, int64_t to) {
-      data::Dataset part;
-      part.images = all.images.slice(0, from, to).contiguous();
-      part.labels = all.labels.slice(0, from, to).contiguous();
-      part.num_classes = all.num_classes;
-      return part;
-    };
-    return {slice(0, n_train), slice(n_train, spec.samples)};
-  }
-  const std::string root = d.get_string("root");
-  return {data::load_fashion_mnist(root, "train"), data::load_fashion_mnist(root, "test")};
-}
-
-// This rank's loader: data.batch_size is the global batch, split evenly over the ranks; the
-// training shards are padded to equal length, the evaluation shards see every sample once.
-data::LoaderOptions loader_options(const config::OptionSet& d, uint64_t seed, bool train,
-                                   at::Device device, int rank, int world_size) {
-  data::LoaderOptions o;
-  o.batch_size = train ? d.get_int("batch_size") / world_size : d.get_int("eval_batch_size");
-  o.rank = rank;
-  o.world_size = world_size;
-  o.pad_shards = train;
-  o.shuffle = train && d.get_bool("shuffle");
-  o.drop_last = train && d.get_bool("drop_last");
-  o.seed = seed;
-  o.workers = static_cast<int>(d.get_int("workers"));
-  o.prefetch = static_cast<int>(d.get_int("prefetch"));
-  o.crop_padding = train ? d.get_int("random_crop") : 0;
-  o.flip = train && d.get_bool("random_flip");
-  o.mean = d.get_float("mean");
-  o.std = d.get_float("std");
-  o.pin_memory = device.is_cuda();
-  return o;
 }
 
 struct Evaluation {
@@ -276,11 +230,15 @@ Trainer::Impl::Impl(const config::Pipeline& pipeline, const RunOptions& run_opti
   // Before any tensor the run keeps: the metrics' tensor_* fields come from this counter.
   io::count_cpu_tensor_memory();
   apply_torch_settings(p.run);
-  device = resolve_device(p.run.get_string("device"));
-  check_pipeline(p, device);
+  // What the configuration cannot do is refused before the process group forms; a component's
+  // refusal of its options while the run is built is a configuration error too.
+  as_config_errors(p, [&] {
+    device = resolve_device(p.run.get_string("device"));
+    check_pipeline(p, device, options.launch ? options.launch->world_size : 1);
+  });
   join_group();
   if (group) group_for_plugins.emplace(group.get());
-  blame([&] { build(); });
+  blame([&] { as_config_errors(p, [&] { build(); }); });
   // Once the set-up is done, not before: its large buffers (the decoded test split) are then
   // mapped apart instead of lying among the small blocks every step frees and takes again, which
   // cost a tiny model's steps 9 % more malloc work (callgrind; docs/speed.md).
@@ -295,13 +253,6 @@ void Trainer::Impl::join_group() {
     // One GPU per local rank, among those CUDA_VISIBLE_DEVICES leaves visible.
     device = at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(env.local_rank));
     c10::impl::getDeviceGuardImpl(at::kCUDA)->setDevice(device);
-  }
-  const int64_t batch = p.data.get_int("batch_size");
-  if (batch % env.world_size != 0) {
-    throw std::invalid_argument(fmt::format(
-        "data.batch_size = {} is the global batch and must be a multiple of the world size {} "
-        "(each rank takes batch_size / world size)",
-        batch, env.world_size));
   }
   dist::GroupOptions g;
   const std::string backend = p.dist.get_string("backend");
@@ -326,6 +277,8 @@ auto Trainer::Impl::blame(F&& f) -> decltype(f()) {
   if (!group) return f();
   try {
     return f();
+  } catch (const config::ConfigError&) {
+    throw;  // every rank has the same configuration and refuses it alike
   } catch (const std::exception& e) {
     throw std::runtime_error(
         fmt::format("rank {}: {}\n  ranks: {}", group->rank(), e.what(), heartbeat->diagnose()));
@@ -345,24 +298,20 @@ void Trainer::Impl::build() {
   test_loader.emplace(test_set, loader_options(p.data, seed, false, device, rank, world));
 
   // The model, with the pipeline's norm plugin behind every norm layer.
-  plugin::set_norm_factory([&](const kiln_norm_request& request) {
-    return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request);
-  });
   kiln_model_input input{};
   input.struct_size = sizeof(input);
   input.channels = train_set.images.size(1);
   input.height = train_set.images.size(2);
   input.width = train_set.images.size(3);
   input.num_classes = train_set.num_classes;
-  try {
-    model = plugin::create_model(*p.model.component, p.model.options, input);
-  } catch (...) {
-    plugin::set_norm_factory(nullptr);
-    throw;
+  model = build_model(p, input, world);
+  if (const std::string& init = p.model.core.get_string("init"); !init.empty()) {
+    try {
+      load_weights(*model, init);
+    } catch (const std::exception& e) {
+      throw PipelineError("model.init", e.what());
+    }
   }
-  plugin::set_norm_factory(nullptr);
-  if (!p.model.core.get_string("init").empty())
-    load_weights(*model, p.model.core.get_string("init"));
   const std::string checkpointing = apply_activation_checkpointing(
       *model, p.memory.get_string_list("checkpoint"), std::string(p.model.component->name()));
   if (!checkpointing.empty()) spdlog::info("activation checkpointing: {}", checkpointing);

@@ -5,6 +5,7 @@
 #include <stdexcept>
 
 #include "kiln/torch.hpp"
+#include "plugin/plugin_call.hpp"
 #include "plugin/status.hpp"
 
 namespace kiln::plugin {
@@ -17,6 +18,11 @@ const Vtable* vtable_of(const Component& c) {
 
 std::string context(const Component& c, const char* what) {
   return std::string(kind_name(c.kind())) + " '" + std::string(c.name()) + "' " + what;
+}
+
+// "<kind> '<name>' <entry> (<library>)": where an escaped exception came from.
+std::string entry_of(const Component& c, const char* entry) {
+  return context(c, entry) + " (" + c.library_path + ")";
 }
 
 }  // namespace
@@ -65,16 +71,25 @@ std::string capability_problem(const Component& component, c10::DeviceType devic
 // ---- optimizer --------------------------------------------------------------------------------
 
 OptimizerAdapter::OptimizerAdapter(const Component& component, const config::OptionSet& options)
-    : name_(component.name()), vtable_(vtable_of<kiln_optimizer_vtable>(component)) {
+    : name_(component.name()),
+      library_(component.library_path),
+      vtable_(vtable_of<kiln_optimizer_vtable>(component)) {
   // A plugin built before 1.4 never reads lr_tensor or found_inf, whatever bits it sets.
   capturable_ = component.plugin->abi_minor >= 4 &&
                 (component.descriptor->capabilities->flags & KILN_CAP_CAPTURABLE) != 0;
-  check(vtable_->create(host_api(), options.c_view(), &instance_),
-        context(component, "refused its options"));
+  check_options(
+      call_plugin([&] { return entry_of(component, "create"); },
+                  [&] { return vtable_->create(host_api(), options.c_view(), &instance_); }),
+      context(component, "refused its options"), kind_name(component.kind()));
 }
 
 OptimizerAdapter::~OptimizerAdapter() {
-  if (instance_ != nullptr) vtable_->destroy(instance_);
+  if (instance_ == nullptr) return;
+  call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
+}
+
+std::string OptimizerAdapter::where(const char* entry) const {
+  return "optimizer '" + name_ + "' " + entry + " (" + library_ + ")";
 }
 
 OptimizerAdapter::LiveGroup& OptimizerAdapter::live_group(const GroupStep& group) {
@@ -145,27 +160,39 @@ void OptimizerAdapter::step(const GroupStep& group) {
   ctx.state = &live.state;
   ctx.group = collective_group();
   // Hot paths build the error's context only when there is an error.
-  if (kiln_status* status = vtable_->step(instance_, &ctx, &view)) {
-    check(status, "optimizer '" + name_ + "' step");
-  }
+  kiln_status* status = call_plugin([&] { return where("step"); },
+                                    [&] { return vtable_->step(instance_, &ctx, &view); });
+  if (status != nullptr) check(status, "optimizer '" + name_ + "' step");
 }
 
 // ---- LR policy --------------------------------------------------------------------------------
 
 LrPolicyAdapter::LrPolicyAdapter(const Component& component, const config::OptionSet& options,
                                  const kiln_lr_schedule& schedule)
-    : name_(component.name()), vtable_(vtable_of<kiln_lr_policy_vtable>(component)) {
-  check(vtable_->create(host_api(), options.c_view(), &schedule, &instance_),
-        context(component, "refused its options"));
+    : name_(component.name()),
+      library_(component.library_path),
+      vtable_(vtable_of<kiln_lr_policy_vtable>(component)) {
+  check_options(
+      call_plugin(
+          [&] { return entry_of(component, "create"); },
+          [&] { return vtable_->create(host_api(), options.c_view(), &schedule, &instance_); }),
+      context(component, "refused its options"), kind_name(component.kind()));
 }
 
 LrPolicyAdapter::~LrPolicyAdapter() {
-  if (instance_ != nullptr) vtable_->destroy(instance_);
+  if (instance_ == nullptr) return;
+  call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
+}
+
+std::string LrPolicyAdapter::where(const char* entry) const {
+  return "lr_policy '" + name_ + "' " + entry + " (" + library_ + ")";
 }
 
 double LrPolicyAdapter::lr_at(int64_t iter) const {
   double lr = 0.0;
-  if (kiln_status* status = vtable_->lr_at(instance_, iter, &lr)) {
+  kiln_status* status = call_plugin([&] { return where("lr_at"); },
+                                    [&] { return vtable_->lr_at(instance_, iter, &lr); });
+  if (status != nullptr) {
     check(status, "lr_policy '" + name_ + "' at iteration " + std::to_string(iter));
   }
   return lr;
@@ -175,17 +202,23 @@ double LrPolicyAdapter::lr_at(int64_t iter) const {
 
 PrecisionAdapter::PrecisionAdapter(const Component& component, const config::OptionSet& options,
                                    c10::DeviceType device)
-    : name_(component.name()), vtable_(vtable_of<kiln_precision_vtable>(component)) {
+    : name_(component.name()),
+      library_(component.library_path),
+      vtable_(vtable_of<kiln_precision_vtable>(component)) {
   DLDevice dl{};
   dl.device_type = device == c10::DeviceType::CUDA ? kDLCUDA : kDLCPU;
-  check(vtable_->create(host_api(), options.c_view(), dl, &instance_),
-        context(component, "refused its options"));
+  check_options(
+      call_plugin([&] { return entry_of(component, "create"); },
+                  [&] { return vtable_->create(host_api(), options.c_view(), dl, &instance_); }),
+      context(component, "refused its options"), kind_name(component.kind()));
   // Fields a 1.0 plugin does not know keep these presets.
   policy_.struct_size = sizeof(policy_);
   policy_.initial_scale = 1.0;
   policy_.min_scale = 1.0;
   policy_.at_min_scale = KILN_AT_MIN_SCALE_STOP;
-  check(vtable_->policy(instance_, &policy_), context(component, "policy"));
+  check(call_plugin([&] { return where("policy"); },
+                    [&] { return vtable_->policy(instance_, &policy_); }),
+        context(component, "policy"));
 }
 
 std::vector<double> PrecisionAdapter::scale_rule_state() const {
@@ -193,9 +226,13 @@ std::vector<double> PrecisionAdapter::scale_rule_state() const {
     return {};
   }
   size_t count = 0;
-  check(vtable_->get_state(instance_, nullptr, 0, &count), "precision '" + name_ + "' get_state");
+  auto where_get = [&] { return where("get_state"); };
+  check(call_plugin(where_get, [&] { return vtable_->get_state(instance_, nullptr, 0, &count); }),
+        "precision '" + name_ + "' get_state");
   std::vector<double> values(count);
-  check(vtable_->get_state(instance_, values.data(), values.size(), &count),
+  check(call_plugin(
+            where_get,
+            [&] { return vtable_->get_state(instance_, values.data(), values.size(), &count); }),
         "precision '" + name_ + "' get_state");
   values.resize(std::min(count, values.size()));
   return values;
@@ -210,7 +247,8 @@ void PrecisionAdapter::restore_scale_rule_state(const std::vector<double>& value
                                                    "' cannot restore its scale-rule state (no "
                                                    "set_state), but the checkpoint holds some");
   }
-  check(vtable_->set_state(instance_, values.data(), values.size()),
+  check(call_plugin([&] { return where("set_state"); },
+                    [&] { return vtable_->set_state(instance_, values.data(), values.size()); }),
         "precision '" + name_ + "' set_state");
 }
 
@@ -218,9 +256,10 @@ bool PrecisionAdapter::has_scale_rule() const { return vtable_->update_scale != 
 
 double PrecisionAdapter::update_scale(bool grads_finite, double scale) {
   if (vtable_->update_scale == nullptr) return scale;
-  if (kiln_status* status = vtable_->update_scale(instance_, grads_finite ? 1 : 0, &scale)) {
-    check(status, "precision '" + name_ + "' update_scale");
-  }
+  kiln_status* status =
+      call_plugin([&] { return where("update_scale"); },
+                  [&] { return vtable_->update_scale(instance_, grads_finite ? 1 : 0, &scale); });
+  if (status != nullptr) check(status, "precision '" + name_ + "' update_scale");
   if (!(scale > 0.0) || !std::isfinite(scale)) {
     throw ComponentError(KILN_ERR_INTERNAL, "precision '" + name_ +
                                                 "' update_scale produced a loss scale of " +
@@ -230,7 +269,12 @@ double PrecisionAdapter::update_scale(bool grads_finite, double scale) {
 }
 
 PrecisionAdapter::~PrecisionAdapter() {
-  if (instance_ != nullptr) vtable_->destroy(instance_);
+  if (instance_ == nullptr) return;
+  call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
+}
+
+std::string PrecisionAdapter::where(const char* entry) const {
+  return "precision '" + name_ + "' " + entry + " (" + library_ + ")";
 }
 
 // ---- model ------------------------------------------------------------------------------------
@@ -240,13 +284,16 @@ std::shared_ptr<kiln::Model> create_model(const Component& component,
                                           const kiln_model_input& input) {
   const auto* vt = vtable_of<kiln_model_vtable>(component);
   kiln_torch_module* handle = nullptr;
-  check(vt->create(host_api(), options.c_view(), &input, &handle),
-        context(component, "could not be built"));
+  check_options(
+      call_plugin([&] { return entry_of(component, "create"); },
+                  [&] { return vt->create(host_api(), options.c_view(), &input, &handle); }),
+      context(component, "could not be built"), kind_name(component.kind()));
   if (handle == nullptr) {
     throw ComponentError(KILN_ERR_INTERNAL, context(component, "returned no module"));
   }
   std::shared_ptr<kiln::Model> model = kiln::model_from_handle(handle);
-  vt->destroy(handle);
+  call_plugin_noexcept([&] { return entry_of(component, "destroy"); },
+                       [&] { vt->destroy(handle); });
   return model;
 }
 

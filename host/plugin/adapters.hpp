@@ -61,7 +61,9 @@ class OptimizerAdapter {
   const std::string& name() const { return name_; }
 
  private:
+  std::string where(const char* entry) const;  // "optimizer '<name>' <entry> (<library>)"
   std::string name_;
+  std::string library_;
   const kiln_optimizer_vtable* vtable_;
   void* instance_ = nullptr;
   bool capturable_ = false;
@@ -101,7 +103,9 @@ class LrPolicyAdapter {
   const std::string& name() const { return name_; }
 
  private:
+  std::string where(const char* entry) const;
   std::string name_;
+  std::string library_;
   const kiln_lr_policy_vtable* vtable_;
   void* instance_ = nullptr;
 };
@@ -125,7 +129,9 @@ class PrecisionAdapter {
   void restore_scale_rule_state(const std::vector<double>& values);
 
  private:
+  std::string where(const char* entry) const;
   std::string name_;
+  std::string library_;
   const kiln_precision_vtable* vtable_;
   void* instance_ = nullptr;
   kiln_precision_policy policy_{};

@@ -265,4 +265,11 @@ void check(kiln_status* status, const std::string& context) {
   throw ComponentError(code, context + ": " + message);
 }
 
+void check_options(kiln_status* status, const std::string& context, const char* section) {
+  if (status == nullptr) return;
+  int32_t code = status->code;
+  std::string message = take_message(status);
+  throw OptionsRefused(code, context + ": " + message, section, message);
+}
+
 }  // namespace kiln::plugin

@@ -11,11 +11,14 @@
 #include <mutex>
 #include <sstream>
 
+#include "config/pipeline.hpp"
+#include "config/value_check.hpp"
 #include "kiln/lr_policy.h"
 #include "kiln/model.h"
 #include "kiln/norm.h"
 #include "kiln/optimizer.h"
 #include "kiln/precision.h"
+#include "plugin/plugin_call.hpp"
 #include "plugin/status.hpp"
 
 namespace kiln::plugin {
@@ -72,6 +75,15 @@ VtableRule vtable_rule(int32_t kind) {
   }
 }
 
+// The keys the host owns in the [section] of a component kind, for messages.
+std::string reserved_names(const std::string& section) {
+  std::string out;
+  for (const kiln_option_spec& core : config::core_schema(section)) {
+    out += (out.empty() ? "" : ", ") + std::string(core.name);
+  }
+  return out;
+}
+
 // Checks one component descriptor; returns the reason it is refused, or "" when it is fine.
 std::string check_component(const kiln_component_descriptor* c, size_t index) {
   const std::string where = "component #" + std::to_string(index);
@@ -108,6 +120,18 @@ std::string check_component(const kiln_component_descriptor* c, size_t index) {
       return who + " (" + kind + ") option '" + o.name + "' has unknown type " +
              std::to_string(o.type);
     }
+    if (o.default_value != nullptr && !config::parse_default(o)) {
+      return who + " (" + kind + ") option '" + o.name + "': default " + o.default_value +
+             " is not a valid " + config::want_name(o.type);
+    }
+    // The component's options share its pipeline table with the keys the host owns there
+    // (an optimizer's lr and weight_decay, …): one of those names could never reach it.
+    for (const kiln_option_spec& core : config::core_schema(kind)) {
+      if (std::strcmp(core.name, o.name) == 0) {
+        return who + " (" + kind + ") option '" + o.name + "' is a name the host reserves in [" +
+               kind + "] (" + reserved_names(kind) + "; see docs/abi.md)";
+      }
+    }
   }
   if (c->vtable == nullptr) return who + " (" + kind + ") has no vtable";
   const auto* bytes = static_cast<const unsigned char*>(c->vtable);
@@ -130,6 +154,16 @@ void keep_loaded(boost::dll::shared_library library) {
   static auto* libraries = new std::vector<boost::dll::shared_library>();  // never destroyed
   std::lock_guard<std::mutex> lock(mutex);
   libraries->push_back(std::move(library));
+}
+
+// Calls into the library being loaded: an exception that escapes refuses the library.
+template <typename Call>
+auto call_library(const std::string& path, const char* entry, Call&& call) -> decltype(call()) {
+  try {
+    return call();
+  } catch (...) {
+    throw LoadError(path, escaped_exception_text(entry));
+  }
 }
 
 }  // namespace
@@ -161,7 +195,8 @@ void Loader::load_library(const std::string& path, Registry& registry) {
                     "not a Kiln plugin: it exports neither kiln_plugin_abi nor kiln_plugin_get");
   }
   if (has_probe) {
-    uint32_t packed = lib.get<uint32_t()>(KILN_PLUGIN_PROBE_SYMBOL)();
+    auto* probe = lib.get<uint32_t()>(KILN_PLUGIN_PROBE_SYMBOL);
+    const uint32_t packed = call_library(path, KILN_PLUGIN_PROBE_SYMBOL, probe);
     uint32_t major = packed >> 16, minor = packed & 0xFFFFu;
     if (major != KILN_ABI_MAJOR) {
       throw LoadError(path, "built for Kiln ABI " + abi_text(major, minor) + ", this host speaks " +
@@ -175,8 +210,8 @@ void Loader::load_library(const std::string& path, Registry& registry) {
     }
   }
   if (!has_entry) throw LoadError(path, "exports kiln_plugin_abi but not kiln_plugin_get");
-  const kiln_plugin_descriptor* d =
-      lib.get<const kiln_plugin_descriptor*()>(KILN_PLUGIN_ENTRY_SYMBOL)();
+  auto* entry = lib.get<const kiln_plugin_descriptor*()>(KILN_PLUGIN_ENTRY_SYMBOL);
+  const kiln_plugin_descriptor* d = call_library(path, KILN_PLUGIN_ENTRY_SYMBOL, entry);
   if (d == nullptr) throw LoadError(path, "kiln_plugin_get returned NULL");
   if (d->struct_size < KILN_PLUGIN_DESCRIPTOR_V1_SIZE) {
     throw LoadError(path, "plugin descriptor is " + std::to_string(d->struct_size) +
@@ -219,7 +254,7 @@ void Loader::load_library(const std::string& path, Registry& registry) {
     names_here.push_back(name);
   }
   if (d->init != nullptr) {
-    if (kiln_status* status = d->init(host_)) {
+    if (kiln_status* status = call_library(path, "init", [&] { return d->init(host_); })) {
       throw LoadError(path, "init failed: " + take_message(status));
     }
   }

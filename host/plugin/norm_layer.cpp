@@ -11,6 +11,7 @@
 #include <torch/csrc/autograd/custom_function.h>
 
 #include "plugin/host_api.hpp"
+#include "plugin/plugin_call.hpp"
 #include "plugin/status.hpp"
 
 namespace kiln::plugin {
@@ -47,8 +48,13 @@ at::Tensor adopt(const at::Tensor& handed, const at::Tensor& like, const std::st
 // x → plugin forward → y; backward → plugin backward. weight/bias are inputs so autograd routes
 // their gradients to the module's parameters.
 struct NormFunction : public torch::autograd::Function<NormFunction> {
-  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input, const at::Tensor& weight,
-                            const at::Tensor& bias, PluginNormLayer* layer) {
+  // Without affine, `weight_in` and `bias_in` are placeholders (see PluginNormLayer::forward).
+  static at::Tensor forward(AutogradContext* ctx, const at::Tensor& input,
+                            const at::Tensor& weight_in, const at::Tensor& bias_in,
+                            PluginNormLayer* layer) {
+    const bool affine = layer->layout().affine != 0;
+    const at::Tensor weight = affine ? weight_in : at::Tensor();
+    const at::Tensor bias = affine ? bias_in : at::Tensor();
     const int64_t channels = input.size(1);
     auto stat_options = input.options().dtype(at::kFloat);
     // An in-place layer writes over its input: the model's own tensor when the model allowed
@@ -78,7 +84,10 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     args.stream = host_api()->current_stream(x.device);
     kiln_call_context call;
     call.group = collective_group();  // synced norm layers reduce over the run's ranks
-    if (kiln_status* status = layer->vtable()->forward(layer->instance(), &call, &args)) {
+    kiln_status* status =
+        call_plugin([&] { return layer->where("forward"); },
+                    [&] { return layer->vtable()->forward(layer->instance(), &call, &args); });
+    if (status != nullptr) {
       check(status, "norm '" + layer->plugin_name() + "' forward");  // the context only on errors
     }
 
@@ -149,7 +158,9 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     }
     kiln_call_context call;
     call.group = collective_group();  // synced norm layers reduce over the run's ranks
-    kiln_status* status = layer->vtable()->backward(layer->instance(), &call, &args);
+    kiln_status* status =
+        call_plugin([&] { return layer->where("backward"); },
+                    [&] { return layer->vtable()->backward(layer->instance(), &call, &args); });
     if (hand_over) {
       // Owned first, so that every handed-over tensor is released whatever is refused below.
       at::Tensor owned[3];
@@ -171,8 +182,9 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
 }  // namespace
 
 PluginNormLayer::PluginNormLayer(const Component& component, const config::OptionSet& options,
-                                 const kiln_norm_request& request)
+                                 const kiln_norm_request& request, int32_t world_size)
     : name_(component.name()),
+      library_(component.library_path),
       vtable_(static_cast<const kiln_norm_vtable*>(component.descriptor->vtable)),
       activation_(request.activation),
       activation_param_(request.activation_param),
@@ -183,10 +195,16 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
   setup.num_features = request.num_features;
   setup.activation = request.activation;
   setup.activation_param = request.activation_param;
+  setup.world_size = world_size;
   layout_.struct_size = sizeof(layout_);
-  check(vtable_->create(host_api(), options.c_view(), &setup, &layout_, &instance_),
-        "norm '" + name_ + "' refused a layer of " + std::to_string(request.num_features) +
-            " features");
+  check_options(call_plugin([&] { return where("create"); },
+                            [&] {
+                              return vtable_->create(host_api(), options.c_view(), &setup, &layout_,
+                                                     &instance_);
+                            }),
+                "norm '" + name_ + "' refused a layer of " + std::to_string(request.num_features) +
+                    " features",
+                "norm");
   const int64_t c = request.num_features;
   if (layout_.affine && layout_.frozen) {
     // Fixed affine (FrozenBatchNorm): kept and checkpointed, never handed to an optimizer.
@@ -195,6 +213,8 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
   } else if (layout_.affine) {
     weight_ = register_parameter("weight", at::ones({c}));
     bias_ = register_parameter("bias", at::zeros({c}));
+  } else {
+    no_affine_ = at::empty({0});
   }
   if (layout_.running_stats) {
     running_mean = register_buffer("running_mean", at::zeros({c}));
@@ -203,12 +223,20 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
 }
 
 PluginNormLayer::~PluginNormLayer() {
-  if (instance_ != nullptr) vtable_->destroy(instance_);
+  if (instance_ == nullptr) return;
+  call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
+}
+
+std::string PluginNormLayer::where(const char* entry) const {
+  return "norm '" + name_ + "' " + entry + " (" + library_ + ")";
 }
 
 at::Tensor PluginNormLayer::forward(const at::Tensor& input) {
   // Module::to() moves parameters and buffers with set_data, so these handles stay current.
-  at::Tensor y = NormFunction::apply(input, weight_, bias_, this);
+  // torch's C++ autograd functions take defined tensors only: a layer without affine passes a
+  // placeholder, which the function reads as absent.
+  at::Tensor y = weight_.defined() ? NormFunction::apply(input, weight_, bias_, this)
+                                   : NormFunction::apply(input, no_affine_, no_affine_, this);
   if (layout_.fused_activation) return y;
   switch (activation_) {
     case KILN_ACT_RELU:

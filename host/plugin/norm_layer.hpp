@@ -14,8 +14,9 @@ namespace kiln::plugin {
 
 class PluginNormLayer : public kiln::NormLayer {
  public:
+  // `world_size`: the ranks of the run the layer trains in (kiln_norm_setup.world_size).
   PluginNormLayer(const Component& component, const config::OptionSet& options,
-                  const kiln_norm_request& request);
+                  const kiln_norm_request& request, int32_t world_size = 1);
   ~PluginNormLayer() override;
 
   at::Tensor forward(const at::Tensor& input) override;
@@ -25,12 +26,15 @@ class PluginNormLayer : public kiln::NormLayer {
   void* instance() const { return instance_; }
   const kiln_norm_layout& layout() const { return layout_; }
   const std::string& plugin_name() const { return name_; }
+  // "norm '<name>' <entry> (<library>)": where an escaped exception came from.
+  std::string where(const char* entry) const;
   // Whether the model allowed an in-place layer to overwrite its input.
   bool may_overwrite_input() const { return may_overwrite_input_; }
   at::Tensor running_mean, running_var;  // undefined without running stats
 
  private:
   std::string name_;
+  std::string library_;
   const kiln_norm_vtable* vtable_;
   void* instance_ = nullptr;
   kiln_norm_layout layout_{};
@@ -38,6 +42,7 @@ class PluginNormLayer : public kiln::NormLayer {
   double activation_param_;
   bool may_overwrite_input_;
   at::Tensor weight_, bias_;  // undefined without affine
+  at::Tensor no_affine_;      // without affine: the autograd function's weight and bias
 };
 
 }  // namespace kiln::plugin

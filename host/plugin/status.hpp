@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 
 #include "kiln/abi.h"
 
@@ -25,6 +26,21 @@ class ComponentError : public std::runtime_error {
   int32_t code_;
 };
 
+// A component refused the options it was created with: a configuration error. `section` is
+// the pipeline table the component's options come from (its kind: "optimizer", "norm", …) and
+// `reason` the component's own words, which name the option at fault.
+class OptionsRefused : public ComponentError {
+ public:
+  OptionsRefused(int32_t code, const std::string& what, std::string section, std::string reason)
+      : ComponentError(code, what), section_(std::move(section)), reason_(std::move(reason)) {}
+  const std::string& section() const noexcept { return section_; }
+  const std::string& reason() const noexcept { return reason_; }
+
+ private:
+  std::string section_;
+  std::string reason_;
+};
+
 // The one implementation of the kiln_status object, behind the host services (make_status,
 // free_status) and the C API's status functions: a new status (a message that cannot be
 // stored gives an empty OUT_OF_MEMORY status), its code and message (KILN_OK and "" for NULL),
@@ -39,5 +55,8 @@ std::string take_message(kiln_status* status);
 
 // Throws ComponentError("<context>: <message>") when `status` is non-NULL; frees it either way.
 void check(kiln_status* status, const std::string& context);
+
+// The same for a `create` call: throws OptionsRefused, its section `section`.
+void check_options(kiln_status* status, const std::string& context, const char* section);
 
 }  // namespace kiln::plugin

@@ -130,6 +130,31 @@ int main(int argc, char** argv) {
   api->status_release(st);
   CHECK(api->session_create_from_string(NULL, "x", &o, &s) != NULL); /* leaks nothing to check */
 
+  /* A NULL array with a count, or a NULL entry, is the caller's mistake. */
+  {
+    make_pipeline(work, 1);
+    kiln_session_options bad_o = quiet();
+    bad_o.overrides = NULL;
+    bad_o.override_count = 1;
+    st = api->session_create_from_string(pipeline, "x", &bad_o, &s);
+    CHECK(s == NULL && api->status_code(st) == KILN_ERR_INVALID_ARGUMENT);
+    CHECK(st != NULL && strstr(api->status_message(st), "overrides") != NULL);
+    api->status_release(st);
+    const char* with_null[] = {"optimizer.lr=0.05", NULL};
+    bad_o.overrides = with_null;
+    bad_o.override_count = 2;
+    st = api->session_create_from_string(pipeline, "x", &bad_o, &s);
+    CHECK(s == NULL && api->status_code(st) == KILN_ERR_INVALID_ARGUMENT);
+    api->status_release(st);
+    bad_o.overrides = NULL;
+    bad_o.override_count = 0;
+    bad_o.plugin_paths = NULL;
+    bad_o.plugin_path_count = 2;
+    st = api->session_create_from_string(pipeline, "x", &bad_o, &s);
+    CHECK(s == NULL && api->status_code(st) == KILN_ERR_INVALID_ARGUMENT);
+    api->status_release(st);
+  }
+
   /* Step by step: 512 / 64 = 8 steps per epoch, 2 epochs. */
   make_pipeline(work, 2);
   /* checkpoint_every = 8 writes the checkpoint at epoch 1's last step, before the epoch closes:

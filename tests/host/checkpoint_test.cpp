@@ -306,7 +306,10 @@ TEST(Export, PythonLoadsTheWeightsAndItsModelGivesKilnsOutputs) {
   EXPECT_NE(init.output.find(accuracy), std::string::npos) << accuracy << "\n" << init.output;
   Result wrong =
       kiln(base_args(dir / "wrong") + " --set model.hidden=[32] --set model.init=" + weights);
-  EXPECT_EQ(wrong.code, 1) << wrong.output;
+  // Weights that do not fit the model are a configuration error at model.init, before a step.
+  EXPECT_EQ(wrong.code, 2) << wrong.output;
+  EXPECT_EQ(wrong.output.rfind("--set model.init=" + weights + ": model.init: ", 0), 0u)
+      << wrong.output;
   EXPECT_NE(wrong.output.find("'layers.0.linear.weight' has shape 64x784, the model's is 32x784"),
             std::string::npos)
       << wrong.output;

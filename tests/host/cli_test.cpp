@@ -496,14 +496,115 @@ TEST(Cli, RefusesABrokenPluginBeforeTraining) {
   fs::remove_all(dir);
 }
 
+// A plugin whose entries let exceptions out (tests/plugins/throwing*.cpp) never kills the
+// host: a throwing init refuses its library and `plugins list` goes on; a throw from an
+// optimizer's step or a norm layer's backward ends the run with exit code 1, the entry and the
+// library named.
+TEST(Cli, AnExceptionOfAnyTypeFromAPluginNeverKillsTheHost) {
+  const std::string plugins = KILN_TEST_PLUGIN_DIR;
+  Result list = kiln("plugins --plugin-path " + plugins + "/throwing_init list");
+  EXPECT_EQ(list.code, 3) << list.output;
+  EXPECT_NE(list.output.find("sgd "), std::string::npos) << list.output;
+  EXPECT_NE(list.output.find("error: plugin refused: " + plugins +
+                             "/throwing_init/libthrowing_init.so: init threw int"),
+            std::string::npos)
+      << list.output;
+
+  const std::string with = "KILN_PLUGIN_PATH=" + plugins + "/throwing:" + plugins + "/good";
+  const std::string base = "run " + pipeline("c_plugin.toml") + " --set run.epochs=1";
+  Result step = kiln(base +
+                         " --set optimizer.name='\"throwing_opt\"' "
+                         "--set optimizer.throw_at='\"step\"'",
+                     with);
+  EXPECT_EQ(step.code, 1) << step.output;
+  EXPECT_NE(step.output.find("optimizer 'throwing_opt' step (" + plugins +
+                             "/throwing/libthrowing.so) threw int"),
+            std::string::npos)
+      << step.output;
+
+  Result backward = kiln(base +
+                             " --set norm.name='\"throwing_norm\"' "
+                             "--set norm.throw_at='\"backward\"' --set norm.throw_what='\"std\"'",
+                         with);
+  EXPECT_EQ(backward.code, 1) << backward.output;
+  EXPECT_NE(backward.output.find("norm 'throwing_norm' backward"), std::string::npos)
+      << backward.output;
+  EXPECT_NE(backward.output.find("std::runtime_error: thrown from backward"), std::string::npos)
+      << backward.output;
+
+  // A throwing create is a broken plugin, not a refusal of options: a failure before the run.
+  Result create = kiln(base +
+                           " --set lr_policy.name='\"throwing_lr\"' "
+                           "--set lr_policy.throw_at='\"create\"'",
+                       with);
+  EXPECT_EQ(create.code, 1) << create.output;
+  EXPECT_NE(create.output.find("lr_policy 'throwing_lr' create"), std::string::npos)
+      << create.output;
+  EXPECT_EQ(create.output.find("training"), std::string::npos) << create.output;
+}
+
+// What a component refuses at create, and what the engine cannot run (the world size, half
+// batch-norm statistics), is a configuration error found before anything runs: exit code 2,
+// the key's file:line:column (or the --set that gave it) and the component's own reason, from
+// `validate` (which creates every component as a run does) and from `run` alike.
+TEST(Cli, RefusalsAreConfigurationErrorsAtTheirKeyBeforeTheRun) {
+  const std::string mlp = pipeline("synthetic_mlp.toml");
+  const std::string resnet = pipeline("synthetic_resnet.toml");  // no [lr_policy]
+  struct Case {
+    std::string command, expect;
+  };
+  const std::vector<Case> cases = {
+      {"validate " + mlp + " --set optimizer.nesterov=true --set optimizer.momentum=0",
+       "--set optimizer.nesterov=true: optimizer.nesterov: optimizer 'sgd' refused its options: "
+       "sgd: nesterov requires momentum > 0"},
+      {"validate " + mlp + " --set lr_policy.steps=[30,20]",
+       "--set lr_policy.steps=[30,20]: lr_policy.steps: lr_policy 'step' refused its options"},
+      {"validate " + resnet + " --set lr_policy.name=exp --set lr_policy.gamma=0",
+       "--set lr_policy.gamma=0: lr_policy.gamma: lr_policy 'exp' refused its options"},
+      {"validate " + resnet + " --set lr_policy.name=cosine --set lr_policy.min_lr=1.0",
+       "--set lr_policy.min_lr=1.0: lr_policy.min_lr: lr_policy 'cosine' refused its options"},
+      {"run " + mlp + " --set model.dropout=1.0",
+       "--set model.dropout=1.0: model.dropout: model 'mlp' could not be built: mlp: dropout"},
+      {"validate " + mlp + " --world-size 3",
+       mlp + ":12:14: data.batch_size: 64 is the global batch and must be a multiple of the world "
+             "size 3"},
+      {"validate " + pipeline("synthetic_resnet.toml") +
+           " --world-size 4 --set model.norm=syncbn --set norm.group_size=3",
+       "--set norm.group_size=3: norm.group_size: model 'resnet' could not be built: norm "
+       "'syncbn' refused a layer of 8 features: syncbn: group_size 3 does not divide the world "
+       "size 4"},
+      {"run " + pipeline("synthetic_resnet.toml") + " --set precision.name=o3",
+       "--set precision.name=o3: precision.name: precision 'o3' would keep the running "
+       "statistics"},
+  };
+  for (const Case& c : cases) {
+    Result r = kiln(c.command);
+    EXPECT_EQ(r.code, 2) << c.command << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind(c.expect, 0), 0u) << c.command << "\n" << r.output;
+    EXPECT_EQ(r.output.find("training"), std::string::npos) << r.output;
+  }
+  // From the file, the position is the value's line and column.
+  fs::path dir = temp_dir();
+  std::ifstream in(mlp);
+  std::stringstream text;
+  text << in.rdbuf();
+  const std::string file =
+      write(dir / "nesterov.toml", std::regex_replace(text.str(), std::regex("momentum = 0.9"),
+                                                      "momentum = 0.0\nnesterov = true"));
+  Result r = kiln("validate " + file);
+  EXPECT_EQ(r.code, 2) << r.output;
+  EXPECT_EQ(r.output.rfind(file + ":23:12: optimizer.nesterov: optimizer 'sgd' refused", 0), 0u)
+      << r.output;
+  fs::remove_all(dir);
+}
+
 TEST(Cli, RefusesAComponentThatCannotRunOnTheDevice) {
   // Without a GPU, asking for cuda is refused with the reason before any data is read.
   Result r = kiln("validate " + pipeline("synthetic_mlp.toml") + " --set run.device=cuda");
   if (r.code == 0) GTEST_SKIP() << "this machine has a CUDA device";
   EXPECT_EQ(r.code, 2);
-  EXPECT_NE(r.output.find("error: run.device = \"cuda\" but no CUDA device is available"),
-            std::string::npos)
-      << r.output;
+  EXPECT_EQ(r.output,
+            "--set run.device=cuda: run.device: \"cuda\" but no CUDA device is available\n");
 }
 
 }  // namespace
@@ -576,7 +677,8 @@ TEST(CliPrecision, DivergedRunWithoutScalingStopsWithItsWeightsAndExitCode4) {
 TEST(CliPrecision, HalfBatchNormStatisticsAreRefusedBeforeTraining) {
   Result r = kiln("run " + pipeline("synthetic_mlp.toml") +
                   " --set model.norm_layers=true --set precision.name=16-true");
-  EXPECT_EQ(r.code, 1) << r.output;
+  EXPECT_EQ(r.code, 2) << r.output;  // a configuration error, at the key that chose it
+  EXPECT_EQ(r.output.rfind("--set precision.name=16-true: precision.name: ", 0), 0u) << r.output;
   EXPECT_NE(r.output.find("keep_norm_fp32 = true"), std::string::npos) << r.output;
 }
 

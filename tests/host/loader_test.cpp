@@ -122,6 +122,27 @@ TEST(Loader, RefusesAPluginWhoseInitFails) {
   EXPECT_EQ(refusal(path), path + ": init failed: init refused: no licence file");
 }
 
+// Options share the component's pipeline table with the keys the host owns there, so an option
+// named like one of them (or with a default its type cannot hold) would break every pipeline
+// using the component: the library is refused when it loads.
+TEST(Loader, RefusesAnOptionNamedLikeAHostKey) {
+  const std::string path = test_plugin("bad_reserved_option");
+  const std::string why = refusal(path);
+  EXPECT_EQ(why.rfind(path + ": component 'decaying_opt' (optimizer) option 'weight_decay' is a "
+                             "name the host reserves in [optimizer] (name, lr, weight_decay",
+                      0),
+            0u)
+      << why;
+  EXPECT_NE(why.find("see docs/abi.md"), std::string::npos) << why;
+}
+
+TEST(Loader, RefusesAnOptionWhoseDefaultIsNotOfItsType) {
+  const std::string path = test_plugin("bad_default");
+  EXPECT_EQ(refusal(path), path +
+                               ": component 'bad_default_opt' (optimizer) option 'beta': "
+                               "default \"high\" is not a valid float");
+}
+
 TEST(Loader, AcceptsThePlainCPlugin) {
   Registry registry;
   EXPECT_EQ(refusal(good_plugin("good_c_optimizer"), &registry), "");
@@ -152,8 +173,8 @@ TEST(Loader, ScanningAFolderCollectsEveryRefusalAndKeepsGoing) {
   Registry registry;
   std::vector<std::string> refused;
   loader.load_directory(KILN_TEST_PLUGIN_DIR, registry, refused);
-  // Ten broken libraries in the folder; the good one lives in good/.
-  EXPECT_EQ(refused.size(), 10u);
+  // Twelve broken libraries in the folder; the good one lives in good/.
+  EXPECT_EQ(refused.size(), 12u);
   EXPECT_TRUE(registry.all().empty());
   refused.clear();
   loader.load_directory(std::string(KILN_TEST_PLUGIN_DIR) + "/nowhere", registry, refused);

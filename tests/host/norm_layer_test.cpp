@@ -125,6 +125,34 @@ INSTANTIATE_TEST_SUITE_P(Shapes, NormLayerVsTorch,
                                            Case{{16, 6}, KILN_ACT_LEAKY_RELU, 0.01},
                                            Case{{2, 3, 7, 3}, KILN_ACT_NONE, 0.0}));
 
+// affine = false (torch's BatchNorm2d(affine=False)): no weight or bias, the same output,
+// input gradient and running statistics as ATen's batch norm without them.
+TEST(NormLayer, WithoutAffineMatchesTorch) {
+  at::manual_seed(3);
+  kiln_norm_request request{sizeof(kiln_norm_request), 4, KILN_ACT_NONE, 0, 0.0};
+  OptionSet o = options(0.1, 1e-5);
+  Value no;
+  no.type = KILN_OPT_BOOL;
+  no.bool_value = false;
+  o.set("affine", no);
+  kiln::plugin::PluginNormLayer layer(batchnorm(), o, request);
+  EXPECT_TRUE(layer.named_parameters().is_empty());
+  at::Tensor rm_ref = at::zeros({4}), rv_ref = at::ones({4});
+  for (int step = 0; step < 2; ++step) {
+    at::Tensor x = at::randn({6, 4, 3, 3}) * 2 + 1;
+    at::Tensor x_ref = x.clone().requires_grad_(), x_k = x.clone().requires_grad_();
+    at::Tensor g = at::randn({6, 4, 3, 3});
+    at::Tensor y_ref = at::batch_norm(x_ref, {}, {}, rm_ref, rv_ref, true, 0.1, 1e-5, false);
+    at::Tensor y_k = layer.forward(x_k);
+    expect_close(y_k, y_ref, 1e-5, "output");
+    (y_ref * g).sum().backward();
+    (y_k * g).sum().backward();
+    expect_close(x_k.grad(), x_ref.grad(), 1e-5, "grad input");
+    expect_close(layer.running_mean, rm_ref, 1e-5, "running mean");
+    expect_close(layer.running_var, rv_ref, 1e-5, "running var");
+  }
+}
+
 TEST(NormLayer, ParametersAndBuffersAreNamedAsTorchNamesThem) {
   kiln_norm_request request{sizeof(kiln_norm_request), 5, KILN_ACT_NONE, 0, 0.0};
   kiln::plugin::PluginNormLayer layer(batchnorm(), options(0.1, 1e-5), request);

@@ -5,6 +5,8 @@
 
 #include <string>
 
+#include "options.hpp"
+
 namespace kiln::norm {
 namespace {
 
@@ -26,14 +28,8 @@ StatsGroup::StatsGroup(const kiln_host_api* host, kiln_call_context* ctx, int64_
   world_ = host->world_size != nullptr ? host->world_size(ctx) : 1;
   rank_ = host->rank != nullptr ? host->rank(ctx) : 0;
   if (world_ < 1) world_ = 1;
+  check_group_size(group_size, world_, plugin);
   const int64_t k = group_size == 0 ? world_ : group_size;
-  if (world_ % k != 0) {
-    throw Error(KILN_ERR_INVALID_ARGUMENT,
-                std::string(plugin) + ": group_size " + std::to_string(group_size) +
-                    " does not divide the world size " + std::to_string(world_) +
-                    "; statistics groups are consecutive blocks of group_size ranks, so it "
-                    "must divide the number of ranks");
-  }
   size_ = static_cast<int32_t>(k);
   first_ = rank_ / size_ * size_;
 }

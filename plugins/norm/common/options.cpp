@@ -9,7 +9,20 @@ void check_eps(double eps, const char* plugin) {
   }
 }
 
-BnOptions read_bn_options(const kiln_options* options, const char* plugin, int64_t features) {
+void check_group_size(int64_t group_size, int64_t world_size, const char* plugin) {
+  const int64_t k = group_size == 0 ? world_size : group_size;
+  if (world_size % k != 0) {
+    throw Error(KILN_ERR_INVALID_ARGUMENT,
+                std::string(plugin) + ": group_size " + std::to_string(group_size) +
+                    " does not divide the world size " + std::to_string(world_size) +
+                    "; statistics groups are consecutive blocks of group_size ranks, so it "
+                    "must divide the number of ranks");
+  }
+}
+
+BnOptions read_bn_options(const kiln_options* options, const char* plugin,
+                          const kiln_norm_setup& setup) {
+  const int64_t features = setup.num_features;
   BnOptions o;
   o.momentum = kiln_options_float(options, "momentum", o.momentum);
   o.eps = kiln_options_float(options, "eps", o.eps);
@@ -31,6 +44,12 @@ BnOptions read_bn_options(const kiln_options* options, const char* plugin, int64
     throw Error(KILN_ERR_INVALID_ARGUMENT,
                 std::string(plugin) + ": group_size must be >= 0 (0 means all ranks), got " +
                     std::to_string(o.group_size));
+  }
+  // A host of ABI 1.5 or later says the world size at create, so the mismatch is refused
+  // before training; an older one leaves it to the first forward (StatsGroup).
+  if (o.group_size > 0 && KILN_HAS_FIELD(&setup, kiln_norm_setup, world_size) &&
+      setup.world_size > 0) {
+    check_group_size(o.group_size, setup.world_size, plugin);
   }
   return o;
 }

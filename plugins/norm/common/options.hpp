@@ -17,8 +17,13 @@ struct BnOptions {
   int64_t group_size = 0;  // 0: every rank; k: consecutive groups of k ranks
 };
 
-// Reads and checks the options; messages start with `plugin`. Throws kiln::Error.
-BnOptions read_bn_options(const kiln_options* options, const char* plugin, int64_t features);
+// Reads and checks the options for a layer of `setup`; messages start with `plugin`. Throws
+// kiln::Error.
+BnOptions read_bn_options(const kiln_options* options, const char* plugin,
+                          const kiln_norm_setup& setup);
+
+// Refuses a group_size (0: all ranks) that does not divide `world_size`. Throws kiln::Error.
+void check_group_size(int64_t group_size, int64_t world_size, const char* plugin);
 
 // Checks eps > 0 (also used by frozen_bn, which has only eps).
 void check_eps(double eps, const char* plugin);

@@ -49,7 +49,7 @@ kiln_status* create(const kiln_host_api* host, const kiln_options* options,
     abn->host = host;
     abn->name = sync ? "inplace_abn_sync" : "inplace_abn";
     abn->features = setup->num_features;
-    abn->options = kiln::norm::read_bn_options(options, abn->name, abn->features);
+    abn->options = kiln::norm::read_bn_options(options, abn->name, *setup);
     abn->act = kiln::abn::invertible_activation(setup, abn->name);
     abn->sync = sync;
     kiln::norm::fill_layout(layout, abn->options.affine, abn->options.track_running_stats,

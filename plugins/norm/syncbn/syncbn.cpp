@@ -34,7 +34,7 @@ kiln_status* sbn_create(const kiln_host_api* host, const kiln_options* options,
     auto bn = std::make_unique<SyncBn>();
     bn->host = host;
     bn->features = setup->num_features;
-    bn->options = kiln::norm::read_bn_options(options, kName, bn->features);
+    bn->options = kiln::norm::read_bn_options(options, kName, *setup);
     kiln::norm::fill_layout(layout, bn->options.affine, bn->options.track_running_stats,
                             KILN_NORM_SAVE_INPUT, /*fused_activation=*/false,
                             /*in_place=*/false, /*frozen=*/false);

@@ -21,10 +21,13 @@ enum {
 
 /* One layer's configuration, passed to create (borrowed for the call). */
 typedef struct kiln_norm_setup {
-  size_t struct_size;      /* sizeof(kiln_norm_setup) as the host knows it */
-  int64_t num_features;    /* channels */
-  int32_t activation;      /* KILN_ACT_* the model wants after the norm */
-  int32_t reserved;        /* zero */
+  size_t struct_size;   /* sizeof(kiln_norm_setup) as the host knows it */
+  int64_t num_features; /* channels */
+  int32_t activation;   /* KILN_ACT_* the model wants after the norm */
+  /* Since ABI 1.5 (was `reserved`, zero): the ranks of the run the layer will train in (1 when
+   * not distributed), so a synchronised layer can refuse a grouping the world cannot have at
+   * create, before training; 0 from an older host (unknown until the first forward). */
+  int32_t world_size;
   double activation_param; /* leaky_relu slope / elu alpha */
 } kiln_norm_setup;
 

@@ -1,0 +1,90 @@
+#include "config/locate.hpp"
+
+#include <cctype>
+#include <vector>
+
+namespace kiln::config {
+namespace {
+
+// The options table of `section` that holds `name`, or nullptr.
+const OptionSet* table_with(const Pipeline& p, const std::string& section,
+                            const std::string& name) {
+  if (const ComponentChoice* c = choice_of(p, section)) {
+    if (c->core.has(name)) return &c->core;
+    if (c->options.has(name)) return &c->options;
+    return nullptr;
+  }
+  const OptionSet* plain = section == "run"          ? &p.run
+                           : section == "data"       ? &p.data
+                           : section == "lr_scaling" ? &p.lr_scaling
+                           : section == "dist"       ? &p.dist
+                           : section == "memory"     ? &p.memory
+                                                     : nullptr;
+  return plain != nullptr && plain->has(name) ? plain : nullptr;
+}
+
+// The words of `text` that could be keys: [A-Za-z_][A-Za-z0-9_]*, in order.
+std::vector<std::string> words(const std::string& text) {
+  std::vector<std::string> out;
+  std::string word;
+  auto flush = [&] {
+    if (!word.empty() && !std::isdigit(static_cast<unsigned char>(word[0]))) out.push_back(word);
+    word.clear();
+  };
+  for (char ch : text) {
+    if (std::isalnum(static_cast<unsigned char>(ch)) || ch == '_') {
+      word += ch;
+    } else {
+      flush();
+    }
+  }
+  flush();
+  return out;
+}
+
+}  // namespace
+
+const ComponentChoice* choice_of(const Pipeline& p, const std::string& section) {
+  if (section == "model") return &p.model;
+  if (section == "norm") return &p.norm;
+  if (section == "optimizer") return &p.optimizer;
+  if (section == "lr_policy") return &p.lr_policy;
+  if (section == "precision") return &p.precision;
+  return nullptr;
+}
+
+std::string key_location(const Pipeline& p, const std::string& key) {
+  const auto dot = key.find('.');
+  const std::string section = key.substr(0, dot);
+  const std::string name = dot == std::string::npos ? std::string() : key.substr(dot + 1);
+  const ComponentChoice* choice = choice_of(p, section);
+  const SourcePos* pos = nullptr;
+  if (choice != nullptr && name == "name") {
+    pos = &choice->name_pos;
+  } else if (const OptionSet* table = table_with(p, section, name)) {
+    pos = &table->get(name).pos;
+  }
+  if (pos != nullptr && pos->file != "<default>") return pos->text();
+  const auto table = p.table_pos.find(section);
+  return table != p.table_pos.end() ? table->second.text() : p.path;
+}
+
+ConfigError located_error(const Pipeline& p, const std::string& key, const std::string& message) {
+  // Some reasons already start with their key ("memory.checkpoint: …"): not twice.
+  const bool keyed = message.rfind(key + ": ", 0) == 0;
+  return ConfigError(key_location(p, key) + ": " + (keyed ? message : key + ": " + message));
+}
+
+std::string key_named_in(const ComponentChoice& choice, const std::string& message) {
+  std::string first_default;
+  for (const std::string& word : words(message)) {
+    for (const OptionSet* table : {&choice.options, &choice.core}) {
+      if (word == "name" || !table->has(word)) continue;
+      if (!table->get(word).is_default) return choice.section + "." + word;
+      if (first_default.empty()) first_default = choice.section + "." + word;
+    }
+  }
+  return first_default.empty() ? choice.section + ".name" : first_default;
+}
+
+}  // namespace kiln::config

@@ -1,0 +1,27 @@
+// Building the pipeline's model: its model plugin, with every norm layer it asks for made by the
+// pipeline's norm plugin. One path for a run, `kiln validate`, `plan` and `lr-schedule`.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+
+#include "config/pipeline.hpp"
+#include "kiln/model.h"
+
+namespace kiln {
+class Model;
+}
+
+namespace kiln::engine {
+
+// The model of `pipeline` for inputs `input`, in a run of `world_size` ranks (synced norm
+// layers check their grouping against it). Throws plugin::OptionsRefused when the model or the
+// norm plugin refuses its options, plugin::ComponentError for other failures.
+std::shared_ptr<kiln::Model> build_model(const config::Pipeline& pipeline,
+                                         const kiln_model_input& input, int32_t world_size = 1);
+
+// The input geometry the data section describes, without reading data: synthetic images as
+// configured, Fashion-MNIST's 1×28×28 and 10 classes.
+kiln_model_input described_input(const config::Pipeline& pipeline);
+
+}  // namespace kiln::engine

@@ -1,0 +1,60 @@
+#include "engine/preflight.hpp"
+
+#include <ATen/Context.h>
+
+#include "engine/activation_checkpoint.hpp"
+#include "engine/checks.hpp"
+#include "engine/loss_scaler.hpp"
+#include "engine/lr_driver.hpp"
+#include "engine/model_build.hpp"
+#include "engine/param_groups.hpp"
+#include "engine/precision.hpp"
+#include "engine/resume.hpp"
+#include "engine/run_data.hpp"
+#include "kiln/torch.hpp"
+#include "plugin/adapters.hpp"
+
+namespace kiln::engine {
+void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size) {
+  as_config_errors(p, [&] {
+    check_pipeline(p, device, world_size);
+    plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
+    const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());
+
+    const auto [train, test] = load_data(p.data, static_cast<uint64_t>(p.run.get_int("seed")));
+    kiln_model_input input{};
+    input.struct_size = sizeof(input);
+    input.channels = train.images.size(1);
+    input.height = train.images.size(2);
+    input.width = train.images.size(3);
+    input.num_classes = train.num_classes;
+    std::shared_ptr<kiln::Model> model = build_model(p, input, static_cast<int32_t>(world_size));
+    if (const std::string& init = p.model.core.get_string("init"); !init.empty()) {
+      try {
+        load_weights(*model, init);
+      } catch (const std::exception& e) {
+        throw PipelineError("model.init", e.what());
+      }
+    }
+    (void)apply_activation_checkpointing(*model, p.memory.get_string_list("checkpoint"),
+                                         std::string(p.model.component->name()));
+    cast_model(*model, plan);
+    check_model_precision(*model, plan);
+
+    (void)build_param_groups(*model, group_rules(p));
+    plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options);
+    const int64_t accumulation = p.run.get_int("accumulation_steps");
+    // Rank 0's loader counts the steps of an epoch as in the run.
+    data::LoaderOptions counting =
+        loader_options(p.data, 0, true, device, 0, static_cast<int>(world_size));
+    counting.workers = 0;
+    const int64_t batches = data::Loader(train, counting).batches_per_epoch();
+    const ScheduleFrame frame =
+        schedule_frame(p, (batches + accumulation - 1) / accumulation, 1, accumulation);
+    plugin::LrPolicyAdapter policy(*p.lr_policy.component, p.lr_policy.options,
+                                   to_policy_schedule(frame));
+    (void)LossScaler(plan, precision, p.run.get_int("max_nonfinite_steps"));
+  });
+}
+
+}  // namespace kiln::engine

@@ -1,0 +1,65 @@
+#include "engine/run_data.hpp"
+
+#include "engine/checks.hpp"
+
+namespace kiln::engine {
+
+namespace {
+
+std::pair<data::Dataset, data::Dataset> read_splits(const config::OptionSet& d, uint64_t seed) {
+  if (d.get_string("dataset") == "synthetic") {
+    data::SyntheticSpec spec;
+    const int64_t n_train = d.get_int("synthetic_train");
+    spec.samples = n_train + d.get_int("synthetic_test");
+    spec.num_classes = d.get_int("synthetic_classes");
+    spec.channels = d.get_int("channels");
+    spec.height = d.get_int("height");
+    spec.width = d.get_int("width");
+    spec.seed = seed;
+    data::Dataset all = data::make_synthetic(spec);
+    auto slice = [&](int64_t from, int64_t to) {
+      data::Dataset part;
+      part.images = all.images.slice(0, from, to).contiguous();
+      part.labels = all.labels.slice(0, from, to).contiguous();
+      part.num_classes = all.num_classes;
+      return part;
+    };
+    return {slice(0, n_train), slice(n_train, spec.samples)};
+  }
+  const std::string root = d.get_string("root");
+  return {data::load_fashion_mnist(root, "train"), data::load_fashion_mnist(root, "test")};
+}
+
+}  // namespace
+
+std::pair<data::Dataset, data::Dataset> load_data(const config::OptionSet& d, uint64_t seed) {
+  try {
+    return read_splits(d, seed);
+  } catch (const std::exception& e) {
+    // Data that cannot be read as configured is the data section's fault.
+    throw PipelineError(d.get_string("dataset") == "synthetic" ? "data.dataset" : "data.root",
+                        e.what());
+  }
+}
+
+data::LoaderOptions loader_options(const config::OptionSet& d, uint64_t seed, bool train,
+                                   at::Device device, int rank, int world_size) {
+  data::LoaderOptions o;
+  o.batch_size = train ? d.get_int("batch_size") / world_size : d.get_int("eval_batch_size");
+  o.rank = rank;
+  o.world_size = world_size;
+  o.pad_shards = train;
+  o.shuffle = train && d.get_bool("shuffle");
+  o.drop_last = train && d.get_bool("drop_last");
+  o.seed = seed;
+  o.workers = static_cast<int>(d.get_int("workers"));
+  o.prefetch = static_cast<int>(d.get_int("prefetch"));
+  o.crop_padding = train ? d.get_int("random_crop") : 0;
+  o.flip = train && d.get_bool("random_flip");
+  o.mean = d.get_float("mean");
+  o.std = d.get_float("std");
+  o.pin_memory = device.is_cuda();
+  return o;
+}
+
+}  // namespace kiln::engine
