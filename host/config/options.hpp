@@ -16,7 +16,7 @@ struct SourcePos {
   std::string file;  // path as given, "--set" for overrides, "<default>" for defaults
   int64_t line = 0;  // 1-based; 0 when not from a file
   int64_t column = 0;
-  std::string argument;  // an override's whole "KEY=VALUE" argument
+  std::string argument{};  // an override's whole "KEY=VALUE" argument
   // As messages start: "file:line:column", "--set KEY=VALUE", or the file alone.
   std::string text() const;
 };
