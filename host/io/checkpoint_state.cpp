@@ -27,7 +27,7 @@ std::string describe(const toml::node& node) {
   }
   std::ostringstream type;
   type << node.type();
-  return "a " + type.str();
+  return (type.str()[0] == 'a' ? "an " : "a ") + type.str();  // "an array", "a table"
 }
 
 class StateReader {

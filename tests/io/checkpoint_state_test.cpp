@@ -93,7 +93,8 @@ TEST(CheckpointState, WrongTypesAreRefusedByKeyAndPosition) {
   expect_error(state_with("config_hash = 7"), {"config_hash must be a string, not 7"});
   expect_error(state_with("scale_rule = [ 'x' ]"),
                {"scale_rule's counter must be a finite number"});
-  expect_error(state_with("scale_rule = 3"), {"scale_rule must be an array"});
+  expect_error(state_with("scale_rule = 3"), {"scale_rule must be an array, not 3"});
+  expect_error(state_with("config_hash = []"), {"config_hash must be a string, not an array"});
   expect_error(state_with("format = 2"), {"format must be an integer in [1, 1], not 2"});
   expect_error("step = 1\n", {"ck/state.toml: format is missing"});
   std::string no_hash = state_with();
