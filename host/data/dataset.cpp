@@ -1,115 +1,37 @@
 #include "data/dataset.hpp"
 
 #include <ATen/ops/empty.h>
-#include <zlib.h>
 
 #include <algorithm>
-#include <cerrno>
-#include <cstdio>
 #include <cstring>
 #include <random>
 #include <stdexcept>
 #include <vector>
 
+#include "data/idx.hpp"
+#include "io/untrusted.hpp"
+
 namespace kiln::data {
 namespace {
 
-constexpr uint32_t kImageMagic = 0x00000803;
-constexpr uint32_t kLabelMagic = 0x00000801;
-// Refuses headers whose sizes could not be a real image set (and whose product could overflow).
-constexpr uint64_t kMaxElements = uint64_t{1} << 36;
-
-std::runtime_error error(const std::string& path, const std::string& what) {
-  return std::runtime_error(path + ": " + what);
-}
-
-std::string hex32(uint32_t value) {
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "0x%08x", value);
-  return buf;
-}
-
-// A gzip (or plain: zlib passes those through) file, closed on scope exit.
-class GzReader {
- public:
-  explicit GzReader(const std::string& path) : path_(path) {
-    errno = 0;
-    file_ = gzopen(path.c_str(), "rb");
-    if (file_ == nullptr) {
-      const int err = errno;
-      throw error(path,
-                  std::string("cannot open: ") + (err != 0 ? std::strerror(err) : "out of memory"));
-    }
-  }
-  ~GzReader() { gzclose(file_); }
-  GzReader(const GzReader&) = delete;
-  GzReader& operator=(const GzReader&) = delete;
-
-  // Reads up to `size` bytes; returns how many arrived (fewer only at end of file).
-  uint64_t read(void* dst, uint64_t size) {
-    auto* out = static_cast<unsigned char*>(dst);
-    uint64_t done = 0;
-    while (done < size) {
-      // gzread takes an unsigned int length, so large payloads go in chunks.
-      const unsigned chunk = static_cast<unsigned>(std::min<uint64_t>(size - done, 1u << 30));
-      const int got = gzread(file_, out + done, chunk);
-      if (got < 0) {
-        int code = 0;
-        const char* msg = gzerror(file_, &code);
-        throw error(path_, std::string("read error: ") + (msg != nullptr ? msg : "unknown"));
-      }
-      if (got == 0) break;
-      done += static_cast<uint64_t>(got);
-    }
-    return done;
-  }
-
-  // Reads exactly `size` bytes or throws naming `what` was cut short.
-  void read_exact(void* dst, uint64_t size, const char* what) {
-    const uint64_t got = read(dst, size);
-    if (got != size) {
-      throw error(path_, "truncated: expected " + std::to_string(size) + " bytes of " + what +
-                             ", got " + std::to_string(got));
-    }
-  }
-
-  uint32_t read_u32_be(const char* what) {
-    unsigned char b[4];
-    read_exact(b, 4, what);
-    return (uint32_t{b[0]} << 24) | (uint32_t{b[1]} << 16) | (uint32_t{b[2]} << 8) | b[3];
-  }
-
- private:
-  std::string path_;
-  gzFile file_ = nullptr;
-};
-
 at::Tensor read_images(const std::string& path) {
-  GzReader in(path);
-  const uint32_t magic = in.read_u32_be("header");
-  if (magic != kImageMagic) throw error(path, "not an IDX image file (magic " + hex32(magic) + ")");
-  const uint64_t n = in.read_u32_be("header");
-  const uint64_t rows = in.read_u32_be("header");
-  const uint64_t cols = in.read_u32_be("header");
-  if (rows == 0 || cols == 0 || rows * cols > kMaxElements || n > kMaxElements / (rows * cols)) {
-    throw error(path, "implausible image dimensions " + std::to_string(n) + "x" +
-                          std::to_string(rows) + "x" + std::to_string(cols));
+  const IdxBytes idx = read_idx_ubyte(path, 3, "image", "pixel data");
+  const uint64_t n = idx.dims[0], rows = idx.dims[1], cols = idx.dims[2];
+  if (rows == 0 || cols == 0) {
+    throw io::BadFileError(path + ": image dimensions " + std::to_string(n) + "x" +
+                           std::to_string(rows) + "x" + std::to_string(cols) +
+                           ": rows and columns must be > 0");
   }
+  // Each dimension came from a u32, and their product is the data read: all fit int64_t.
   at::Tensor images = at::empty(
       {static_cast<int64_t>(n), 1, static_cast<int64_t>(rows), static_cast<int64_t>(cols)},
       at::kByte);
-  in.read_exact(images.data_ptr<uint8_t>(), n * rows * cols, "pixel data");
+  if (!idx.data.empty()) std::memcpy(images.data_ptr<uint8_t>(), idx.data.data(), idx.data.size());
   return images;
 }
 
 std::vector<uint8_t> read_labels(const std::string& path) {
-  GzReader in(path);
-  const uint32_t magic = in.read_u32_be("header");
-  if (magic != kLabelMagic) throw error(path, "not an IDX label file (magic " + hex32(magic) + ")");
-  const uint64_t n = in.read_u32_be("header");
-  std::vector<uint8_t> labels(n);
-  in.read_exact(labels.data(), n, "label data");
-  return labels;
+  return read_idx_ubyte(path, 1, "label", "label data").data;
 }
 
 // Unbiased enough for our sizes (n << 2^64) and, unlike std::uniform_int_distribution,
@@ -128,16 +50,16 @@ Dataset load_idx(const std::string& images_path, const std::string& labels_path,
   const std::vector<uint8_t> raw = read_labels(labels_path);
   const auto n = static_cast<int64_t>(raw.size());
   if (images.size(0) != n) {
-    throw error(images_path, std::to_string(images.size(0)) + " images but " + labels_path +
-                                 " has " + std::to_string(n) + " labels");
+    throw io::BadFileError(images_path + ": " + std::to_string(images.size(0)) + " images but " +
+                           labels_path + " has " + std::to_string(n) + " labels");
   }
   at::Tensor labels = at::empty({n}, at::kLong);
   int64_t* out = labels.data_ptr<int64_t>();
   for (int64_t i = 0; i < n; ++i) {
     if (raw[i] >= num_classes) {
-      throw error(labels_path, "label " + std::to_string(raw[i]) + " out of range for " +
-                                   std::to_string(num_classes) + " classes (sample " +
-                                   std::to_string(i) + ")");
+      throw io::BadFileError(labels_path + ": label " + std::to_string(raw[i]) +
+                             " out of range for " + std::to_string(num_classes) +
+                             " classes (sample " + std::to_string(i) + ")");
     }
     out[i] = raw[i];
   }

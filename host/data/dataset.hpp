@@ -17,8 +17,9 @@ struct Dataset {
 };
 
 // Reads an IDX image file (magic 0x00000803) and label file (0x00000801), gzip-compressed or
-// plain. Throws std::runtime_error naming the path and what was wrong (missing file, bad magic,
-// truncated data, counts that disagree).
+// plain, as files from elsewhere (data/idx.hpp). Throws io::BadFileError (a std::runtime_error)
+// naming the path and what was wrong (missing file, bad magic, dimensions that overflow, data
+// shorter or longer than the header claims, counts that disagree, a label out of range).
 Dataset load_idx(const std::string& images_path, const std::string& labels_path,
                  int64_t num_classes = 10);
 

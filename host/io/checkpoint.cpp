@@ -18,7 +18,6 @@ namespace kiln::io {
 namespace fs = boost::filesystem;  // libtorch exports a broken std::filesystem
 namespace {
 
-constexpr int64_t kFormat = 1;
 const char* const kFiles[] = {"model.safetensors", "trainer.safetensors"};
 
 std::string step_name(int64_t step) { return fmt::format("step-{:09d}", step); }
@@ -94,7 +93,7 @@ std::string write_checkpoint(const std::string& root, const CheckpointData& data
     write_safetensors(tmp_dir + "/trainer.safetensors", data.trainer);
 
     const CheckpointInfo& i = data.info;
-    toml::table state{{"format", kFormat},
+    toml::table state{{"format", kCheckpointFormat},
                       {"step", i.step},
                       {"epoch", i.epoch},
                       {"batches_in_epoch", i.batches_in_epoch},
@@ -148,60 +147,31 @@ std::string write_checkpoint(const std::string& root, const CheckpointData& data
 
 CheckpointData read_checkpoint(const std::string& dir) {
   auto fail = [&](const std::string& why) { return CheckpointError(dir + ": " + why); };
-  toml::table state;
-  try {
-    state = toml::parse_file(dir + "/state.toml");
-  } catch (const toml::parse_error& e) {
-    throw fail("state.toml is missing or unreadable (" + std::string(e.description()) + ")");
-  }
-  if (state["format"].value_or<int64_t>(0) != kFormat) {
-    throw fail("unknown checkpoint format " + std::to_string(state["format"].value_or<int64_t>(0)));
-  }
+  CheckpointData data;
+  const CheckpointState state = read_checkpoint_state(dir + "/state.toml");
+  data.info = state.info;
   for (const char* file : kFiles) {
-    const auto want_size = state["files"][file]["size"].value<int64_t>();
-    const auto want_crc = state["files"][file]["crc32"].value<int64_t>();
-    if (!want_size || !want_crc) throw fail(std::string("state.toml does not describe ") + file);
+    const auto want = state.files.find(file);
+    if (want == state.files.end()) throw fail(std::string("state.toml does not describe ") + file);
     std::pair<int64_t, uint32_t> got;
     try {
       got = size_and_crc(dir + "/" + file);
     } catch (const CheckpointError&) {
       throw fail(std::string(file) + " is missing");
     }
-    if (got.first != *want_size) {
-      throw fail(
-          fmt::format("{} is {} bytes, {} were written (truncated?)", file, got.first, *want_size));
+    if (got.first != want->second.size) {
+      throw fail(fmt::format("{} is {} bytes, {} were written (truncated?)", file, got.first,
+                             want->second.size));
     }
-    if (static_cast<int64_t>(got.second) != *want_crc) {
+    if (got.second != want->second.crc32) {
       throw fail(fmt::format("{} fails its CRC-32 check (corrupted)", file));
-    }
-  }
-  CheckpointData data;
-  CheckpointInfo& i = data.info;
-  i.step = state["step"].value_or<int64_t>(-1);
-  i.epoch = state["epoch"].value_or<int64_t>(-1);
-  i.batches_in_epoch = state["batches_in_epoch"].value_or<int64_t>(-1);
-  i.lr_counted = state["lr_counted"].value_or<int64_t>(-1);
-  i.loss_scale = state["loss_scale"].value_or(0.0);
-  i.skipped_total = state["skipped_total"].value_or<int64_t>(0);
-  i.skipped_in_a_row = state["skipped_in_a_row"].value_or<int64_t>(0);
-  i.config_hash = state["config_hash"].value_or(std::string());
-  if (i.step < 0 || i.epoch < 1 || i.batches_in_epoch < 0 || i.lr_counted < 0 ||
-      !(i.loss_scale > 0.0)) {
-    throw fail("state.toml has an invalid position or loss scale");
-  }
-  if (const toml::array* rule = state["scale_rule"].as_array()) {
-    for (const auto& v : *rule) i.scale_rule.push_back(v.value_or(0.0));
-  }
-  if (const toml::table* plugins = state["plugins"].as_table()) {
-    for (const auto& [slot, what] : *plugins) {
-      i.plugins[std::string(slot.str())] = what.value_or(std::string());
     }
   }
   try {
     data.model = read_safetensors(dir + "/model.safetensors").tensors;
     data.trainer = read_safetensors(dir + "/trainer.safetensors").tensors;
   } catch (const std::runtime_error& e) {
-    throw fail(e.what());
+    throw CheckpointError(e.what());  // names the file, under `dir`
   }
   return data;
 }

@@ -9,31 +9,13 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
-#include <map>
-#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
 
+#include "io/checkpoint_state.hpp"  // CheckpointError, CheckpointInfo
+
 namespace kiln::io {
-
-// A checkpoint that cannot be used; what() names the folder and the reason.
-class CheckpointError : public std::runtime_error {
- public:
-  using std::runtime_error::runtime_error;
-};
-
-struct CheckpointInfo {
-  int64_t step = 0;              // optimizer steps done (attempted)
-  int64_t epoch = 1;             // 1-based epoch the next step belongs to
-  int64_t batches_in_epoch = 0;  // batches of that epoch already consumed
-  int64_t lr_counted = 0;        // steps the LR schedule has counted
-  double loss_scale = 1.0;
-  int64_t skipped_total = 0, skipped_in_a_row = 0;
-  std::vector<double> scale_rule;              // the precision plugin's scale-rule counters
-  std::string config_hash;                     // of the settings that change the result
-  std::map<std::string, std::string> plugins;  // slot -> "name version (library)"
-};
 
 using NamedTensors = std::vector<std::pair<std::string, at::Tensor>>;
 
@@ -48,8 +30,9 @@ struct CheckpointData {
 // checkpoints are then untouched).
 std::string write_checkpoint(const std::string& root, const CheckpointData& data, int64_t keep);
 
-// Reads `dir` and verifies every file against state.toml (size and CRC-32). Throws
-// CheckpointError naming `dir` and what is wrong.
+// Reads `dir` and verifies every file against state.toml (size and CRC-32), checking state.toml
+// (io/checkpoint_state.hpp) and both safetensors files (io/safetensors_layout.hpp) as files from
+// elsewhere. Throws CheckpointError naming `dir` (and the file, field or tensor) and what is wrong.
 CheckpointData read_checkpoint(const std::string& dir);
 
 // The checkpoint folders under `root`, newest (highest step) first; none when root is absent.

@@ -5,15 +5,13 @@
 #include <fmt/format.h>
 #include <unistd.h>
 
-#include <algorithm>
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
 #include <cerrno>
 #include <cstring>
 #include <fstream>
-#include <sstream>
 #include <stdexcept>
 
+#include "io/safetensors_layout.hpp"
+#include "io/untrusted.hpp"
 #include "io/write_all.hpp"
 
 namespace kiln::io {
@@ -58,7 +56,7 @@ at::ScalarType dtype_of(const std::string& code, const std::string& path) {
   for (const auto& [name, dtype] : kDtypes) {
     if (code == name) return dtype;
   }
-  throw std::runtime_error(path + ": unsupported dtype '" + code + "'");
+  throw BadFileError(path + ": unsupported dtype " + quote_name(code));
 }
 
 }  // namespace
@@ -72,78 +70,20 @@ const at::Tensor* SafetensorsFile::find(const std::string& name) const {
 
 SafetensorsFile read_safetensors(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
-  if (!in) throw std::runtime_error(path + ": cannot open: " + std::strerror(errno));
+  if (!in) throw BadFileError(path + ": cannot open: " + std::strerror(errno));
   in.seekg(0, std::ios::end);
-  const auto file_size = static_cast<uint64_t>(in.tellg());
+  const std::streamoff end = in.tellg();
+  if (end < 0) throw BadFileError(path + ": cannot read its size");
   in.seekg(0);
-  unsigned char le[8];
-  if (file_size < 8 || !in.read(reinterpret_cast<char*>(le), 8)) {
-    throw std::runtime_error(path + ": truncated (no header length)");
-  }
-  uint64_t length = 0;
-  for (int i = 7; i >= 0; --i) length = (length << 8) | le[i];
-  if (length > file_size - 8) {
-    throw std::runtime_error(path + ": truncated (header of " + std::to_string(length) +
-                             " bytes in a file of " + std::to_string(file_size) + ")");
-  }
-  std::string header(length, '\0');
-  in.read(header.data(), static_cast<std::streamsize>(length));
-  const uint64_t data_start = 8 + length, data_size = file_size - data_start;
-
-  boost::property_tree::ptree root;
-  try {
-    std::istringstream text(header);
-    boost::property_tree::read_json(text, root);
-  } catch (const std::exception& e) {
-    throw std::runtime_error(path + ": header is not JSON: " + e.what());
-  }
+  // Every size below is checked against the file before anything is allocated.
+  const SafetensorsLayout layout = read_safetensors_layout(in, static_cast<uint64_t>(end), path);
   SafetensorsFile file;
-  struct Entry {
-    std::string name;
-    at::ScalarType dtype;
-    std::vector<int64_t> shape;
-    uint64_t begin, end;
-  };
-  std::vector<Entry> entries;
-  try {
-    for (const auto& [name, node] : root) {
-      if (name == "__metadata__") {
-        for (const auto& [k, v] : node) file.metadata[k] = v.get_value<std::string>();
-        continue;
-      }
-      Entry e{name, dtype_of(node.get<std::string>("dtype"), path), {}, 0, 0};
-      for (const auto& dim : node.get_child("shape"))
-        e.shape.push_back(dim.second.get_value<int64_t>());
-      std::vector<uint64_t> offsets;
-      for (const auto& o : node.get_child("data_offsets"))
-        offsets.push_back(o.second.get_value<uint64_t>());
-      if (offsets.size() != 2)
-        throw std::runtime_error("data_offsets of '" + name + "' is not [begin, end]");
-      e.begin = offsets[0];
-      e.end = offsets[1];
-      entries.push_back(std::move(e));
-    }
-  } catch (const boost::property_tree::ptree_error& e) {
-    throw std::runtime_error(path + ": malformed header: " + e.what());
-  }
-  std::sort(entries.begin(), entries.end(),
-            [](const Entry& a, const Entry& b) { return a.begin < b.begin; });
-  for (const Entry& e : entries) {
-    int64_t numel = 1;
-    for (int64_t d : e.shape) {
-      if (d < 0) throw std::runtime_error(path + ": negative dimension in '" + e.name + "'");
-      numel *= d;
-    }
-    const uint64_t bytes = static_cast<uint64_t>(numel) * c10::elementSize(e.dtype);
-    if (e.end < e.begin || e.end - e.begin != bytes || e.end > data_size) {
-      throw std::runtime_error(path + ": tensor '" + e.name + "' has byte range [" +
-                               std::to_string(e.begin) + ", " + std::to_string(e.end) +
-                               ") that does not fit its shape or the file (truncated?)");
-    }
-    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(e.dtype));
-    in.seekg(static_cast<std::streamoff>(data_start + e.begin));
-    if (!in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(bytes))) {
-      throw std::runtime_error(path + ": truncated in tensor '" + e.name + "'");
+  file.metadata = layout.metadata;
+  for (const SafetensorsEntry& e : layout.entries) {
+    at::Tensor t = at::empty(e.shape, at::TensorOptions().dtype(dtype_of(e.dtype, path)));
+    in.seekg(static_cast<std::streamoff>(layout.data_start + e.begin));
+    if (!in.read(static_cast<char*>(t.data_ptr()), static_cast<std::streamsize>(e.end - e.begin))) {
+      throw BadFileError(path + ": truncated in tensor " + quote_name(e.name));
     }
     file.tensors.emplace_back(e.name, std::move(t));
   }

@@ -25,8 +25,11 @@ struct SafetensorsFile {
   const at::Tensor* find(const std::string& name) const;  // nullptr when absent
 };
 
-// Reads `path`. Throws std::runtime_error naming the path and what is wrong: missing, truncated,
-// a header that is not JSON, an unknown dtype, byte ranges that do not fit the shapes or file.
+// Reads `path`, a file from anywhere: its header is checked against the file before anything is
+// allocated (io/safetensors_layout.hpp lists the checks). Throws BadFileError (a
+// std::runtime_error) naming the path, the tensor at fault and what is wrong: missing, truncated,
+// a header that is not JSON, an unknown dtype, a shape whose size overflows, byte ranges that do
+// not match the shapes or do not tile the file's data.
 SafetensorsFile read_safetensors(const std::string& path);
 
 }  // namespace kiln::io

@@ -2,12 +2,16 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 #include <gtest/gtest.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -163,6 +167,99 @@ TEST_F(IdxTest, LabelOutOfRange) {
   expect_error(images, labels, {labels + ": label 12 out of range for 10 classes"});
   // The same file is fine with more classes.
   EXPECT_EQ(kiln::data::load_idx(images, labels, 13).labels[1].item<int64_t>(), 12);
+}
+
+namespace {
+
+// Runs `load` in a child process whose address space may grow by at most `cap` bytes, so a reader
+// that allocates what a header claims, rather than what the file holds, fails there. Returns the
+// message of what `load` threw ("" when it returned), or why the child did not report.
+std::string error_under_memory_cap(const std::function<void()>& load, size_t cap) {
+  int fds[2];
+  if (pipe(fds) != 0) return "pipe failed";
+  const pid_t pid = fork();
+  if (pid == 0) {
+    close(fds[0]);
+    std::ifstream statm("/proc/self/statm");
+    size_t pages = 0;
+    statm >> pages;
+    const rlim_t limit = pages * static_cast<size_t>(sysconf(_SC_PAGESIZE)) + cap;
+    const rlimit rl{limit, limit};
+    setrlimit(RLIMIT_AS, &rl);
+    std::string message;
+    try {
+      load();
+    } catch (const std::exception& e) {
+      message = e.what();
+    }
+    if (write(fds[1], message.data(), message.size()) < 0) _exit(2);
+    _exit(0);
+  }
+  close(fds[1]);
+  std::string message;
+  char buffer[4096];
+  for (ssize_t n; (n = read(fds[0], buffer, sizeof buffer)) > 0;) message.append(buffer, size_t(n));
+  close(fds[0]);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  if (!WIFEXITED(status) || WEXITSTATUS(status) != 0) return "the child crashed: " + message;
+  return message;
+}
+
+}  // namespace
+
+// A header that claims far more than the file holds costs no more memory than the file: the data
+// is read as it arrives (before, 64 GiB of pixels or 4 GiB of labels were allocated up front).
+TEST_F(IdxTest, AHeaderClaimingMoreThanTheFileCostsNoMemory) {
+  const std::string images =
+      write_plain("img_claims", idx_images(65535, 1024, 1024, iota_bytes(10)));
+  const std::string labels = write_plain("lab_claims", {0, 0, 8, 1, 0xff, 0xff, 0xff, 0xff, 1, 2});
+  const std::string good_images = write_plain("img_good", idx_images(2, 1, 1, iota_bytes(2)));
+  const std::string good_labels = write_plain("lab_good", idx_labels({1, 2}));
+  constexpr size_t kCap = size_t{256} << 20;
+  EXPECT_EQ(error_under_memory_cap([&] { kiln::data::load_idx(images, good_labels); }, kCap),
+            images + ": truncated: expected 68718428160 bytes of pixel data, got 10");
+  EXPECT_EQ(error_under_memory_cap([&] { kiln::data::load_idx(good_images, labels); }, kCap),
+            labels + ": truncated: expected 4294967295 bytes of label data, got 2");
+}
+
+TEST_F(IdxTest, DimensionsThatOverflowAreRefused) {
+  const std::string images =
+      write_plain("img_overflow", idx_images(0xffffffff, 0xffffffff, 0xffffffff, iota_bytes(8)));
+  const std::string labels = write_gz("lab.gz", idx_labels({1}));
+  expect_error(images, labels,
+               {images + ": dimensions 4294967295x4294967295x4294967295 overflow 64 bits"});
+  const std::string flat = write_plain("img_flat", idx_images(4, 0, 3, {}));
+  expect_error(flat, labels, {flat + ": image dimensions 4x0x3: rows and columns must be > 0"});
+}
+
+// Bytes past what the header describes mean the header and the file disagree.
+TEST_F(IdxTest, DataBeyondTheHeaderIsRefused) {
+  const std::string labels = write_gz("lab.gz", idx_labels({1, 2}));
+  const std::string images = write_gz("img.gz", idx_images(2, 2, 2, iota_bytes(9)));
+  expect_error(images, labels, {images + ": more data than the header's 8 bytes of pixel data"});
+  const std::string good_images = write_plain("img_good", idx_images(2, 1, 1, iota_bytes(2)));
+  std::vector<uint8_t> extra = idx_labels({1, 2});
+  extra.push_back(3);
+  const std::string long_labels = write_plain("lab_long", extra);
+  expect_error(good_images, long_labels,
+               {long_labels + ": more data than the header's 2 bytes of label data"});
+}
+
+// A gzip file whose CRC fails is corrupt, even when every byte the header claims arrived.
+TEST_F(IdxTest, AGzipStreamFailingItsCrcIsRefused) {
+  const std::string good_images = write_plain("img_good", idx_images(2, 1, 1, iota_bytes(2)));
+  const std::string labels = write_gz("lab.gz", idx_labels({1, 2}));
+  std::vector<char> bytes;
+  {
+    std::ifstream in(labels, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  ASSERT_GT(bytes.size(), 8u);
+  bytes[bytes.size() - 8] ^= 0x55;  // the trailer's CRC-32
+  std::ofstream(labels, std::ios::binary | std::ios::trunc)
+      .write(bytes.data(), std::streamsize(bytes.size()));
+  expect_error(good_images, labels, {labels + ": read error", "incorrect data check"});
 }
 
 TEST(FashionMnist, RealData) {
