@@ -16,6 +16,7 @@
 #include "engine/trainer.hpp"
 #include "io/checkpoint.hpp"
 #include "io/metrics_plot.hpp"
+#include "io/run_folder.hpp"
 #include "io/safetensors.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
@@ -172,8 +173,17 @@ int plot(const std::string& metrics, const std::string& png) {
   return 0;
 }
 
-int export_weights(const std::string& checkpoint, const std::string& to, const std::string& dtype) {
+int export_weights(const std::string& from, const std::string& to, const std::string& dtype) {
   try {
+    // A checkpoint folder, or the newest checkpoint of a run folder or an output folder.
+    const std::string checkpoint = io::newest_checkpoint_in(from);
+    if (checkpoint.empty()) {
+      throw std::runtime_error(from +
+                               ": no checkpoint here (a checkpoint folder, a run folder with "
+                               "checkpoints/, or an output folder with version_<N> run folders)");
+    }
+    if (checkpoint != from)
+      spdlog::info("exporting {}, the newest checkpoint in {}", checkpoint, from);
     // The whole checkpoint is verified, so a corrupt one is refused rather than exported.
     io::CheckpointData data = io::read_checkpoint(checkpoint);
     const at::ScalarType target = dtype == "fp16"   ? at::kHalf

@@ -15,8 +15,9 @@ struct PipelineArgs {
 
 // Exit code 4 when a guard stopped training, 128 + signal after SIGINT/SIGTERM.
 // `kiln export CHECKPOINT --to FILE [--dtype fp32|fp16|bf16|keep]`: the checkpoint's model
-// weights (verified first) as one safetensors file, floating tensors cast to `dtype`.
-int export_weights(const std::string& checkpoint, const std::string& to, const std::string& dtype);
+// weights (verified first) as one safetensors file, floating tensors cast to `dtype`. `from`
+// may also be a run folder or an output folder: its newest checkpoint (io/run_folder).
+int export_weights(const std::string& from, const std::string& to, const std::string& dtype);
 
 // `kiln plot METRICS -o PNG`: loss, accuracy, lr and loss-scale curves.
 int plot(const std::string& metrics, const std::string& png);

@@ -81,12 +81,16 @@ int dispatch(int argc, char** argv) {
   run->add_option("--metrics", metrics, "write metrics as JSON lines to this file");
   std::string resume;
   run->add_option("--resume", resume,
-                  "continue from a checkpoint: auto (the newest usable one under "
-                  "<output_dir>/checkpoints) or a checkpoint folder");
+                  "continue from a checkpoint: auto (the newest usable one of the newest run "
+                  "folder <output_dir>/version_N that has one) or a checkpoint folder; without "
+                  "it the run starts afresh in a new run folder");
   CLI::App* export_cmd =
       app.add_subcommand("export", "write a checkpoint's model weights as one safetensors file");
   std::string export_from, export_to, export_dtype = "fp32";
-  export_cmd->add_option("checkpoint", export_from, "checkpoint folder (…/checkpoints/step-N)")
+  export_cmd
+      ->add_option("checkpoint", export_from,
+                   "checkpoint folder (…/version_N/checkpoints/step-N), or a run or output "
+                   "folder: its newest checkpoint")
       ->required();
   export_cmd->add_option("--to", export_to, "output .safetensors file")->required();
   export_cmd->add_option("--dtype", export_dtype, "floating dtype of the file (default fp32)")

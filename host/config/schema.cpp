@@ -78,10 +78,12 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                 "non-finite gradients or loss (each is skipped); the run diverged",
                 1),
            spec("output_dir", KILN_OPT_STRING, "\"\"",
-                "folder for what a run saves (checkpoints/, tensorboard/, weights when a guard "
-                "stops it); empty = runs/<pipeline file name>"),
+                "folder of the run folders (version_N/, one per run) that hold what a run saves "
+                "(checkpoints/, tensorboard/, weights when a guard stops it); empty = "
+                "runs/<pipeline file name>"),
            spec("checkpoints", KILN_OPT_BOOL, "true",
-                "write checkpoints to <output_dir>/checkpoints (and one at the end of the run)"),
+                "write checkpoints to <output_dir>/version_N/checkpoints (and one at the end of "
+                "the run)"),
            spec("checkpoint_every", KILN_OPT_INT, "0",
                 "optimizer steps between checkpoints; 0 = at the end of every epoch", 0),
            spec("checkpoint_keep", KILN_OPT_INT, "3", "newest checkpoints kept", 1),
@@ -89,7 +91,7 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                   "--resume auto and the newest checkpoint is corrupt, truncated or from another "
                   "config: refuse it and use the previous one, or stop"),
            spec("tensorboard", KILN_OPT_BOOL, "true",
-                "write TensorBoard event files to <output_dir>/tensorboard"),
+                "write TensorBoard event files to <output_dir>/version_N/tensorboard"),
        }},
       {"data",
        {

@@ -7,43 +7,11 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
-#include <boost/crc.hpp>
 #include <set>
-#include <sstream>
 
 #include "io/safetensors.hpp"
 
 namespace kiln::engine {
-namespace {
-
-// Keys that do not change what training computes: changing them keeps checkpoints usable.
-const std::set<std::string> kFreeRunKeys = {
-    "epochs",          "max_steps",   "log_interval",       "eval",
-    "threads",         "output_dir",  "checkpoint_every",   "checkpoint_keep",
-    "resume_fallback", "tensorboard", "max_nonfinite_steps"};
-const std::set<std::string> kFreeDataKeys = {"workers", "prefetch", "eval_batch_size", "root"};
-
-}  // namespace
-
-std::string config_hash(const config::Pipeline& p) {
-  std::istringstream text(config::to_toml(p));
-  std::string line, section, kept;
-  while (std::getline(text, line)) {
-    if (!line.empty() && line[0] == '[') {
-      section = line;
-    } else {
-      const std::string key = line.substr(0, line.find_first_of(" ="));
-      if (section == "[run]" && kFreeRunKeys.count(key)) continue;
-      if (section == "[data]" && kFreeDataKeys.count(key)) continue;
-      if (section == "[plugins]") continue;
-    }
-    kept += line + "\n";
-  }
-  boost::crc_32_type crc;
-  crc.process_bytes(kept.data(), kept.size());
-  return fmt::format("crc32:{:08x}", crc.checksum());
-}
-
 std::map<std::string, std::string> plugin_versions(const config::Pipeline& p) {
   std::map<std::string, std::string> out;
   for (const config::ComponentChoice* c :
@@ -71,6 +39,7 @@ io::CheckpointData capture(const RunPosition& position, torch::nn::Module& model
   i.skipped_in_a_row = s.skipped_in_a_row;
   i.scale_rule = s.rule;
   i.config_hash = config_hash(pipeline);
+  i.config = config_identity(pipeline);
   i.plugins = plugin_versions(pipeline);
   for (const auto& item : model.named_parameters())
     data.model.emplace_back(item.key(), item.value());
@@ -177,30 +146,52 @@ void load_weights(torch::nn::Module& model, const std::string& path) {
 
 std::optional<io::CheckpointData> choose_checkpoint(const std::string& resume,
                                                     const std::string& root,
-                                                    const std::string& hash, bool fall_back,
-                                                    std::string* chosen) {
+                                                    const config::Pipeline& pipeline,
+                                                    bool fall_back, std::string* chosen) {
   const std::vector<std::string> candidates =
       resume == "auto" ? io::list_checkpoints(root) : std::vector<std::string>{resume};
   if (candidates.empty()) {
     spdlog::info("resume: no checkpoint under {}; starting from the beginning", root);
     return std::nullopt;
   }
+  const std::string hash = config_hash(pipeline);
+  const ConfigKeys keys = config_identity(pipeline);
+  // What a refusal for the configuration adds: what may change, and the way to a new run from
+  // the (newest refused) checkpoint's weights.
+  std::string config_hint;
+  auto refuse_config = [&](const std::string& dir, const std::string& why) {
+    if (config_hint.empty())
+      config_hint = fmt::format(
+          "\n  only these keys may change on resume: {}.\n  To train the checkpoint's weights "
+          "under this configuration, start a new run from them: kiln export {} --to "
+          "weights.safetensors, then kiln run ... --set model.init=weights.safetensors",
+          keys_free_on_resume(), dir);
+    return io::CheckpointError(dir + ": written by another configuration: " + why);
+  };
   for (const std::string& dir : candidates) {
     try {
       io::CheckpointData data = io::read_checkpoint(dir);
-      if (data.info.config_hash != hash) {
-        throw io::CheckpointError(dir + ": written by another configuration (" +
-                                  data.info.config_hash + ", this run is " + hash + ")");
+      // The recorded keys when there are (a hash alone cannot say what differs, and it covers
+      // the pipeline file's path too); checkpoints from before them compare by the hash.
+      if (!data.info.config.empty()) {
+        const std::string differ = config_difference(data.info.config, keys);
+        if (!differ.empty()) throw refuse_config(dir, differ);
+      } else if (data.info.config_hash != hash) {
+        throw refuse_config(dir, fmt::format("its configuration hash is {}, this run's {} (the "
+                                             "checkpoint does not record its keys: written by an "
+                                             "older Kiln, or from a pipeline file at another "
+                                             "path)",
+                                             data.info.config_hash, hash));
       }
       *chosen = dir;
       return data;
     } catch (const io::CheckpointError& e) {
-      if (!fall_back || resume != "auto") throw;
+      if (!fall_back || resume != "auto") throw io::CheckpointError(e.what() + config_hint);
       spdlog::error("resume: refused {}", e.what());
     }
   }
   throw io::CheckpointError("resume: no usable checkpoint under " + root +
-                            " (each was refused above)");
+                            " (each was refused above)" + config_hint);
 }
 
 }  // namespace kiln::engine

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "config/pipeline.hpp"
+#include "engine/config_identity.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/optimizer_step.hpp"
@@ -25,9 +26,6 @@ struct RunPosition {
   int64_t batches_in_epoch = 0;
 };
 
-// A hash of the settings that change what training computes (everything but run length,
-// logging, output and loader threading), so a checkpoint from another setup is refused.
-std::string config_hash(const config::Pipeline& pipeline);
 // "name version (library)" of each component slot.
 std::map<std::string, std::string> plugin_versions(const config::Pipeline& pipeline);
 
@@ -48,12 +46,13 @@ RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model, Op
 void load_weights(torch::nn::Module& model, const std::string& path);
 
 // The checkpoint to resume from. `resume` is "auto" (the newest usable one under `root`) or a
-// checkpoint folder. Unusable ones (corrupt, truncated, another config) are refused with the
-// reason in the log; with `fall_back` an older one is tried, else the refusal is thrown.
-// Nothing is ever deleted here. nullopt: "auto" and no checkpoint exists yet.
+// checkpoint folder. Unusable ones (corrupt, truncated, another configuration than
+// `pipeline`'s, which is refused with the keys that differ) are refused with the reason in the
+// log; with `fall_back` an older one is tried, else the refusal is thrown. Nothing is ever
+// deleted here. nullopt: "auto" and no checkpoint exists yet.
 std::optional<io::CheckpointData> choose_checkpoint(const std::string& resume,
                                                     const std::string& root,
-                                                    const std::string& hash, bool fall_back,
-                                                    std::string* chosen);
+                                                    const config::Pipeline& pipeline,
+                                                    bool fall_back, std::string* chosen);
 
 }  // namespace kiln::engine

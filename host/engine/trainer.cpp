@@ -43,6 +43,7 @@
 #include "io/memory.hpp"
 #include "io/metrics.hpp"
 #include "io/progress.hpp"
+#include "io/run_folder.hpp"
 #include "io/safetensors.hpp"
 #include "io/status_line.hpp"
 #include "io/tensorboard.hpp"
@@ -111,7 +112,8 @@ Evaluation evaluate_model(kiln::Model& model, data::Loader& loader, at::Device d
   return {seen ? static_cast<double>(correct) / seen : NAN, seen ? loss_sum / seen : NAN};
 }
 
-// Where a guard's stop leaves the weights: run.output_dir, or runs/<pipeline file name>.
+// The output folder: run.output_dir, or runs/<pipeline file name>. Each run writes into a run
+// folder of its own under it (io/run_folder).
 std::string output_dir(const config::Pipeline& p) {
   std::string dir = p.run.get_string("output_dir");
   if (!dir.empty()) return dir;
@@ -181,7 +183,9 @@ struct Trainer::Impl {
   bool sync_every_micro_step = false;
 
   RunResult result;
-  std::string out_dir, checkpoint_root;
+  // This run's folder (io/run_folder). A new one is created by the first write (written_run_dir):
+  // a run that writes nothing (checkpoints and TensorBoard off) leaves no empty folder.
+  io::RunFolder folder;
   bool writer = true;  // rank 0 alone writes checkpoints, metrics, TensorBoard and weights
   int64_t checkpoint_every = 0, checkpointed_step = -1, log_interval = 1;
   // The gradient pass on every step (run.grad_check), else on logged steps only.
@@ -198,6 +202,7 @@ struct Trainer::Impl {
   bool epoch_ended = false;  // the latest step finished its epoch
   int64_t step_epoch = 0;    // the epoch of the latest step
   bool eval_due = false;     // resumed at an epoch's last step: its evaluation is still to come
+  int64_t first_step = 0;    // steps done before this process began (a resume): the ETA's base
   bool bar = false;          // a progress bar on the terminal's status line
   Clock::time_point bar_drawn_at;
   Clock::time_point start;
@@ -211,6 +216,7 @@ struct Trainer::Impl {
   void step();
   io::EvalRecord evaluate();
   void checkpoint(const RunPosition& at, bool even_if_off = false);
+  const std::string& written_run_dir();
   // Erases the progress bar, when one is shown: the run's end and the caller's lines after it
   // start on a clean line. (Log lines erase it themselves: io/log.)
   void clear_bar() {
@@ -343,12 +349,21 @@ void Trainer::Impl::build() {
   clip.max_value = p.optimizer.core.get_float("clip_grad_value");
   optimizer_step.emplace(groups, plan, *optimizer, *scaler, *lr_driver, clip);
 
-  // Resume.
-  out_dir = output_dir(p);
-  checkpoint_root = out_dir + "/checkpoints";
+  // The run's folder (io/run_folder), and resume.
+  folder = io::choose_run_folder(output_dir(p), options.resume);
+  if (rank == 0 && !folder.is_new) {
+    spdlog::info("run folder {} ({})", folder.path, folder.why);
+    const io::CheckpointRootScan scan = io::clean_checkpoint_root(folder.path + "/checkpoints");
+    for (const std::string& partial : scan.removed_partial) {
+      spdlog::info("removed {}: a checkpoint whose write was interrupted", partial);
+    }
+    for (const std::string& stray : scan.ignored) {
+      spdlog::warn("{}: not a checkpoint (checkpoints are step-<N> folders); ignored", stray);
+    }
+  }
   if (!options.resume.empty()) {
     std::string chosen;
-    if (auto data = choose_checkpoint(options.resume, checkpoint_root, config_hash(p),
+    if (auto data = choose_checkpoint(options.resume, folder.path + "/checkpoints", p,
                                       run.get_string("resume_fallback") == "previous", &chosen)) {
       position = restore(*data, *model, *optimizer_step, *optimizer, *lr_driver, *scaler, device);
       spdlog::info("resumed from {}: step {}, epoch {}, batch {}", chosen, position.step,
@@ -356,6 +371,7 @@ void Trainer::Impl::build() {
     }
   }
   last = position;
+  first_step = position.step;
   checkpointed_step = position.step > 0 ? position.step : -1;
   // Ranks draw different dropout masks; the weights above were drawn alike (and are
   // broadcast from rank 0 below anyway).
@@ -429,7 +445,9 @@ void Trainer::Impl::build() {
                      clip.any();
   if (options.handle_signals) signals.emplace();
   if (writer && run.get_bool("tensorboard")) {
-    tensorboard = std::make_unique<io::TensorBoardWriter>(out_dir + "/tensorboard");
+    tensorboard = std::make_unique<io::TensorBoardWriter>(written_run_dir() + "/tensorboard");
+    // What the interrupted run logged after its checkpoint is redone here: TensorBoard drops it.
+    if (position.step > 0) tensorboard->session_start(position.step + 1);
   }
   metrics.emplace(writer ? options.metrics_path : std::string(), /*append=*/position.step > 0);
 
@@ -479,13 +497,27 @@ void Trainer::Impl::build() {
 void Trainer::Impl::checkpoint(const RunPosition& at, bool even_if_off) {
   if (!writer || (!even_if_off && !p.run.get_bool("checkpoints")) || at.step == checkpointed_step)
     return;
-  // Every step the checkpoint covers has its metrics line on disk: a resumed run starts after it.
+  // Every step the checkpoint covers has its metrics line and TensorBoard events on disk: a
+  // resumed run starts after them.
   if (metrics) metrics->flush();
-  result.last_checkpoint = io::write_checkpoint(
-      checkpoint_root, capture(at, *model, *optimizer_step, *optimizer, *lr_driver, *scaler, p),
-      p.run.get_int("checkpoint_keep"));
+  if (tensorboard) tensorboard->flush();
+  result.last_checkpoint =
+      io::write_checkpoint(written_run_dir() + "/checkpoints",
+                           capture(at, *model, *optimizer_step, *optimizer, *lr_driver, *scaler, p),
+                           p.run.get_int("checkpoint_keep"));
   checkpointed_step = at.step;
   spdlog::info("checkpoint {}", result.last_checkpoint);
+}
+
+// The run folder, created now when it is a new one: the next free number then, so that two runs
+// starting together in one output folder never share one.
+const std::string& Trainer::Impl::written_run_dir() {
+  if (folder.is_new) {
+    folder.path = io::create_run_folder(output_dir(p));
+    folder.is_new = false;
+    spdlog::info("run folder {} ({})", folder.path, folder.why);
+  }
+  return folder.path;
 }
 
 // ---- one optimizer step ------------------------------------------------------------------------
@@ -669,7 +701,7 @@ void Trainer::Impl::step() {
   if (outcome.verdict == StepVerdict::kStop) {
     result.stopped = fmt::format("step {}: {}", step, scaler->stop_reason());
     if (writer) {
-      result.saved_weights = save_weights(*model, out_dir, step, result.stopped);
+      result.saved_weights = save_weights(*model, written_run_dir(), step, result.stopped);
       spdlog::error("{}; weights saved to {}", result.stopped, result.saved_weights);
     }
     checkpoint(last);
@@ -699,6 +731,7 @@ void Trainer::Impl::step() {
   s.lr = group_lrs[0];
   s.samples_per_s = window_samples / seconds_since(window_start);
   s.elapsed = seconds_since(start);
+  s.first_step = first_step;
   // Logs get a line every log_interval steps. A terminal gets the bar redrawn ten times a
   // second at most, and at once after a log line cleared it: each redraw writes to the
   // terminal, a system call (docs/speed.md), and a small model's step is much shorter.

@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <boost/crc.hpp>
 #include <boost/filesystem.hpp>
+#include <charconv>
 #include <fstream>
 #include <iterator>
 #include <sstream>
@@ -54,15 +55,43 @@ void write_text_durably(const std::string& path, const std::string& text) {
   fsync_path(path, false);
 }
 
+// The step a checkpoint folder's name holds; -1 when the name is not "step-<digits>" or the
+// number does not fit (a stray "step-99999999999999999999" is no checkpoint, not an error).
 int64_t step_of(const fs::path& dir) {
   const std::string name = dir.filename().string();
   if (name.rfind("step-", 0) != 0 || name.size() <= 5) return -1;
-  const std::string digits = name.substr(5);
-  if (!std::all_of(digits.begin(), digits.end(), ::isdigit)) return -1;
-  return std::stoll(digits);
+  const char* first = name.data() + 5;
+  const char* last = name.data() + name.size();
+  if (!std::all_of(first, last, [](char c) { return c >= '0' && c <= '9'; })) return -1;
+  int64_t step = -1;
+  const auto [end, error] = std::from_chars(first, last, step);
+  return error == std::errc() && end == last ? step : -1;
+}
+
+// A partial checkpoint a write left behind: ".tmp-step-<N>-<pid>".
+bool is_partial(const fs::path& entry) {
+  return entry.filename().string().rfind(".tmp-step-", 0) == 0;
 }
 
 }  // namespace
+
+CheckpointRootScan clean_checkpoint_root(const std::string& root) {
+  CheckpointRootScan scan;
+  boost::system::error_code ec;
+  if (!fs::is_directory(root, ec)) return scan;
+  for (const auto& entry : fs::directory_iterator(root, ec)) {
+    if (is_partial(entry.path())) {
+      boost::system::error_code removed;
+      fs::remove_all(entry.path(), removed);
+      if (!removed) scan.removed_partial.push_back(entry.path().string());
+    } else if (step_of(entry.path()) < 0 || !fs::is_directory(entry.path(), ec)) {
+      scan.ignored.push_back(entry.path().string());
+    }
+  }
+  std::sort(scan.removed_partial.begin(), scan.removed_partial.end());
+  std::sort(scan.ignored.begin(), scan.ignored.end());
+  return scan;
+}
 
 std::vector<std::string> list_checkpoints(const std::string& root) {
   std::vector<std::pair<int64_t, std::string>> found;
@@ -108,6 +137,9 @@ std::string write_checkpoint(const std::string& root, const CheckpointData& data
     toml::table plugins;
     for (const auto& [slot, what] : i.plugins) plugins.insert(slot, what);
     state.insert("plugins", plugins);
+    toml::table config;
+    for (const auto& [key, value] : i.config) config.insert(key, value);
+    state.insert("config", config);
     toml::table files;
     for (const char* file : kFiles) {
       const auto [size, crc] = size_and_crc(tmp_dir + "/" + file);

@@ -36,6 +36,18 @@ std::string write_checkpoint(const std::string& root, const CheckpointData& data
 CheckpointData read_checkpoint(const std::string& dir);
 
 // The checkpoint folders under `root`, newest (highest step) first; none when root is absent.
+// Entries whose name is not step-<N> (N a 64-bit count) are not checkpoints and are skipped.
 std::vector<std::string> list_checkpoints(const std::string& root);
+
+// What a run's start found under its checkpoint root besides checkpoints.
+struct CheckpointRootScan {
+  std::vector<std::string> removed_partial;  // .tmp-step-* folders a killed write left: removed
+  std::vector<std::string> ignored;          // entries that are not step-<N> folders: left alone
+};
+
+// Removes the partial checkpoints (.tmp-step-*) that writes interrupted by a kill or a crash
+// left under `root`, and names the entries list_checkpoints skips, so the run can warn about
+// them. Call before the run writes its first checkpoint (a write in progress is also .tmp-).
+CheckpointRootScan clean_checkpoint_root(const std::string& root);
 
 }  // namespace kiln::io

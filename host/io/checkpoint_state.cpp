@@ -119,6 +119,12 @@ class StateReader {
       const std::string name = "plugins." + std::string(slot.str());
       i.plugins[std::string(slot.str())] = string(what, name);
     }
+    // The configuration's keys, from checkpoints since they were recorded (optional before).
+    if (state_.contains("config")) {
+      for (const auto& [key, value] : table(state_, "config", "config")) {
+        i.config[std::string(key.str())] = string(value, "config." + std::string(key.str()));
+      }
+    }
     for (const auto& [file, record] : table(state_, "files", "files")) {
       const std::string name = "files." + std::string(file.str());
       if (!record.is_table()) fail(&record, name, "must be a table of size and crc32");

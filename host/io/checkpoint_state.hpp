@@ -27,6 +27,9 @@ struct CheckpointInfo {
   int64_t skipped_total = 0, skipped_in_a_row = 0;
   std::vector<double> scale_rule;              // the precision plugin's scale-rule counters
   std::string config_hash;                     // of the settings that change the result
+  std::map<std::string, std::string> config;   // the settings that change the result:
+                                               // "section.key" -> TOML value (none in
+                                               // checkpoints of older versions)
   std::map<std::string, std::string> plugins;  // slot -> "name version (library)"
 };
 

@@ -9,12 +9,6 @@
 namespace kiln::io {
 namespace {
 
-double eta_seconds(const ProgressState& s) {
-  return s.step > 0
-             ? s.elapsed / static_cast<double>(s.step) * static_cast<double>(s.total_steps - s.step)
-             : NAN;
-}
-
 constexpr int kMinBarCells = 10;
 constexpr int kMaxBarCells = 40;  // wider terminals get whitespace, not a longer bar
 
@@ -25,6 +19,13 @@ std::string bar(double fraction, int cells) {
 }
 
 }  // namespace
+
+double eta_seconds(const ProgressState& s) {
+  const int64_t taken = s.step - s.first_step;
+  return taken > 0
+             ? s.elapsed / static_cast<double>(taken) * static_cast<double>(s.total_steps - s.step)
+             : NAN;
+}
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";

@@ -16,8 +16,13 @@ struct ProgressState {
   double loss = 0.0;                  // mean loss since the last line
   double lr = 0.0;                    // first group's lr
   double samples_per_s = 0.0;         // since the last line
-  double elapsed = 0.0;               // seconds of training so far
+  double elapsed = 0.0;               // seconds of training in this process so far
+  int64_t first_step = 0;             // steps done before it (a resumed run's checkpoint): the
+                                      // ETA is the rate of the steps after them
 };
+
+// Seconds left at the rate of this process's steps so far; NaN before its first step.
+double eta_seconds(const ProgressState& s);
 
 // "epoch 1/3  step 200/1407  loss 0.4321  lr 0.1  3120 samples/s  ETA 1:23"
 std::string format_progress(const ProgressState& s);

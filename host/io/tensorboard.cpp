@@ -83,7 +83,9 @@ void put_float(std::string& out, uint32_t field, float value) {
 }
 
 // Event fields (tensorflow/core/util/event.proto) and those of Summary and Summary.Value.
-constexpr uint32_t kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5;
+constexpr uint32_t kEventWallTime = 1, kEventStep = 2, kEventFileVersion = 3, kEventSummary = 5,
+                   kEventSessionLog = 7;
+constexpr uint32_t kSessionLogStatus = 1, kSessionLogStart = 1;
 constexpr uint32_t kSummaryValue = 1;
 constexpr uint32_t kValueTag = 1, kValueSimpleValue = 2;
 
@@ -95,6 +97,16 @@ std::string event_header(double wall_time) {
 
 double unix_now() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
+}
+
+// An Event's wall time now and its step.
+std::string event_at(int64_t step) {
+  std::string event = event_header(unix_now());
+  if (step != 0) {  // proto3 leaves defaults out; readers take a missing step as 0
+    put_key(event, kEventStep, kVarint);
+    put_varint(event, static_cast<uint64_t>(step));  // int64: negatives as two's complement
+  }
+  return event;
 }
 
 std::string host_name() {
@@ -150,12 +162,18 @@ void TensorBoardWriter::scalar(const std::string& tag, double value, int64_t ste
   std::string summary;
   put_bytes(summary, kSummaryValue, tagged);
 
-  std::string event = event_header(unix_now());
-  if (step != 0) {  // proto3 leaves defaults out; readers take a missing step as 0
-    put_key(event, kEventStep, kVarint);
-    put_varint(event, static_cast<uint64_t>(step));  // int64: negatives as two's complement
-  }
+  std::string event = event_at(step);
   put_bytes(event, kEventSummary, summary);
+  append_record(event);
+  file_.flush_if_due();
+}
+
+void TensorBoardWriter::session_start(int64_t step) {
+  std::string session_log;
+  put_key(session_log, kSessionLogStatus, kVarint);
+  put_varint(session_log, kSessionLogStart);
+  std::string event = event_at(step);
+  put_bytes(event, kEventSessionLog, session_log);
   append_record(event);
   file_.flush_if_due();
 }

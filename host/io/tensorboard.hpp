@@ -21,7 +21,13 @@ class TensorBoardWriter {
   // destructor, and on its own once the buffer is large or a few seconds old, so a live
   // TensorBoard follows the run. Throws std::runtime_error naming the path when a write fails.
   void scalar(const std::string& tag, double value, int64_t step);
-  void flush();  // writes buffered records to the OS
+  // A SessionLog START event at `step`: a run resumed from a checkpoint of step - 1 says so, and
+  // TensorBoard drops the events of step >= `step` that files before this one hold (what the
+  // interrupted run logged after its checkpoint), as it does for TensorFlow's restarts.
+  void session_start(int64_t step);
+  // Writes buffered records to the OS: the trainer calls it with every checkpoint, so a kill
+  // after one loses no event of the steps it covers (a resumed run starts after them).
+  void flush();
   const std::string& path() const { return path_; }
 
  private:

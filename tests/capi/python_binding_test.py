@@ -450,9 +450,19 @@ class BindingTest(unittest.TestCase):
         with self.session(overrides={"run.checkpoints": True}) as s:
             s.on_metrics(lambda m: m.step == 3)
             self.assertEqual(s.run().step, 3)
+            first = Path(s.progress().last_checkpoint)
+        self.assertEqual(first.parent.parent, self.tmp / "version_0", first)
         r = self.session(overrides={"run.checkpoints": True}, resume="auto")
         self.assertEqual(r.progress().step, 3)
         self.assertEqual(r.step().step, 4)
+        # The resumed session writes into the run folder it resumed; a fresh one into a new one,
+        # leaving the first run's checkpoints as they were.
+        self.assertEqual(Path(r.save_checkpoint()).parent, first.parent)
+        before = (first / "model.safetensors").read_bytes()
+        fresh = self.session(overrides={"run.checkpoints": True})
+        fresh.step()
+        self.assertEqual(Path(fresh.save_checkpoint()).parent.parent, self.tmp / "version_1")
+        self.assertEqual((first / "model.safetensors").read_bytes(), before)
 
     # ---- lifetime -------------------------------------------------------------------------------
 

@@ -85,11 +85,11 @@ class Ddp : public ::testing::Test {
                  metrics);
   }
 
-  // The final model weights a run checkpointed.
+  // The final model weights a run checkpointed (in its output folder's first run folder).
   std::string weights(const std::string& name, int step) const {
     char dir[32];
     std::snprintf(dir, sizeof dir, "step-%09d", step);
-    return scratch_.path(name) + "/checkpoints/" + dir + "/model.safetensors";
+    return scratch_.path(name) + "/version_0/checkpoints/" + dir + "/model.safetensors";
   }
 
   double max_diff(const std::string& a, const std::string& b) const {

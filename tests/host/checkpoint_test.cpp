@@ -44,9 +44,10 @@ struct Result {
 
 // A synthetic run long enough to be interrupted: 64 steps per epoch, 2 epochs, dropout so the
 // RNG state matters, one thread so every run computes the same bits.
-std::string base_args(const fs::path& out) {
-  return std::string(KILN_SOURCE_DIR) + "/tests/pipelines/synthetic_mlp.toml" +
-         " --set data.synthetic_train=4096 --set model.dropout=0.1 --set run.threads=1" +
+std::string base_args(const fs::path& out,
+                      const std::string& pipeline = std::string(KILN_SOURCE_DIR) +
+                                                    "/tests/pipelines/synthetic_mlp.toml") {
+  return pipeline + " --set data.synthetic_train=4096 --set model.dropout=0.1 --set run.threads=1" +
          " --set data.workers=1 --set run.tensorboard=false --set run.output_dir=" + out.string();
 }
 
@@ -110,10 +111,26 @@ void expect_same_tensors(const std::string& a, const std::string& b) {
   }
 }
 
-std::string final_checkpoint(const fs::path& out, int step) {
+// Checkpoint `step` of run folder version_<version> under output folder `out`.
+std::string checkpoint_in(const fs::path& out, int version, int step) {
   char name[32];
   std::snprintf(name, sizeof name, "step-%09d", step);
-  return (out / "checkpoints" / name).string();
+  return (out / ("version_" + std::to_string(version)) / "checkpoints" / name).string();
+}
+
+// Checkpoint `step` of the first run in `out` (the one the tests below resume).
+std::string final_checkpoint(const fs::path& out, int step) { return checkpoint_in(out, 0, step); }
+
+std::string read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), {});
+}
+
+size_t files_in(const fs::path& dir) {
+  size_t n = 0;
+  boost::system::error_code ec;
+  for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) ++n;
+  return n;
 }
 
 TEST(Checkpoint, KillNineAtARandomStepThenResumeIsBitIdentical) {
@@ -211,17 +228,143 @@ TEST(Checkpoint, CorruptOrTruncatedNewestIsRefusedByNameAndThePreviousUsed) {
   fs::remove_all(dir);
 }
 
-TEST(Checkpoint, AnotherConfigurationIsRefused) {
+TEST(Checkpoint, AnotherConfigurationIsRefusedNamingTheKeysThatDiffer) {
   const fs::path dir = temp_dir();
   ASSERT_EQ(kiln(base_args(dir) + " --set run.max_steps=10").code, 0);
-  Result r =
-      kiln(base_args(dir) + " --set optimizer.lr=0.01 --resume " + final_checkpoint(dir, 10));
+  const std::string checkpoint = final_checkpoint(dir, 10);
+  Result r = kiln(base_args(dir) + " --set optimizer.lr=0.01 --set 'model.hidden=[32]' --resume " +
+                  checkpoint);
   EXPECT_EQ(r.code, 1) << r.output;
-  EXPECT_NE(r.output.find("written by another configuration"), std::string::npos) << r.output;
-  // Run length and logging are not part of the configuration's identity.
-  Result longer =
-      kiln(base_args(dir) + " --set run.max_steps=20 --set run.log_interval=7 --resume auto");
+  EXPECT_NE(r.output.find(checkpoint +
+                          ": written by another configuration: model.hidden = [32] here, [64] in "
+                          "the checkpoint; optimizer.lr = 0.01 here, 0.05 in the checkpoint\n"),
+            std::string::npos)
+      << r.output;
+  // What may change, and the way to a new run from the checkpoint's weights.
+  EXPECT_NE(r.output.find("only these keys may change on resume: "), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("run.epochs"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("kiln export " + checkpoint +
+                          " --to weights.safetensors, then kiln run ... --set "
+                          "model.init=weights.safetensors"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(files_in(dir), 1u) << "a refused resume left a run folder behind";
+
+  // Run length and logging are not part of the configuration's identity; nor is the path the
+  // pipeline file is named by.
+  const fs::path copy = dir / "copy.toml";
+  fs::copy_file(std::string(KILN_SOURCE_DIR) + "/tests/pipelines/synthetic_mlp.toml", copy);
+  Result longer = kiln(base_args(dir, copy.string()) +
+                       " --set run.max_steps=20 --set run.log_interval=7 --resume auto");
   EXPECT_EQ(longer.code, 0) << longer.output;
+  EXPECT_NE(longer.output.find("resumed from " + checkpoint), std::string::npos) << longer.output;
+  fs::remove_all(dir);
+}
+
+// Checkpoints written before they recorded their configuration's keys compare by its hash.
+TEST(Checkpoint, ACheckpointWithoutItsKeysIsComparedByItsHash) {
+  const fs::path dir = temp_dir();
+  ASSERT_EQ(kiln(base_args(dir) + " --set run.max_steps=10").code, 0);
+  const std::string state_path = final_checkpoint(dir, 10) + "/state.toml";
+  std::string state = read_bytes(state_path);
+  const size_t from = state.find("[config]\n");
+  ASSERT_NE(from, std::string::npos) << state;
+  state.erase(from, state.find("\n[", from) + 1 - from);
+  std::ofstream(state_path, std::ios::binary | std::ios::trunc) << state;
+
+  Result other = kiln(base_args(dir) + " --set optimizer.lr=0.01 --resume auto");
+  EXPECT_EQ(other.code, 1) << other.output;
+  EXPECT_NE(other.output.find(": written by another configuration: its configuration hash is "),
+            std::string::npos)
+      << other.output;
+  Result same = kiln(base_args(dir) + " --set run.max_steps=20 --resume auto");
+  EXPECT_EQ(same.code, 0) << same.output;
+  EXPECT_NE(same.output.find("resumed from " + final_checkpoint(dir, 10)), std::string::npos)
+      << same.output;
+  fs::remove_all(dir);
+}
+
+// Each run writes into a run folder of its own, <output_dir>/version_<N>, as Lightning's loggers
+// do: a fresh run under another configuration never overwrites (or prunes) an earlier run's
+// checkpoints; --resume auto continues the newest run, --resume PATH the run PATH lies in; a
+// run's TensorBoard events lie beside its checkpoints.
+TEST(RunFolders, AFreshRunNeverTouchesAnEarlierRunsCheckpoints) {
+  const fs::path dir = temp_dir();
+  const std::string tensorboard = " --set run.tensorboard=true";
+  ASSERT_EQ(kiln(base_args(dir) + tensorboard + " --set run.max_steps=10").code, 0);
+  const std::string first = final_checkpoint(dir, 10);
+  const std::string model = read_bytes(first + "/model.safetensors");
+  const std::string state = read_bytes(first + "/state.toml");
+  ASSERT_FALSE(model.empty());
+
+  Result other =
+      kiln(base_args(dir) + tensorboard + " --set optimizer.lr=0.01 --set run.max_steps=10");
+  ASSERT_EQ(other.code, 0) << other.output;
+  EXPECT_NE(other.output.find("run folder " + (dir / "version_1").string() + " (a new run)"),
+            std::string::npos)
+      << other.output;
+  EXPECT_TRUE(fs::exists(checkpoint_in(dir, 1, 10))) << other.output;
+  EXPECT_EQ(read_bytes(first + "/model.safetensors"), model)
+      << "a fresh run overwrote an earlier run's checkpoint";
+  EXPECT_EQ(read_bytes(first + "/state.toml"), state);
+
+  Result newest = kiln(base_args(dir) + tensorboard +
+                       " --set optimizer.lr=0.01 --set run.max_steps=20 --resume auto");
+  ASSERT_EQ(newest.code, 0) << newest.output;
+  EXPECT_NE(newest.output.find("resumed from " + checkpoint_in(dir, 1, 10) + ": step 10"),
+            std::string::npos)
+      << newest.output;
+  EXPECT_TRUE(fs::exists(checkpoint_in(dir, 1, 20)));
+  Result older = kiln(base_args(dir) + tensorboard + " --set run.max_steps=20 --resume " + first);
+  ASSERT_EQ(older.code, 0) << older.output;
+  EXPECT_TRUE(fs::exists(checkpoint_in(dir, 0, 20)));
+  EXPECT_FALSE(fs::exists(dir / "version_2"));
+  // One event file per process that ran in the folder.
+  EXPECT_EQ(files_in(dir / "version_0" / "tensorboard"), 2u);
+  EXPECT_EQ(files_in(dir / "version_1" / "tensorboard"), 2u);
+  fs::remove_all(dir);
+}
+
+// checkpoints/ directly under the output folder, as Kiln wrote them before run folders.
+TEST(RunFolders, ResumeAutoContinuesARunFromBeforeRunFolders) {
+  const fs::path dir = temp_dir();
+  ASSERT_EQ(kiln(base_args(dir / "new") + " --set run.max_steps=10").code, 0);
+  fs::create_directories(dir / "old");
+  fs::rename(dir / "new" / "version_0" / "checkpoints", dir / "old" / "checkpoints");
+  Result r = kiln(base_args(dir / "old") + " --set run.max_steps=20 --resume auto");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(
+      r.output.find("resumed from " + (dir / "old" / "checkpoints" / "step-000000010").string()),
+      std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(dir / "old" / "checkpoints" / "step-000000020"));
+  EXPECT_FALSE(fs::exists(dir / "old" / "version_0"));
+  fs::remove_all(dir);
+}
+
+// A folder under checkpoints/ whose name is no step count is skipped with a warning (it used to
+// end --resume auto, and a plain run at its first checkpoint, with "error: stoll"); what a
+// killed write left (.tmp-step-*) is removed at the next start.
+TEST(Checkpoint, AStrayFolderIsSkippedWithAWarningAndPartialWritesAreRemoved) {
+  const fs::path dir = temp_dir();
+  const std::string args = base_args(dir) + " --set run.checkpoint_every=5";
+  ASSERT_EQ(kiln(args + " --set run.max_steps=5").code, 0);
+  const fs::path root = dir / "version_0" / "checkpoints";
+  const fs::path stray = root / "step-99999999999999999999";
+  const fs::path partial = root / ".tmp-step-000000010-4242";
+  fs::create_directories(stray);
+  fs::create_directories(partial);
+  std::ofstream((partial / "model.safetensors").string()) << "half a file";
+
+  Result r = kiln(args + " --set run.max_steps=10 --resume auto");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find(stray.string() + ": not a checkpoint"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("resumed from " + final_checkpoint(dir, 5) + ": step 5"),
+            std::string::npos)
+      << r.output;
+  EXPECT_TRUE(fs::exists(final_checkpoint(dir, 10))) << r.output;
+  EXPECT_FALSE(fs::exists(partial));
+  EXPECT_TRUE(fs::exists(stray)) << "not Kiln's to delete";
   fs::remove_all(dir);
 }
 
@@ -322,7 +465,8 @@ TEST(TensorBoard, TheReaderFindsEveryScalarARunWrites) {
                   " --set run.output_dir=" + dir.string());
   ASSERT_EQ(r.code, 0) << r.output;
   kiln::test::TensorScratch scratch;
-  scratch.write_text("config.json", "{\"logdir\": \"" + (dir / "tensorboard").string() + "\"}");
+  scratch.write_text("config.json",
+                     "{\"logdir\": \"" + (dir / "version_0" / "tensorboard").string() + "\"}");
   scratch.run("tensorboard_read.py");
   std::map<std::string, int> per_tag;
   std::istringstream lines(scratch.read_text("scalars.tsv"));
@@ -339,6 +483,96 @@ TEST(TensorBoard, TheReaderFindsEveryScalarARunWrites) {
   EXPECT_EQ(per_tag["perf/memory_mb"], 4);
   EXPECT_EQ(per_tag["eval/accuracy"], 2);
   EXPECT_EQ(per_tag["eval/loss"], 2);
+  fs::remove_all(dir);
+}
+
+// TensorBoard's events are flushed with every checkpoint: after kill -9 and a resume from it,
+// the curves have every step, once (the resumed run's SessionLog START drops what the killed
+// run logged after its checkpoint).
+TEST(TensorBoard, KillNineAfterACheckpointThenResumeLosesNoStep) {
+  const fs::path dir = temp_dir();
+  const std::string args =
+      base_args(dir / "run") + " --set run.tensorboard=true --set run.checkpoint_every=4";
+  const fs::path metrics = dir / "m.jsonl";
+  const pid_t pid = spawn(args + " --metrics " + metrics.string(), dir / "log");
+  wait_for_steps(metrics, 30, pid);  // on disk with the checkpoint of step 28 or later
+  ASSERT_EQ(kill(pid, SIGKILL), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  ASSERT_TRUE(WIFSIGNALED(status));
+
+  Result resumed = kiln(args + " --resume auto --metrics " + metrics.string());
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  const fs::path logdir = dir / "run" / "version_0" / "tensorboard";
+  EXPECT_EQ(files_in(logdir), 2u);
+  kiln::test::TensorScratch scratch;
+  scratch.write_text("config.json", "{\"logdir\": \"" + logdir.string() + "\"}");
+  scratch.run("tensorboard_read.py");
+  std::map<std::string, std::vector<int>> steps;
+  std::istringstream lines(scratch.read_text("scalars.tsv"));
+  for (std::string line; std::getline(lines, line);) {
+    const size_t tab = line.find('\t');
+    steps[line.substr(0, tab)].push_back(std::stoi(line.substr(tab + 1)));
+  }
+  std::vector<int> every(128);
+  for (int i = 0; i < 128; ++i) every[i] = i + 1;
+  for (const char* tag : {"train/loss", "lr/default", "perf/samples_per_s"}) {
+    EXPECT_EQ(steps[tag], every) << tag;
+  }
+  fs::remove_all(dir);
+}
+
+// After a resume the ETA is the rate of the steps since the resume times the steps left, not
+// the time since the resume spread over every step since the run's beginning.
+TEST(Progress, AfterAResumeTheEtaFollowsTheStepsSinceTheResume) {
+  const fs::path dir = temp_dir();
+  // 20000 epochs of 64 steps: an ETA of many seconds, however fast a step.
+  const std::string args = base_args(dir) + " --set run.epochs=20000";
+  ASSERT_EQ(kiln(args + " --set run.max_steps=64").code, 0);
+  const fs::path metrics = dir / "m.jsonl";
+  const pid_t pid = spawn(args +
+                              " --set run.log_interval=1 --set run.eval=false"
+                              " --set run.checkpoint_every=1000000 --resume auto --metrics " +
+                              metrics.string(),
+                          dir / "log");
+  wait_for_steps(metrics, 120, pid);
+  ASSERT_EQ(kill(pid, SIGTERM), 0);
+  int status = 0;
+  waitpid(pid, &status, 0);
+  std::ifstream log_file((dir / "log").string());
+  const std::string log((std::istreambuf_iterator<char>(log_file)), {});
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+
+  // When each step began, in seconds since the resumed run's training began.
+  std::map<int, double> started;
+  std::ifstream in(metrics.string());
+  const std::regex step_re(R"("step":(\d+),.*"started":([-0-9.e]+),)");
+  std::smatch m;
+  for (std::string line; std::getline(in, line);) {
+    if (std::regex_search(line, m, step_re)) started[std::stoi(m[1])] = std::stod(m[2]);
+  }
+  const int first = 64, total = 20000 * 64;
+  ASSERT_EQ(started.begin()->first, first + 1);
+  // Checked from step 72 to 112: an ETA from every step since the run's beginning would be at
+  // most 48 / 112 of the right one there.
+  const std::regex line_re(R"(step (\d+)/(\d+) .* ETA (?:(\d+):)?(\d+):(\d+))");
+  int checked = 0;
+  for (auto it = std::sregex_iterator(log.begin(), log.end(), line_re);
+       it != std::sregex_iterator(); ++it) {
+    const int step = std::stoi((*it)[1]);
+    if (step < first + 8 || step > first + 48) continue;
+    ASSERT_EQ(std::stoi((*it)[2]), total);
+    ASSERT_TRUE(started.count(step) && started.count(step + 1)) << step;
+    const double eta = ((*it)[3].matched ? 3600.0 * std::stoi((*it)[3]) : 0.0) +
+                       60.0 * std::stoi((*it)[4]) + std::stoi((*it)[5]);
+    // The line is written between step `step` beginning and the next one beginning.
+    const double per_step_low = started[step] / (step - first);
+    const double per_step_high = started[step + 1] / (step - first);
+    EXPECT_GE(eta, 0.7 * per_step_low * (total - step) - 1.0) << (*it).str();
+    EXPECT_LE(eta, 1.3 * per_step_high * (total - step) + 1.0) << (*it).str();
+    ++checked;
+  }
+  EXPECT_EQ(checked, 41) << log;
   fs::remove_all(dir);
 }
 

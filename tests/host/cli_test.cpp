@@ -49,6 +49,27 @@ fs::path temp_dir() {
   return dir;
 }
 
+// Runs without run.output_dir write under ./runs, and each adds a run folder there (a fresh run
+// never reuses one): the tests work in a scratch folder, removed at the end.
+class ScratchWorkingDirectory : public ::testing::Environment {
+ public:
+  void SetUp() override {
+    dir_ = fs::temp_directory_path() / ("kiln_cli_cwd_" + std::to_string(::getpid()));
+    fs::create_directories(dir_);
+    previous_ = fs::current_path();
+    fs::current_path(dir_);
+  }
+  void TearDown() override {
+    fs::current_path(previous_);
+    fs::remove_all(dir_);
+  }
+
+ private:
+  fs::path dir_, previous_;
+};
+const ::testing::Environment* const kScratchWorkingDirectory =
+    ::testing::AddGlobalTestEnvironment(new ScratchWorkingDirectory);
+
 std::string write(const fs::path& path, const std::string& text) {
   std::ofstream(path.string()) << text;
   return path.string();

@@ -115,6 +115,19 @@ TEST(ProgressBar, FitsTheWidth) {
   }
 }
 
+// A resumed run's clock starts at the resume: its ETA is the rate of the steps since then, not
+// that time spread over every step since the run's beginning.
+TEST(ProgressEta, AfterAResumeUsesTheStepsSinceTheResume) {
+  ProgressState s = state(1010, 1407);
+  s.first_step = 1000;
+  s.elapsed = 1.0;  // 10 steps in a second since the resume
+  EXPECT_DOUBLE_EQ(eta_seconds(s), 0.1 * 397);
+  EXPECT_NE(format_progress(s).find("ETA 0:40"), std::string::npos) << format_progress(s);
+  EXPECT_NE(format_progress_bar(s, 120).find("ETA 0:40"), std::string::npos);
+  s.step = 1000;  // no step since the resume yet: no rate to go by
+  EXPECT_NE(format_progress(s).find("ETA ?"), std::string::npos) << format_progress(s);
+}
+
 TEST(ProgressLine, Unchanged) {
   EXPECT_EQ(format_progress(state(200, 1407)),
             "epoch 1/3  step 200/1407  loss 0.4321  lr 0.1  3120 samples/s  ETA 2:01");

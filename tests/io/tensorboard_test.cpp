@@ -191,6 +191,31 @@ TEST(TensorBoardWriter, FlushMakesScalarsVisibleWhileOpen) {
   expect_value(served[1][2], 0.75, "step 2");
 }
 
+// A resumed run's file starts with SessionLog START at the step after its checkpoint: what the
+// interrupted run's file holds from that step on (logged after its checkpoint, then lost to a
+// kill) is dropped, and every step is served once, with the resumed run's values.
+TEST(TensorBoardWriter, SessionStartDropsTheStepsAnInterruptedRunLoggedAfterItsCheckpoint) {
+  Scratch scratch;
+  {
+    TensorBoardWriter interrupted(scratch.path(""));
+    for (int64_t step = 1; step <= 10; ++step) interrupted.scalar("loss", 1.0 * step, step);
+  }
+  {
+    TensorBoardWriter resumed(scratch.path(""));  // a later second or ".kiln.1": read after
+    resumed.session_start(6);
+    for (int64_t step = 6; step <= 8; ++step) resumed.scalar("loss", 100.0 + step, step);
+  }
+  scratch.run("tensorboard_read.py");
+  ASSERT_FALSE(exists(scratch.path("error.txt"))) << scratch.read_text("error.txt");
+  const auto served = read_tsv(scratch, "scalars.tsv");
+  ASSERT_EQ(served.size(), 8u);
+  for (size_t i = 0; i < served.size(); ++i) {
+    const int64_t step = static_cast<int64_t>(i) + 1;
+    EXPECT_EQ(std::stoll(served[i][1]), step);
+    expect_value(served[i][2], step < 6 ? 1.0 * step : 100.0 + step, "step " + served[i][1]);
+  }
+}
+
 // The oracle is not lenient: a flipped byte fails the reader's CRC check.
 TEST(TensorBoardWriter, CorruptRecordFailsTheCrcCheck) {
   Scratch scratch;

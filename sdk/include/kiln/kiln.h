@@ -101,9 +101,10 @@ typedef struct kiln_session_options {
   size_t plugin_path_count;        /* entries in plugin_paths */
   const char* metrics_path;        /* borrowed: write metrics as JSON lines to this file (as
                                       `kiln run --metrics`); NULL or "": none */
-  const char* resume;              /* borrowed: "auto" (the newest usable checkpoint under
-                                      <output_dir>/checkpoints) or a checkpoint folder; NULL or
-                                      "": start afresh */
+  const char* resume;              /* borrowed: "auto" (the newest usable checkpoint of the
+                                      newest run folder <output_dir>/version_N that has one) or
+                                      a checkpoint folder; NULL or "": start afresh, in a new
+                                      run folder */
   int32_t log_level;               /* KILN_SESSION_LOG_*; applies to the whole process */
   int32_t distributed;             /* nonzero: join the data-parallel run the environment
                                       describes (torchrun's or Slurm's variables, or `kiln

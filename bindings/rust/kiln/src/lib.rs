@@ -394,8 +394,8 @@ pub struct Options {
     pub plugin_paths: Vec<PathBuf>,
     /// Write metrics as JSON lines to this file (as `kiln run --metrics`).
     pub metrics_path: Option<PathBuf>,
-    /// "auto" (the newest usable checkpoint under <output_dir>/checkpoints) or a checkpoint
-    /// folder; None starts afresh.
+    /// "auto" (the newest usable checkpoint of the newest run folder <output_dir>/version_N
+    /// that has one) or a checkpoint folder; None starts afresh, in a new run folder.
     pub resume: Option<String>,
     pub log_level: LogLevel,
     /// Join the data-parallel run the environment describes (torchrun, Slurm, `kiln launch`).

@@ -1,0 +1,104 @@
+#include "engine/config_identity.hpp"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include <boost/crc.hpp>
+#include <set>
+#include <sstream>
+#include <utility>
+#include <vector>
+
+namespace kiln::engine {
+namespace {
+
+// Keys that do not change what training computes: changing them keeps checkpoints usable.
+const std::set<std::string> kFreeRunKeys = {
+    "epochs",          "max_steps",   "log_interval",       "eval",
+    "threads",         "output_dir",  "checkpoint_every",   "checkpoint_keep",
+    "resume_fallback", "tensorboard", "max_nonfinite_steps"};
+const std::set<std::string> kFreeDataKeys = {"workers", "prefetch", "eval_batch_size", "root"};
+
+// Splits a `key = value` line of config::to_toml's output after its key, which may be quoted
+// (and then hold " = " itself).
+std::pair<std::string, std::string> split_entry(const std::string& line) {
+  size_t from = 0;
+  if (!line.empty() && line[0] == '"') {
+    for (from = 1; from < line.size() && line[from] != '"'; ++from) {
+      if (line[from] == '\\') ++from;
+    }
+  }
+  const size_t at = line.find(" = ", from);
+  if (at == std::string::npos) return {line, ""};
+  return {line.substr(0, at), line.substr(at + 3)};
+}
+
+// The resolved pipeline's lines that the identity covers, with their keys: one pass for both
+// the hash (over the lines, as checkpoints have always been hashed) and the keys.
+struct IdentityLines {
+  std::string hashed;  // the lines the hash covers, each with its newline
+  ConfigKeys keys;
+};
+
+IdentityLines identity_lines(const config::Pipeline& p) {
+  IdentityLines out;
+  std::istringstream text(config::to_toml(p));
+  std::string line, section;
+  while (std::getline(text, line)) {
+    if (!line.empty() && line[0] == '[') {
+      section = line;
+    } else {
+      const std::string key = line.substr(0, line.find_first_of(" ="));
+      if (section == "[run]" && kFreeRunKeys.count(key)) continue;
+      if (section == "[data]" && kFreeDataKeys.count(key)) continue;
+      if (section == "[plugins]") continue;
+      if (!section.empty() && !line.empty()) {
+        auto [name, value] = split_entry(line);
+        out.keys[section.substr(1, section.size() - 2) + "." + name] = std::move(value);
+      }
+    }
+    out.hashed += line + "\n";
+  }
+  return out;
+}
+
+}  // namespace
+
+ConfigKeys config_identity(const config::Pipeline& p) { return identity_lines(p).keys; }
+
+std::string config_hash(const config::Pipeline& p) {
+  const std::string kept = identity_lines(p).hashed;
+  boost::crc_32_type crc;
+  crc.process_bytes(kept.data(), kept.size());
+  return fmt::format("crc32:{:08x}", crc.checksum());
+}
+
+std::string config_difference(const ConfigKeys& checkpoint, const ConfigKeys& here) {
+  std::vector<std::string> differ;
+  std::set<std::string> keys;
+  for (const auto& [key, value] : checkpoint) keys.insert(key);
+  for (const auto& [key, value] : here) keys.insert(key);
+  for (const std::string& key : keys) {
+    const auto then = checkpoint.find(key);
+    const auto now = here.find(key);
+    if (then == checkpoint.end()) {
+      differ.push_back(fmt::format("{} = {} here, not in the checkpoint", key, now->second));
+    } else if (now == here.end()) {
+      differ.push_back(fmt::format("{} = {} in the checkpoint, not here", key, then->second));
+    } else if (then->second != now->second) {
+      differ.push_back(
+          fmt::format("{} = {} here, {} in the checkpoint", key, now->second, then->second));
+    }
+  }
+  return fmt::format("{}", fmt::join(differ, "; "));
+}
+
+std::string keys_free_on_resume() {
+  std::vector<std::string> keys;
+  for (const std::string& key : kFreeRunKeys) keys.push_back("run." + key);
+  for (const std::string& key : kFreeDataKeys) keys.push_back("data." + key);
+  keys.emplace_back("plugins.paths");
+  return fmt::format("{}", fmt::join(keys, ", "));
+}
+
+}  // namespace kiln::engine
