@@ -25,8 +25,7 @@ c10::Device resolve_device(const std::string& wanted) {
 
 void check_pipeline(const config::Pipeline& p, c10::Device device) {
   try {
-    (void)schedule_frame(p, /*iters_per_epoch=*/1, /*world_size=*/1,
-                         p.run.get_int("accumulation_steps"));
+    (void)schedule_frame(p, /*batches_per_epoch=*/1);
   } catch (const std::invalid_argument& e) {
     throw PipelineError(e.what());
   }
