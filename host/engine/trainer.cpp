@@ -481,6 +481,9 @@ void Trainer::Impl::build() {
     tensorboard = std::make_unique<io::TensorBoardWriter>(out_dir + "/tensorboard");
   }
   metrics.emplace(writer ? options.metrics_path : std::string(), /*append=*/position.step > 0);
+  std::vector<std::string> group_names;
+  for (const ParamGroup& g : groups) group_names.push_back(g.name);
+  metrics->set_lr_groups(group_names);
 
   size_t trainable = 0;
   for (const auto& g : groups) trainable += g.params.size();
