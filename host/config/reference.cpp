@@ -99,6 +99,29 @@ std::string reference_markdown(const plugin::Registry& registry) {
           "several match, the longest matched text wins, then the longer expression. Custom "
           "keys take precedence over the bias and norm rules.\n";
     }
+    if (section == "lr_policy") {
+      out +=
+          "\nIterations are optimizer steps numbered from 1: the run's first step trains at the "
+          "rate of iteration 1, and a step skipped for non-finite gradients keeps its number for "
+          "the next step under `count = \"applied\"`. An epoch has ceil(batches / "
+          "run.accumulation_steps) iterations. Warm-up gives the rate of iterations 1..W; from "
+          "W + 1 on the policy component gives it, for the same iteration number: `step`, "
+          "`multistep` and `exp` count from the start of the run, warm-up included, and "
+          "`cosine` and `poly` start their decay at W + 1. The rate is the base lr (optimizer.lr, "
+          "times the effective batch / lr_scaling.base_batch when that is set) times each "
+          "group's scale. Each component below names the reference it equals at every "
+          "iteration (tests/lr/lr_reference_test.cpp checks them against PyTorch's schedulers "
+          "and Pet's formulas); `kiln lr-schedule` prints the run's rates, `kiln plan` its "
+          "length. PyTorch trains the k-th optimizer step at last_epoch = k - 1, so where Pet "
+          "and PyTorch differ by one iteration both are here by name: `step` with `steps` is "
+          "Pet's STEP (iteration s is the first decayed) and `multistep` is MultiStepLR (s + 1); "
+          "warm-up `linear` is Pet's (which is LinearLR(start_factor = F + (1 - F) / W, "
+          "total_iters = W - 1) for W >= 2) and `torch_linear` is LinearLR(start_factor = F, "
+          "total_iters = W). Changed in kiln-step 2.0: `multistep`, `exp` and `step` with "
+          "`step_size` were one iteration ahead of the PyTorch schedulers they name; a 1.x "
+          "`multistep` pipeline gets its old rates from `step` with the same list as `steps` "
+          "(without repeats).\n";
+    }
   }
   out += "\n## Components\n";
   for (int32_t kind : {KILN_COMPONENT_MODEL, KILN_COMPONENT_NORM, KILN_COMPONENT_OPTIMIZER,

@@ -170,18 +170,26 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
       {"lr_policy",
        {
            spec("name", KILN_OPT_STRING, "\"constant\"", "learning-rate schedule component"),
-           choice("warmup", "none,constant,linear", "\"none\"", "warmup shape before the schedule"),
-           spec("warmup_iters", KILN_OPT_INT, "0", "optimizer steps of warmup", 0),
+           choice("warmup", "none,constant,linear,torch_linear", "\"none\"",
+                  "warm-up replacing the policy for iterations 1..W: constant = lr x factor "
+                  "(Pet CONSTANT, torch ConstantLR); linear = Pet LINEAR, lr x (factor + (1 - "
+                  "factor) x it / W), the base lr at W; torch_linear = torch LinearLR(factor, "
+                  "total_iters = W), lr x (factor + (1 - factor) x (it - 1) / W)"),
+           spec("warmup_iters", KILN_OPT_INT, "0", "optimizer steps of warmup (W)", 0),
            spec("warmup_factor", KILN_OPT_FLOAT, "0.1", "learning-rate factor at warmup start", 0,
                 1),
            spec("warmup_epochs", KILN_OPT_FLOAT, "0.0",
-                "warmup length in epochs (converted with the loader length); excludes warmup_iters",
+                "warmup length in epochs: W = round(warmup_epochs x optimizer steps per epoch), "
+                "halves away from zero; excludes warmup_iters",
                 0),
            choice("count", "applied,attempted", "\"applied\"",
                   "steps the schedule counts: applied (skipped overflow steps do not advance it) "
                   "or attempted (PyTorch's behaviour)"),
            spec("log_change_ratio", KILN_OPT_FLOAT, "1.1",
-                "log a line when the lr changes by more than this ratio (Pet); 0 = never", 0),
+                "log a line when one step changes the lr by more than this ratio after one that "
+                "did not (a milestone; a run of such steps, as a cosine's tail, logs its first), "
+                "besides the first step's lr and the end of warm-up; 0 = never",
+                0),
        }},
       {"lr_scaling",
        {

@@ -44,8 +44,7 @@ config::ConfigError located(const config::Pipeline& p, const plugin::OptionsRefu
 
 void check_pipeline(const config::Pipeline& p, c10::Device device, int64_t world_size) {
   try {
-    (void)schedule_frame(p, /*iters_per_epoch=*/1, /*world_size=*/1,
-                         p.run.get_int("accumulation_steps"));
+    (void)schedule_frame(p, /*batches_per_epoch=*/1);
   } catch (const std::invalid_argument& e) {
     throw PipelineError("lr_policy.warmup_epochs", e.what());
   }

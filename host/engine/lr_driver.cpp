@@ -1,5 +1,7 @@
 #include "engine/lr_driver.hpp"
 
+#include <fmt/format.h>
+
 #include <algorithm>
 #include <cmath>
 #include <stdexcept>
@@ -10,22 +12,44 @@ Warmup parse_warmup(const std::string& name) {
   if (name == "none") return Warmup::kNone;
   if (name == "constant") return Warmup::kConstant;
   if (name == "linear") return Warmup::kLinear;
+  if (name == "torch_linear") return Warmup::kTorchLinear;
   throw std::invalid_argument("unknown warmup '" + name + "'");
 }
 
-ScheduleFrame schedule_frame(const config::Pipeline& p, int64_t iters_per_epoch, int64_t world_size,
-                             int64_t accumulation) {
+const char* warmup_name(Warmup w) {
+  switch (w) {
+    case Warmup::kConstant:
+      return "constant";
+    case Warmup::kLinear:
+      return "linear";
+    case Warmup::kTorchLinear:
+      return "torch_linear";
+    default:
+      return "none";
+  }
+}
+
+int64_t steps_per_epoch(int64_t batches, int64_t accumulation) {
+  return (batches + accumulation - 1) / accumulation;
+}
+
+ScheduleFrame schedule_frame(const config::Pipeline& p, int64_t batches_per_epoch) {
   const config::OptionSet& lr = p.lr_policy.core;
   ScheduleFrame f;
   f.unscaled_lr = p.optimizer.core.get_float("lr");
-  f.effective_batch = world_size * p.data.get_int("batch_size") * accumulation;
+  // data.batch_size is the global batch (a distributed run splits it over the ranks), so the
+  // world size does not multiply it again.
+  f.micro_batch = p.data.get_int("batch_size");
+  f.accumulation = p.run.get_int("accumulation_steps");
+  f.effective_batch = f.micro_batch * f.accumulation;
   const int64_t base_batch = p.lr_scaling.get_int("base_batch");
   // Goyal et al.'s linear rule, on the batch one optimizer step really sees.
   f.base_lr = base_batch > 0 ? f.unscaled_lr * static_cast<double>(f.effective_batch) /
                                    static_cast<double>(base_batch)
                              : f.unscaled_lr;
-  f.iters_per_epoch = iters_per_epoch;
-  f.max_iters = p.run.get_int("epochs") * iters_per_epoch;
+  f.batches_per_epoch = batches_per_epoch;
+  f.iters_per_epoch = steps_per_epoch(batches_per_epoch, f.accumulation);
+  f.max_iters = p.run.get_int("epochs") * f.iters_per_epoch;
   if (p.run.get_int("max_steps") > 0)
     f.max_iters = std::min(f.max_iters, p.run.get_int("max_steps"));
   f.warmup = parse_warmup(lr.get_string("warmup"));
@@ -36,7 +60,7 @@ ScheduleFrame schedule_frame(const config::Pipeline& p, int64_t iters_per_epoch,
         "lr_policy.warmup_iters and lr_policy.warmup_epochs are both set; give one of them");
   }
   f.warmup_iters =
-      epochs > 0 ? static_cast<int64_t>(std::llround(epochs * iters_per_epoch)) : iters;
+      epochs > 0 ? static_cast<int64_t>(std::llround(epochs * f.iters_per_epoch)) : iters;
   if (f.warmup == Warmup::kNone) f.warmup_iters = 0;
   if (f.warmup != Warmup::kNone && f.warmup_iters == 0) f.warmup = Warmup::kNone;
   f.warmup_factor = lr.get_float("warmup_factor");
@@ -56,25 +80,44 @@ kiln_lr_schedule to_policy_schedule(const ScheduleFrame& f) {
 }
 
 double lr_at(const ScheduleFrame& f, const plugin::LrPolicyAdapter& policy, int64_t iter) {
-  // Pet: warm up while it <= warm_up_iters; CONSTANT: lr·F; LINEAR: α = it/W, lr·(F·(1−α)+α).
   if (iter <= f.warmup_iters) {
+    // Pet's CONSTANT: lr·F (ConstantLR too). Pet's LINEAR: α = it/W, lr·(F·(1−α)+α), the base
+    // rate at it = W. LinearLR(start_factor = F, total_iters = W) is one iteration behind:
+    // α = (it − 1)/W, the base rate at it = W + 1, the policy's first iteration.
     if (f.warmup == Warmup::kConstant) return f.base_lr * f.warmup_factor;
-    const double alpha = static_cast<double>(iter) / static_cast<double>(f.warmup_iters);
+    const int64_t done = f.warmup == Warmup::kTorchLinear ? iter - 1 : iter;
+    const double alpha = static_cast<double>(done) / static_cast<double>(f.warmup_iters);
     return f.base_lr * (f.warmup_factor * (1.0 - alpha) + alpha);
   }
   return policy.lr_at(iter);
 }
 
-bool LrDriver::changed_notably(double lr) {
-  if (frame_.log_change_ratio <= 0.0) return false;
-  if (reported_any_) {
-    // Compare in the direction of the change so a drop to 0 counts as a large change.
-    const double hi = std::max(lr, reported_), lo = std::min(lr, reported_);
-    if (hi <= lo * frame_.log_change_ratio) return false;
+std::string LrChangeLog::note(int64_t iter, double lr) {
+  if (frame_.log_change_ratio <= 0.0) return "";
+  const bool warming = iter <= frame_.warmup_iters;
+  std::string out;
+  if (!seen_any_) {
+    out = fmt::format("lr {:.6g}", lr);
+    if (warming) {
+      out += fmt::format(" ({} warm-up to {:.6g} over {} steps)", warmup_name(frame_.warmup),
+                         frame_.base_lr, frame_.warmup_iters);
+    }
+  } else if (iter == last_iter_) {
+    return "";  // a skipped step that the schedule does not count: the same iteration again
+  } else if (!warming && last_iter_ <= frame_.warmup_iters) {
+    out = fmt::format("lr {:.6g}: warm-up done", lr);
+    last_was_jump_ = false;
+  } else if (!warming) {
+    // Compared in the direction of the change, so that a drop to 0 is a large change.
+    const double hi = std::max(lr, last_lr_), lo = std::min(lr, last_lr_);
+    const bool jump = hi > lo * frame_.log_change_ratio;
+    if (jump && !last_was_jump_) out = fmt::format("lr {:.6g} -> {:.6g}", last_lr_, lr);
+    last_was_jump_ = jump;
   }
-  reported_any_ = true;
-  reported_ = lr;
-  return true;
+  seen_any_ = true;
+  last_iter_ = iter;
+  last_lr_ = lr;
+  return out;
 }
 
 }  // namespace kiln::engine

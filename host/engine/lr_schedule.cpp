@@ -4,17 +4,14 @@
 
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
-#include "engine/lr_driver.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/plan.hpp"
 #include "io/plot.hpp"
 #include "kiln/torch.hpp"
 
 namespace kiln::engine {
-namespace {
 
-// Optimizer steps per epoch, as the run's loader will make them.
-int64_t iters_per_epoch(const config::Pipeline& p) {
+int64_t train_batches_per_epoch(const config::Pipeline& p) {
   const config::OptionSet& d = p.data;
   data::Dataset dataset;
   if (d.get_string("dataset") == "synthetic") {
@@ -34,12 +31,10 @@ int64_t iters_per_epoch(const config::Pipeline& p) {
   return data::Loader(dataset, o).batches_per_epoch();
 }
 
-}  // namespace
-
 LrTable lr_table(const config::Pipeline& p, int64_t iters) {
   LrTable table;
-  table.iters_per_epoch = iters_per_epoch(p);
-  ScheduleFrame frame = schedule_frame(p, table.iters_per_epoch);
+  table.frame = schedule_frame(p, train_batches_per_epoch(p));
+  ScheduleFrame& frame = table.frame;
   if (iters > 0) frame.max_iters = iters;
   plugin::LrPolicyAdapter policy(*p.lr_policy.component, p.lr_policy.options,
                                  to_policy_schedule(frame));
@@ -72,7 +67,8 @@ std::string format_lr_table(const LrTable& t, bool csv) {
 
 void plot_lr_table(const LrTable& t, const std::string& png_path) {
   io::Panel panel;
-  panel.title = fmt::format("learning rate per group ({} iterations per epoch)", t.iters_per_epoch);
+  panel.title =
+      fmt::format("learning rate per group ({} iterations per epoch)", t.frame.iters_per_epoch);
   panel.x_label = "iteration";
   panel.y_label = "lr";
   for (size_t g = 0; g < t.groups.size(); ++g) {

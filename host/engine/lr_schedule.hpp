@@ -8,14 +8,19 @@
 #include <vector>
 
 #include "config/pipeline.hpp"
+#include "engine/lr_driver.hpp"
 
 namespace kiln::engine {
 
 struct LrTable {
   std::vector<std::string> groups;       // group names
   std::vector<std::vector<double>> lrs;  // lrs[i][g]: iteration i+1, group g
-  int64_t iters_per_epoch = 0;
+  ScheduleFrame frame;                   // the run's, as the trainer computes it
 };
+
+// Micro-batches per epoch of the run's training loader (data.batch_size, drop_last), counted
+// without training: a synthetic dataset is made one pixel per image, Fashion-MNIST is read.
+int64_t train_batches_per_epoch(const config::Pipeline& pipeline);
 
 // `iters` > 0 overrides the run's length (max_iters of the schedule too).
 LrTable lr_table(const config::Pipeline& pipeline, int64_t iters = 0);

@@ -6,6 +6,7 @@
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
 #include "engine/lr_driver.hpp"
+#include "engine/lr_schedule.hpp"
 #include "engine/memory_plan.hpp"
 #include "engine/model_build.hpp"
 #include "engine/param_groups.hpp"
@@ -63,6 +64,21 @@ std::string memory_table(const config::Pipeline& p, torch::nn::Module& model,
   return out;
 }
 
+// The frame's length in optimizer steps and its warm-up, as `kiln lr-schedule` lists them.
+std::string describe_schedule(const ScheduleFrame& f, const std::string& epoch_unknown) {
+  if (!epoch_unknown.empty()) {
+    return "# schedule: epoch length unknown (" + epoch_unknown + ")\n";
+  }
+  std::string out = fmt::format(
+      "# schedule: {} optimizer steps, {} per epoch ({} batches{})", f.max_iters, f.iters_per_epoch,
+      f.batches_per_epoch,
+      f.accumulation > 1 ? fmt::format(" in windows of {}", f.accumulation) : std::string());
+  if (f.warmup != Warmup::kNone) {
+    out += fmt::format("; {} warm-up over steps 1-{}", warmup_name(f.warmup), f.warmup_iters);
+  }
+  return out + "\n";
+}
+
 }  // namespace
 
 std::string describe_plan(const config::Pipeline& p) {
@@ -76,7 +92,15 @@ std::string describe_plan(const config::Pipeline& p) {
   out += "\n" + config::to_toml(p) + "\n";
 
   std::shared_ptr<kiln::Model> model = build_model_for_inspection(p);
-  const ScheduleFrame frame = schedule_frame(p, /*iters_per_epoch=*/1);
+  // The run's frame (lr_driver.hpp); the epoch length needs the dataset's size, the rest not.
+  std::string epoch_unknown;
+  int64_t batches = 1;
+  try {
+    batches = train_batches_per_epoch(p);
+  } catch (const std::exception& e) {
+    epoch_unknown = e.what();
+  }
+  const ScheduleFrame frame = schedule_frame(p, batches);
   out += "# parameter groups (lr = schedule lr x scale; base lr " +
          fmt::format("{}", frame.base_lr) +
          (frame.base_lr != frame.unscaled_lr ? ", linearly scaled" : "") + ")\n";
@@ -94,7 +118,8 @@ std::string describe_plan(const config::Pipeline& p) {
   out += fmt::format(
       "# batch: {} per step = batch_size {} (global: split over the ranks of a distributed run) "
       "x accumulation {}\n",
-      frame.effective_batch, p.data.get_int("batch_size"), p.run.get_int("accumulation_steps"));
+      frame.effective_batch, frame.micro_batch, frame.accumulation);
+  out += describe_schedule(frame, epoch_unknown);
   const std::vector<std::string> blocks = model->block_names();
   out += blocks.empty()
              ? std::string("# blocks for memory.checkpoint: none (the model has no chains)\n")

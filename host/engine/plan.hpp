@@ -1,5 +1,6 @@
 // `kiln plan`: the resolved pipeline as a person reads it — plugins with their libraries, every
-// option with defaults filled, the parameter groups of the built model, and the batch sizes.
+// option with defaults filled, the parameter groups of the built model, the batch sizes and the
+// schedule's length.
 #pragma once
 
 #include <memory>
@@ -13,7 +14,8 @@ class Model;
 
 namespace kiln::engine {
 
-// Builds the model on the CPU (no data is read) to list its parameter groups.
+// Builds the model on the CPU to list its parameter groups; the training set's length is read
+// (lr_schedule.hpp) for the schedule's, and where it cannot be the plan says why.
 std::string describe_plan(const config::Pipeline& pipeline);
 
 // The pipeline's model built on the CPU with its norm plugin, for inspection (no data read; the

@@ -43,14 +43,12 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
 
     (void)build_param_groups(*model, group_rules(p));
     plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options);
-    const int64_t accumulation = p.run.get_int("accumulation_steps");
-    // Rank 0's loader counts the steps of an epoch as in the run.
+    // Rank 0's loader counts the micro-batches of an epoch as in the run.
     data::LoaderOptions counting =
         loader_options(p.data, 0, true, device, 0, static_cast<int>(world_size));
     counting.workers = 0;
     const int64_t batches = data::Loader(train, counting).batches_per_epoch();
-    const ScheduleFrame frame =
-        schedule_frame(p, (batches + accumulation - 1) / accumulation, 1, accumulation);
+    const ScheduleFrame frame = schedule_frame(p, batches);
     plugin::LrPolicyAdapter policy(*p.lr_policy.component, p.lr_policy.options,
                                    to_policy_schedule(frame));
     (void)LossScaler(plan, precision, p.run.get_int("max_nonfinite_steps"));

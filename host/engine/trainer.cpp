@@ -337,9 +337,7 @@ void Trainer::Impl::build() {
   epochs = run.get_int("epochs");
   accumulation = run.get_int("accumulation_steps");
   batches_per_epoch = train_loader->batches_per_epoch();
-  const int64_t steps_per_epoch = (batches_per_epoch + accumulation - 1) / accumulation;
-  // data.batch_size is already the global batch, so the world size does not multiply it again.
-  frame = schedule_frame(p, steps_per_epoch, /*world_size=*/1, accumulation);
+  frame = schedule_frame(p, batches_per_epoch);
   lr_policy.emplace(*p.lr_policy.component, p.lr_policy.options, to_policy_schedule(frame));
   lr_driver.emplace(frame, *lr_policy);
   scaler.emplace(plan, *precision, run.get_int("max_nonfinite_steps"));
@@ -450,6 +448,9 @@ void Trainer::Impl::build() {
     if (position.step > 0) tensorboard->session_start(position.step + 1);
   }
   metrics.emplace(writer ? options.metrics_path : std::string(), /*append=*/position.step > 0);
+  std::vector<std::string> group_names;
+  for (const ParamGroup& g : groups) group_names.push_back(g.name);
+  metrics->set_lr_groups(group_names);
 
   size_t trainable = 0;
   for (const auto& g : groups) trainable += g.params.size();
@@ -617,9 +618,8 @@ void Trainer::Impl::step() {
       : graphed_check ? optimizer_step->run_after_check(step, *graphed_check)
                       : optimizer_step->run(step, loss_sum, check_every_step || logged(step));
   const std::vector<double>& group_lrs = outcome.group_lrs;
-  if (lr_driver->changed_notably(outcome.lr)) {
-    spdlog::info("step {}: lr {:.6g}", step, outcome.lr);
-  }
+  const std::string lr_note = lr_driver->change_note(outcome.lr);
+  if (!lr_note.empty()) spdlog::info("step {}: {}", step, lr_note);
   if (outcome.verdict != StepVerdict::kApply) {
     const GradCheck& check = outcome.check;
     spdlog::warn("step {}: {}; step skipped{}", step,

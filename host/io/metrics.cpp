@@ -86,7 +86,30 @@ class Line {
   size_t start_;  // where this line begins in b_
 };
 
+// `text` as a JSON string literal (group names come from regular expressions: quotes and
+// backslashes are common).
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
 }  // namespace
+
+void MetricsWriter::set_lr_groups(const std::vector<std::string>& names) {
+  lr_groups_ = "[";
+  for (size_t i = 0; i < names.size(); ++i) lr_groups_ += (i ? "," : "") + json_string(names[i]);
+  lr_groups_ += "]";
+}
 
 MetricsWriter::MetricsWriter(const std::string& path, bool append) {
   if (path.empty()) return;
@@ -114,8 +137,9 @@ void MetricsWriter::write(const StepRecord& r) {
     if (i > 0) line.text(",");
     line.number(r.lr[i]);
   }
-  line.text("]")
-      .field("started", r.started)
+  line.text("]");
+  if (!lr_groups_.empty()) line.key("lr_groups").text(lr_groups_);
+  line.field("started", r.started)
       .field("step_time", r.step_time)
       .field("data_time", r.data_time)
       .field("samples_per_s", r.samples_per_s)

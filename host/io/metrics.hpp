@@ -60,9 +60,14 @@ class MetricsWriter {
   void write(const EvalRecord& r);  // written through at once
   void flush();                     // writes the buffered lines to the OS
   bool enabled() const { return file_.is_open(); }
+  // The parameter groups' names, written into every later step line as "lr_groups" next to
+  // "lr" (in its order), so that a reader names the rates as `kiln lr-schedule` and TensorBoard
+  // do, from any part of the file.
+  void set_lr_groups(const std::vector<std::string>& names);
 
  private:
-  BufferedFile file_;  // flushed (a failure logged) and closed on destruction
+  BufferedFile file_;      // flushed (a failure logged) and closed on destruction
+  std::string lr_groups_;  // the names as a JSON array; empty: not written
 };
 
 }  // namespace kiln::io

@@ -61,6 +61,14 @@ int64_t integer(const LineContext& where, const pt::ptree& obj, const std::strin
   return static_cast<int64_t>(v);
 }
 
+std::vector<std::string> strings(const pt::ptree& obj, const std::string& key) {
+  std::vector<std::string> out;
+  const auto child = obj.get_child_optional(key);
+  if (!child) return out;
+  for (const auto& item : *child) out.push_back(item.second.data());
+  return out;
+}
+
 std::vector<double> numbers(const LineContext& where, const pt::ptree& obj,
                             const std::string& key) {
   std::vector<double> out;
@@ -126,6 +134,8 @@ MetricsLog read_metrics(const std::string& path) {
       s.loss_scale = number(where, obj, "loss_scale");
       s.grad_norm = number(where, obj, "grad_norm");
       s.skipped = obj.get<std::string>("skipped", "false") == "true";
+      std::vector<std::string> names = strings(obj, "lr_groups");
+      if (!names.empty()) log.lr_groups = std::move(names);
       // A resumed run repeats the steps after its checkpoint, and the evaluations among them.
       while (!log.steps.empty() && log.steps.back().step >= s.step) log.steps.pop_back();
       while (!log.evals.empty() && log.evals.back().step >= s.step) log.evals.pop_back();
@@ -144,8 +154,7 @@ MetricsLog read_metrics(const std::string& path) {
   return log;
 }
 
-void plot_metrics(const std::string& metrics_path, const std::string& png_path) {
-  const MetricsLog log = read_metrics(metrics_path);
+std::vector<Panel> metrics_panels(const MetricsLog& log) {
   std::vector<Panel> panels;
 
   std::vector<double> steps, losses;
@@ -172,10 +181,14 @@ void plot_metrics(const std::string& metrics_path, const std::string& png_path) 
   panels.push_back(std::move(loss));
 
   if (!log.evals.empty()) {
-    panels.push_back(Panel{"Test accuracy per evaluation",
-                           "epoch",
-                           "%",
-                           {{"test accuracy", eval_epochs, accuracies, true}}});
+    Panel accuracy{"Test accuracy per evaluation",
+                   "epoch",
+                   "%",
+                   {{"test accuracy", eval_epochs, accuracies, true}}};
+    accuracy.whole_x = true;
+    accuracy.y_floor = 0.0;
+    accuracy.y_ceiling = 100.0;
+    panels.push_back(std::move(accuracy));
   }
 
   size_t groups = 0;
@@ -183,7 +196,9 @@ void plot_metrics(const std::string& metrics_path, const std::string& png_path) 
   if (groups > 0) {
     Panel lr{"Learning rate per group", "step", "lr", {}};
     for (size_t g = 0; g < groups; ++g) {
-      Series series{fmt::format("group {}", g), steps, {}};
+      // The names `kiln lr-schedule` and TensorBoard use; older files have none.
+      Series series{
+          g < log.lr_groups.size() ? log.lr_groups[g] : fmt::format("group {}", g), steps, {}};
       for (const MetricsStep& s : log.steps) series.y.push_back(g < s.lr.size() ? s.lr[g] : kNaN);
       lr.series.push_back(std::move(series));
     }
@@ -203,8 +218,11 @@ void plot_metrics(const std::string& metrics_path, const std::string& png_path) 
   if (lo < hi) {
     panels.push_back(Panel{"Loss scale", "step", "log2 scale", {{"loss scale", steps, log_scale}}});
   }
+  return panels;
+}
 
-  write_plot(png_path, panels);
+void plot_metrics(const std::string& metrics_path, const std::string& png_path) {
+  write_plot(png_path, metrics_panels(read_metrics(metrics_path)));
 }
 
 }  // namespace kiln::io

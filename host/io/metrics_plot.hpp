@@ -5,6 +5,8 @@
 #include <string>
 #include <vector>
 
+#include "io/plot.hpp"
+
 namespace kiln::io {
 
 // The fields of the metrics file that the plot uses; a JSON null (or an absent optional field)
@@ -29,6 +31,7 @@ struct MetricsEval {
 struct MetricsLog {
   std::vector<MetricsStep> steps;
   std::vector<MetricsEval> evals;
+  std::vector<std::string> lr_groups;  // names of the lr entries, from the last step naming them
 };
 
 // Reads a metrics file. Records of other types are ignored, and so is a last line that is cut
@@ -39,10 +42,14 @@ struct MetricsLog {
 // file without step records.
 MetricsLog read_metrics(const std::string& path);
 
-// Writes `png_path` (900 px wide, 360 px per panel): training loss with its moving mean and the
-// evaluations' loss; test accuracy per evaluation (when there are evaluations); the learning rate
-// of every group; log2 of the loss scale (when it changes). Throws std::runtime_error as
-// read_metrics does, or naming `png_path` when it cannot be written.
+// The panels: training loss with its moving mean and the evaluations' loss; test accuracy in %
+// per evaluation, by epoch (when there are evaluations); the learning rate of every group, named
+// as the metrics name them ("group <i>" in files that do not); log2 of the loss scale (when it
+// changes).
+std::vector<Panel> metrics_panels(const MetricsLog& log);
+
+// Writes the panels of `metrics_path` to `png_path` (900 px wide, 360 px per panel). Throws
+// std::runtime_error as read_metrics does, or naming `png_path` when it cannot be written.
 void plot_metrics(const std::string& metrics_path, const std::string& png_path);
 
 }  // namespace kiln::io

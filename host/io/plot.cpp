@@ -30,8 +30,8 @@ struct Range {
   }
 };
 
-// About five round tick values covering [lo, hi].
-std::vector<double> ticks(double lo, double hi) {
+// About five round tick values covering [lo, hi]; whole numbers only when `whole`.
+std::vector<double> ticks(double lo, double hi, bool whole) {
   const double raw = (hi - lo) / 5.0;
   const double mag = std::pow(10.0, std::floor(std::log10(raw)));
   double step = mag;
@@ -39,6 +39,7 @@ std::vector<double> ticks(double lo, double hi) {
     step = m * mag;
     if (raw <= step) break;
   }
+  if (whole) step = std::max(step, 1.0);
   std::vector<double> out;
   for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
     out.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
@@ -53,15 +54,9 @@ const double kColors[][3] = {{0.12, 0.47, 0.71}, {1.0, 0.5, 0.05},  {0.17, 0.63,
 
 void draw_panel(cairo_t* cr, const Panel& panel, double top, double width, double height) {
   const double left = 80, right = width - 20, plot_top = top + 30, bottom = top + height - 45;
-  Range xr, yr;
-  for (const auto& s : panel.series) {
-    for (double v : s.x) xr.add(v);
-    for (double v : s.y) yr.add(v);
-  }
-  xr.settle();
-  yr.settle();
-  auto px = [&](double x) { return left + (x - xr.lo) / (xr.hi - xr.lo) * (right - left); };
-  auto py = [&](double y) { return bottom - (y - yr.lo) / (yr.hi - yr.lo) * (bottom - plot_top); };
+  const Axis xa = x_axis(panel), ya = y_axis(panel);
+  auto px = [&](double x) { return left + (x - xa.lo) / (xa.hi - xa.lo) * (right - left); };
+  auto py = [&](double y) { return bottom - (y - ya.lo) / (ya.hi - ya.lo) * (bottom - plot_top); };
 
   cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
   cairo_set_source_rgb(cr, 0, 0, 0);
@@ -70,7 +65,7 @@ void draw_panel(cairo_t* cr, const Panel& panel, double top, double width, doubl
   cairo_show_text(cr, panel.title.c_str());
   cairo_set_font_size(cr, 11);
   cairo_set_line_width(cr, 1);
-  for (double t : ticks(xr.lo, xr.hi)) {
+  for (double t : xa.ticks) {
     cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
     cairo_move_to(cr, px(t), plot_top);
     cairo_line_to(cr, px(t), bottom);
@@ -80,7 +75,7 @@ void draw_panel(cairo_t* cr, const Panel& panel, double top, double width, doubl
     cairo_move_to(cr, px(t) - 3.0 * static_cast<double>(text.size()), bottom + 14);
     cairo_show_text(cr, text.c_str());
   }
-  for (double t : ticks(yr.lo, yr.hi)) {
+  for (double t : ya.ticks) {
     cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
     cairo_move_to(cr, left, py(t));
     cairo_line_to(cr, right, py(t));
@@ -137,13 +132,34 @@ void draw_panel(cairo_t* cr, const Panel& panel, double top, double width, doubl
 
 }  // namespace
 
+Axis x_axis(const Panel& panel) {
+  Range r;
+  for (const auto& s : panel.series) {
+    for (double v : s.x) r.add(v);
+  }
+  r.settle();
+  return {r.lo, r.hi, ticks(r.lo, r.hi, panel.whole_x)};
+}
+
+Axis y_axis(const Panel& panel) {
+  Range r;
+  for (const auto& s : panel.series) {
+    for (double v : s.y) r.add(v);
+  }
+  r.settle();
+  // Padding around a flat series stops at the bounds (an accuracy of 100% stays under 100%).
+  r.lo = std::max(r.lo, panel.y_floor);
+  r.hi = std::min(r.hi, panel.y_ceiling);
+  if (!(r.lo < r.hi)) r.settle();
+  return {r.lo, r.hi, ticks(r.lo, r.hi, false)};
+}
+
 void write_plot(const std::string& path, const std::vector<Panel>& panels, int width,
                 int panel_height) {
   const int height = panel_height * static_cast<int>(std::max<size_t>(1, panels.size()));
   std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)> surface(
       cairo_image_surface_create(CAIRO_FORMAT_RGB24, width, height), cairo_surface_destroy);
-  std::unique_ptr<cairo_t, decltype(&cairo_destroy)> cr(cairo_create(surface.get()),
-                                                        cairo_destroy);
+  std::unique_ptr<cairo_t, decltype(&cairo_destroy)> cr(cairo_create(surface.get()), cairo_destroy);
   cairo_set_source_rgb(cr.get(), 1, 1, 1);
   cairo_paint(cr.get());
   for (size_t i = 0; i < panels.size(); ++i) {

@@ -1,6 +1,7 @@
 // Line plots written as PNG (cairo): learning-rate schedules and training curves.
 #pragma once
 
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -16,7 +17,19 @@ struct Panel {
   std::string title;
   std::string x_label, y_label;
   std::vector<Series> series;
+  bool whole_x = false;  // x counts whole things (epochs): ticks on whole numbers only
+  // Bounds the y axis never passes, padding included (a percentage stays within [0, 100]).
+  double y_floor = -std::numeric_limits<double>::infinity();
+  double y_ceiling = std::numeric_limits<double>::infinity();
 };
+
+// An axis as drawn: its range and its tick values.
+struct Axis {
+  double lo = 0.0, hi = 1.0;
+  std::vector<double> ticks;
+};
+Axis x_axis(const Panel& panel);
+Axis y_axis(const Panel& panel);
 
 // Writes `panels` stacked vertically into one PNG at `path`. Throws std::runtime_error with the
 // path and cairo's reason when it cannot.

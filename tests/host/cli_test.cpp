@@ -211,7 +211,7 @@ TEST(Cli, TrainsAndWritesMetrics) {
   double last_accuracy = 0.0, last_started = -1.0;
   const std::regex step_re(
       R"(\{"type":"step","step":(\d+),"epoch":(\d+),"loss":[-0-9.e]+,"lr":\[[-0-9.e,]+\],)"
-      R"("started":([0-9.e+-]+),"step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+,)"
+      R"("lr_groups":\["default","bias"\],"started":([0-9.e+-]+),"step_time":[-0-9.e]+,"data_time":[-0-9.e]+,"samples_per_s":[-0-9.e]+,)"
       R"("loss_scale":1,"grad_norm":(null|[0-9.e+-]+),"skipped":false,"skipped_total":0,)"
       R"("micro_batches":1,"memory_mb":(null|[0-9.e+]+),"tensor_mb":[0-9.e+]+,"tensor_peak_mb":[0-9.e+]+,)"
       R"("activation_mb":[0-9.e+-]+,"allreduces":0\})");

@@ -1,15 +1,16 @@
 // The host's side of LR scheduling: Pet's warm-up (checked against torch's LinearLR/ConstantLR),
 // warm-up in epochs, linear batch scaling, counting applied or attempted steps, the change log,
 // and the refusal of two warm-up lengths.
+#include "engine/lr_driver.hpp"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
-#include <functional>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 
-#include "engine/lr_driver.hpp"
 #include "kiln_test_paths.h"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
@@ -29,8 +30,10 @@ const kiln::plugin::Registry& registry() {
 }
 
 kiln::config::Pipeline pipeline(const std::string& lr_policy, const std::string& extra = "") {
-  const std::string text = "[model]\nname = \"mlp\"\n[data]\nbatch_size = 64\n[optimizer]\nlr = 0.4\n"
-                           "[lr_policy]\n" + lr_policy + "\n" + extra;
+  const std::string text =
+      "[model]\nname = \"mlp\"\n[data]\nbatch_size = 64\n[optimizer]\nlr = 0.4\n"
+      "[lr_policy]\n" +
+      lr_policy + "\n" + extra;
   return kiln::config::load_pipeline_text(text, "test.toml", {}, registry());
 }
 
@@ -53,9 +56,13 @@ std::vector<double> torch_values(const std::string& scheduler, int n) {
                         " -c \"import torch\n"
                         "p = torch.nn.Parameter(torch.zeros(1))\n"
                         "o = torch.optim.SGD([p], lr=0.4)\n"
-                        "s = torch.optim.lr_scheduler." + scheduler + "\n"
+                        "s = torch.optim.lr_scheduler." +
+                        scheduler +
+                        "\n"
                         "v = [o.param_groups[0]['lr']]\n"
-                        "for _ in range(" + std::to_string(n) + "):\n"
+                        "for _ in range(" +
+                        std::to_string(n) +
+                        "):\n"
                         "    o.step(); s.step(); v.append(o.param_groups[0]['lr'])\n"
                         "print(' '.join(repr(x) for x in v))\"";
   FILE* pipe = popen(command.c_str(), "r");
@@ -70,11 +77,16 @@ std::vector<double> torch_values(const std::string& scheduler, int n) {
 }
 
 TEST(LrDriver, LinearWarmupIsPetsFormulaAndTorchsLinearLR) {
-  auto p = pipeline("name = \"constant\"\nwarmup = \"linear\"\nwarmup_iters = 20\nwarmup_factor = 0.25");
+  auto p =
+      pipeline("name = \"constant\"\nwarmup = \"linear\"\nwarmup_iters = 20\nwarmup_factor = 0.25");
   Schedule s = schedule(p, 100);
   auto torch = torch_values("LinearLR(o, start_factor=0.25, total_iters=20)", 40);
   ASSERT_EQ(torch.size(), 41u);
+  // Pet's warm-up is LinearLR with start_factor F + (1 − F)/W over W − 1, stepped as in training.
+  auto shifted = torch_values("LinearLR(o, start_factor=0.25 + 0.75 / 20, total_iters=19)", 40);
+  ASSERT_EQ(shifted.size(), 41u);
   for (int it = 1; it <= 40; ++it) {
+    EXPECT_NEAR(kiln::engine::lr_at(s.frame, *s.policy, it), shifted[it - 1], 1e-12) << it;
     const double alpha = std::min(1.0, it / 20.0);
     const double pet = it <= 20 ? 0.4 * (0.25 * (1 - alpha) + alpha) : 0.4;
     const double kiln = kiln::engine::lr_at(s.frame, *s.policy, it);
@@ -83,8 +95,21 @@ TEST(LrDriver, LinearWarmupIsPetsFormulaAndTorchsLinearLR) {
   }
 }
 
+TEST(LrDriver, TorchLinearWarmupIsTorchsLinearLR) {
+  auto p = pipeline(
+      "name = \"constant\"\nwarmup = \"torch_linear\"\nwarmup_iters = 20\nwarmup_factor = 0.25");
+  Schedule s = schedule(p, 100);
+  auto torch = torch_values("LinearLR(o, start_factor=0.25, total_iters=20)", 40);
+  ASSERT_EQ(torch.size(), 41u);
+  for (int it = 1; it <= 40; ++it) {
+    // The it-th optimizer step trains at last_epoch = it − 1: 0.25·lr first, lr from 21 on.
+    EXPECT_NEAR(kiln::engine::lr_at(s.frame, *s.policy, it), torch[it - 1], 1e-12) << it;
+  }
+}
+
 TEST(LrDriver, ConstantWarmupIsPetsFormulaAndTorchsConstantLR) {
-  auto p = pipeline("name = \"constant\"\nwarmup = \"constant\"\nwarmup_iters = 10\nwarmup_factor = 0.1");
+  auto p = pipeline(
+      "name = \"constant\"\nwarmup = \"constant\"\nwarmup_iters = 10\nwarmup_factor = 0.1");
   Schedule s = schedule(p, 100);
   auto torch = torch_values("ConstantLR(o, factor=0.1, total_iters=10)", 30);
   for (int it = 1; it <= 30; ++it) {
@@ -101,13 +126,15 @@ TEST(LrDriver, WarmupInEpochsConvertsWithTheLoaderLength) {
 }
 
 TEST(LrDriver, BothWarmupLengthsAreRefused) {
-  auto p = pipeline("name = \"constant\"\nwarmup = \"linear\"\nwarmup_epochs = 1.0\nwarmup_iters = 5");
+  auto p =
+      pipeline("name = \"constant\"\nwarmup = \"linear\"\nwarmup_epochs = 1.0\nwarmup_iters = 5");
   try {
     kiln::engine::schedule_frame(p, 10);
     ADD_FAILURE() << "accepted both";
   } catch (const std::invalid_argument& e) {
-    EXPECT_STREQ(e.what(),
-                 "lr_policy.warmup_iters and lr_policy.warmup_epochs are both set; give one of them");
+    EXPECT_STREQ(
+        e.what(),
+        "lr_policy.warmup_iters and lr_policy.warmup_epochs are both set; give one of them");
   }
 }
 
@@ -116,11 +143,32 @@ TEST(LrDriver, LinearScalingUsesTheEffectiveBatch) {
   ScheduleFrame f = kiln::engine::schedule_frame(p, 10);
   EXPECT_EQ(f.effective_batch, 64);
   EXPECT_DOUBLE_EQ(f.base_lr, 0.1);  // 0.4 × 64 / 256
-  ScheduleFrame f2 = kiln::engine::schedule_frame(p, 10, /*world_size=*/2, /*accumulation=*/4);
-  EXPECT_EQ(f2.effective_batch, 512);
-  EXPECT_DOUBLE_EQ(f2.base_lr, 0.8);
   Schedule s = schedule(p, 10);
   EXPECT_DOUBLE_EQ(kiln::engine::lr_at(s.frame, *s.policy, 3), 0.1);
+  // data.batch_size is the global batch: accumulation multiplies it, the world size does not.
+  auto accumulated = pipeline("name = \"constant\"",
+                              "[lr_scaling]\nbase_batch = 256\n[run]\naccumulation_steps = 4\n");
+  ScheduleFrame f2 = kiln::engine::schedule_frame(accumulated, 10);
+  EXPECT_EQ(f2.effective_batch, 256);
+  EXPECT_DOUBLE_EQ(f2.base_lr, 0.4);
+}
+
+// The frame counts optimizer steps: an epoch of 10 micro-batches in windows of 4 is 3 steps
+// (4, 4, 2), and warm-up and milestones in epochs convert with that.
+TEST(LrDriver, EpochsAreOptimizerStepsUnderAccumulation) {
+  auto p = pipeline(
+      "name = \"multistep\"\nmilestones = [2]\nby_epoch = true\nwarmup = \"linear\"\n"
+      "warmup_epochs = 1.5",
+      "[run]\nepochs = 4\naccumulation_steps = 4\n");
+  Schedule s = schedule(p, 10);
+  EXPECT_EQ(s.frame.batches_per_epoch, 10);
+  EXPECT_EQ(s.frame.iters_per_epoch, 3);
+  EXPECT_EQ(s.frame.max_iters, 12);
+  EXPECT_EQ(s.frame.warmup_iters, 5);  // round(4.5)
+  EXPECT_DOUBLE_EQ(kiln::engine::lr_at(s.frame, *s.policy, 6), 0.4);
+  EXPECT_DOUBLE_EQ(kiln::engine::lr_at(s.frame, *s.policy, 7), 0.04);  // epoch 3's first
+  EXPECT_EQ(kiln::engine::steps_per_epoch(12, 4), 3);
+  EXPECT_EQ(kiln::engine::steps_per_epoch(13, 4), 4);
 }
 
 TEST(LrDriver, CountsAppliedOrAttemptedSteps) {
@@ -144,16 +192,57 @@ TEST(LrDriver, CountsAppliedOrAttemptedSteps) {
   }
 }
 
-TEST(LrDriver, ReportsChangesAboveTheRatio) {
-  auto p = pipeline("name = \"constant\"\nlog_change_ratio = 1.1");
-  Schedule s = schedule(p, 10);
+// The lines a run logs about its lr: `applied` says which steps were applied (a skipped one is
+// not counted under count = "applied").
+std::vector<std::string> change_notes(const std::string& lr_policy, int64_t iters_per_epoch,
+                                      const std::vector<bool>& applied) {
+  auto p = pipeline(lr_policy, "[run]\nepochs = 1\n");
+  Schedule s = schedule(p, iters_per_epoch);
   LrDriver driver(s.frame, *s.policy);
-  EXPECT_TRUE(driver.changed_notably(0.1));    // first value
-  EXPECT_FALSE(driver.changed_notably(0.105));
-  EXPECT_FALSE(driver.changed_notably(0.109));
-  EXPECT_TRUE(driver.changed_notably(0.111));  // > 1.1 × 0.1
-  EXPECT_TRUE(driver.changed_notably(0.0));    // a drop to zero
-  EXPECT_FALSE(driver.changed_notably(0.0));
+  std::vector<std::string> notes;
+  for (size_t step = 1; step <= applied.size(); ++step) {
+    const double lr = driver.current();
+    driver.advance(applied[step - 1]);
+    const std::string note = driver.change_note(lr);
+    if (!note.empty()) notes.push_back("step " + std::to_string(step) + ": " + note);
+  }
+  return notes;
+}
+
+using Notes = std::vector<std::string>;
+
+TEST(LrChangeLog, WarmupLogsItsStartAndEndOnly) {
+  // Linear warm-up over 20 of 100 steps, then a cosine to 0: per-step ratios above 1.1 in the
+  // warm-up's first 9 steps and in the cosine's last 19 (0.0585786 / 0.0531355 = 1.102 at 82).
+  // Before, each of the tail's steps logged a line, and the warm-up a line on most of its steps.
+  const Notes notes = change_notes("name = \"cosine\"\nwarmup = \"linear\"\nwarmup_iters = 20", 100,
+                                   std::vector<bool>(100, true));
+  EXPECT_EQ(notes, (Notes{"step 1: lr 0.058 (linear warm-up to 0.4 over 20 steps)",
+                          "step 21: lr 0.4: warm-up done", "step 82: lr 0.0585786 -> 0.0531355"}));
+}
+
+TEST(LrChangeLog, MilestonesAreLoggedAndSmoothDecayIsNot) {
+  EXPECT_EQ(change_notes("name = \"multistep\"\nmilestones = [30, 60]", 100,
+                         std::vector<bool>(100, true)),
+            (Notes{"step 1: lr 0.4", "step 31: lr 0.4 -> 0.04", "step 61: lr 0.04 -> 0.004"}));
+  // 0.95 a step (under the ratio): the progress lines show it; nothing here.
+  EXPECT_EQ(change_notes("name = \"exp\"\ngamma = 0.95", 100, std::vector<bool>(100, true)),
+            (Notes{"step 1: lr 0.4"}));
+  // 0.5 a step: every step is above the ratio; the run of them logs once.
+  EXPECT_EQ(change_notes("name = \"exp\"\ngamma = 0.5", 100, std::vector<bool>(100, true)),
+            (Notes{"step 1: lr 0.4", "step 2: lr 0.4 -> 0.2"}));
+  EXPECT_TRUE(change_notes("name = \"multistep\"\nmilestones = [30]\nlog_change_ratio = 0", 100,
+                           std::vector<bool>(100, true))
+                  .empty());
+}
+
+TEST(LrChangeLog, ASkippedStepRepeatsItsIterationQuietly) {
+  // Steps 2 and 3 skipped under count = "applied": iterations 1, 2, 2, 2, 3, ...; the
+  // milestone after iteration 3 is reached at step 6.
+  std::vector<bool> applied(10, true);
+  applied[1] = applied[2] = false;
+  EXPECT_EQ(change_notes("name = \"multistep\"\nmilestones = [3]", 100, applied),
+            (Notes{"step 1: lr 0.4", "step 6: lr 0.4 -> 0.04"}));
 }
 
 }  // namespace
@@ -171,11 +260,18 @@ TEST(LrDriver, EveryPolicyWithEveryWarmupMatchesTheClosedForm) {
   const std::vector<std::pair<std::string, std::function<double(int64_t, int64_t)>>> policies = {
       {"name = \"constant\"", [&](int64_t, int64_t) { return base; }},
       {"name = \"step\"\nsteps = [30, 60]\ngamma = 0.1",
-       [&](int64_t it, int64_t) { return base * std::pow(0.1, bisect_right({30, 60}, it)); }},
+       [&](int64_t it, int64_t) {
+         return base * std::pow(0.1, bisect_right({30, 60}, it));
+       }},
+      // StepLR and MultiStepLR: iteration it trains at torch's last_epoch = it − 1.
       {"name = \"step\"\nstep_size = 25\ngamma = 0.5",
-       [&](int64_t it, int64_t) { return base * std::pow(0.5, static_cast<double>(it / 25)); }},
+       [&](int64_t it, int64_t) {
+         return base * std::pow(0.5, static_cast<double>((it - 1) / 25));
+       }},
       {"name = \"multistep\"\nmilestones = [40, 80]\ngamma = 0.3",
-       [&](int64_t it, int64_t) { return base * std::pow(0.3, bisect_right({40, 80}, it)); }},
+       [&](int64_t it, int64_t) {
+         return base * std::pow(0.3, bisect_right({40, 80}, it - 1));
+       }},
       {"name = \"cosine\"\nmin_lr = 0.01",
        [&](int64_t it, int64_t warm) {
          return min_lr + (base - min_lr) * 0.5 *
@@ -189,10 +285,10 @@ TEST(LrDriver, EveryPolicyWithEveryWarmupMatchesTheClosedForm) {
                                 0.9);
        }},
       {"name = \"exp\"\ngamma = 0.98",
-       [&](int64_t it, int64_t) { return base * std::pow(0.98, static_cast<double>(it)); }},
+       [&](int64_t it, int64_t) { return base * std::pow(0.98, static_cast<double>(it - 1)); }},
   };
   for (const auto& [policy, closed] : policies) {
-    for (const std::string warmup : {"none", "constant", "linear"}) {
+    for (const std::string warmup : {"none", "constant", "linear", "torch_linear"}) {
       const std::string text = policy + "\nwarmup = \"" + warmup + "\"\nwarmup_iters = " +
                                (warmup == "none" ? "0" : std::to_string(w)) +
                                "\nwarmup_factor = 0.2";
@@ -204,7 +300,9 @@ TEST(LrDriver, EveryPolicyWithEveryWarmupMatchesTheClosedForm) {
         if (it <= warm && warmup == "constant") {
           expect = base * factor;
         } else if (it <= warm) {
-          const double alpha = static_cast<double>(it) / static_cast<double>(w);
+          // Pet's LINEAR reaches the base at W; torch's LinearLR at W + 1.
+          const double alpha =
+              static_cast<double>(warmup == "linear" ? it : it - 1) / static_cast<double>(w);
           expect = base * (factor * (1 - alpha) + alpha);
         } else {
           expect = closed(it, warm);

@@ -7,13 +7,16 @@
 #include <fmt/format.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <memory>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "io/metrics.hpp"
+#include "io/plot.hpp"
 #include "scratch.hpp"
 
 namespace kiln::io {
@@ -22,9 +25,12 @@ namespace {
 using kiln::test::Scratch;
 
 // `steps` step records from MetricsWriter (two lr groups, loss 2.3 falling), step 7's loss
-// non-finite (written as null), an evaluation after every `per_epoch` steps.
-void write_run(const std::string& path, int steps, int per_epoch, bool vary_scale) {
+// non-finite (written as null), an evaluation after every `per_epoch` steps, the groups named
+// `groups` (none: the writer names none).
+void write_run(const std::string& path, int steps, int per_epoch, bool vary_scale,
+               const std::vector<std::string>& groups = {}, double accuracy_per_epoch = 0.1) {
   MetricsWriter w(path);
+  if (!groups.empty()) w.set_lr_groups(groups);
   for (int i = 1; i <= steps; ++i) {
     StepRecord r;
     r.step = i;
@@ -35,7 +41,10 @@ void write_run(const std::string& path, int steps, int per_epoch, bool vary_scal
     r.grad_norm = 1.5;
     r.skipped = i == 7;
     w.write(r);
-    if (i % per_epoch == 0) w.write(EvalRecord{r.epoch, i, 0.5 + 0.1 * r.epoch, 1.0 / r.epoch});
+    if (i % per_epoch == 0) {
+      w.write(
+          EvalRecord{r.epoch, i, std::min(1.0, 0.5 + accuracy_per_epoch * r.epoch), 1.0 / r.epoch});
+    }
   }
 }
 
@@ -155,6 +164,52 @@ TEST(MetricsPlot, ResumedRunReplacesRepeatedSteps) {
     EXPECT_DOUBLE_EQ(log.steps[i].loss, i < 3 ? 1.0 : 2.0) << "step " << i + 1;
   }
   EXPECT_TRUE(log.evals.empty());
+}
+
+// The lr panel's legend names the groups as `kiln lr-schedule` and TensorBoard do.
+TEST(MetricsPlot, LrLegendNamesTheGroups) {
+  Scratch dir;
+  // A custom_keys group's name is its regular expression: quotes and backslashes survive.
+  const std::vector<std::string> names = {"default", R"(custom_keys["^head\."])"};
+  write_run(dir.path("named.jsonl"), 40, 20, false, names);
+  const MetricsLog log = read_metrics(dir.path("named.jsonl"));
+  EXPECT_EQ(log.lr_groups, names);
+  const std::vector<Panel> panels = metrics_panels(log);
+  ASSERT_EQ(panels.size(), 3u);
+  ASSERT_EQ(panels[2].title, "Learning rate per group");
+  ASSERT_EQ(panels[2].series.size(), 2u);
+  EXPECT_EQ(panels[2].series[0].label, "default");
+  EXPECT_EQ(panels[2].series[1].label, names[1]);
+
+  // A file from before the names were written: numbered groups.
+  write_run(dir.path("unnamed.jsonl"), 40, 20, false);
+  const std::vector<Panel> old = metrics_panels(read_metrics(dir.path("unnamed.jsonl")));
+  EXPECT_EQ(old[2].series[0].label, "group 0");
+  EXPECT_EQ(old[2].series[1].label, "group 1");
+}
+
+TEST(MetricsPlot, AccuracyAxisStaysWithinAHundredPercentWithWholeEpochTicks) {
+  Scratch dir;
+  // Three epochs, every evaluation at 100%: a flat series, padded, must not pass 100%.
+  write_run(dir.path("perfect.jsonl"), 30, 10, false, {}, 0.5);
+  const std::vector<Panel> panels = metrics_panels(read_metrics(dir.path("perfect.jsonl")));
+  ASSERT_EQ(panels[1].title, "Test accuracy per evaluation");
+  const Axis y = y_axis(panels[1]);
+  EXPECT_LE(y.hi, 100.0);
+  EXPECT_LT(y.lo, 100.0);
+  ASSERT_FALSE(y.ticks.empty());
+  EXPECT_LE(y.ticks.back(), 100.0);
+  // Epochs 1..3: ticks on the epochs, none between them.
+  EXPECT_EQ(x_axis(panels[1]).ticks, (std::vector<double>{1.0, 2.0, 3.0}));
+
+  // Rising accuracy over 3 epochs (60%, 70%, 80%): the axis covers the data, within [0, 100].
+  write_run(dir.path("rising.jsonl"), 30, 10, false);
+  const std::vector<Panel> rising = metrics_panels(read_metrics(dir.path("rising.jsonl")));
+  const Axis ry = y_axis(rising[1]);
+  EXPECT_LE(ry.lo, 60.0);
+  EXPECT_GE(ry.hi, 80.0);
+  EXPECT_LE(ry.hi, 100.0);
+  EXPECT_EQ(x_axis(rising[1]).ticks, (std::vector<double>{1.0, 2.0, 3.0}));
 }
 
 TEST(MetricsPlot, RefusesBadInputWithFileAndLine) {

@@ -1,5 +1,7 @@
 // Every policy at every iteration after warm-up (and a little past max_iters) against its
 // closed form computed here, with and without warm-up, durations in iterations and in epochs.
+// Pet's STEP decays at iteration s itself; the torch-named policies (StepLR, MultiStepLR,
+// ExponentialLR) train iteration it at torch's last_epoch = it − 1.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -65,7 +67,7 @@ std::vector<Setup> setups() {
                },
                [](int64_t it, const Frame& f) {
                  const int64_t size = f.scale == 1 ? 45 : 3 * f.scale;
-                 return kBase * std::pow(0.5, std::floor(static_cast<double>(it) / size));
+                 return kBase * std::pow(0.5, std::floor(static_cast<double>(it - 1) / size));
                }});
   s.push_back({"multistep", "multistep", true,
                [=](Options& o, bool e) {
@@ -74,7 +76,7 @@ std::vector<Setup> setups() {
                },
                [=](int64_t it, const Frame& f) {
                  const auto& miles = f.scale == 1 ? miles_it : miles_ep;
-                 return kBase * std::pow(0.3, static_cast<double>(reached(miles, f.scale, it)));
+                 return kBase * std::pow(0.3, static_cast<double>(reached(miles, f.scale, it - 1)));
                }});
   s.push_back({"multistep_none", "multistep", true,
                [](Options& o, bool e) {
@@ -105,7 +107,7 @@ std::vector<Setup> setups() {
     s.push_back({gamma == 1.0 ? "exp_flat" : "exp", "exp", false,
                  [=](Options& o, bool) { o.set_float("gamma", gamma); },
                  [=](int64_t it, const Frame&) {
-                   return kBase * std::pow(gamma, static_cast<double>(it));
+                   return kBase * std::pow(gamma, static_cast<double>(it - 1));
                  }});
   }
   return s;

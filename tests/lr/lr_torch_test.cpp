@@ -1,9 +1,13 @@
-// The policies against PyTorch's schedulers (tests/oracle/lr_schedulers.py, run once for all
-// cases), wherever PyTorch has the same schedule. Kiln's lr_at(it) is compared with the torch
-// rate at last_epoch = e(it):
-//  - step, multistep, exp count iterations from the start of the run (Pet's STEP and Caffe):
-//    e = it, i.e. the rate torch reaches after `it` scheduler steps; with by_epoch, torch is
-//    stepped once per epoch (its by-epoch use) and e = floor(it / iters_per_epoch);
+// The policies alone (no host warm-up) against PyTorch's schedulers (tests/oracle/
+// lr_schedulers.py, run once for all cases), wherever PyTorch has the same schedule. Kiln's
+// lr_at(it) is compared with the torch rate at last_epoch = e(it); iteration it is the it-th
+// optimizer step, which torch trains at last_epoch = it − 1 (lr_reference_test.cpp checks whole
+// schedules, warm-up included, against the references the docs name):
+//  - step with step_size, multistep and exp are StepLR, MultiStepLR and ExponentialLR counted
+//    from the start of the run: e = it − 1; with by_epoch, torch is stepped once per epoch (its
+//    by-epoch use) and e = floor((it − 1) / iters_per_epoch);
+//  - step with steps is Pet's STEP, which decays at iteration s itself: MultiStepLR one
+//    iteration ahead, e = it (e = floor(it / iters_per_epoch) with by_epoch);
 //  - cosine and poly start from base_lr at the first post-warm-up iteration (Pet's
 //    it − warm − 1): CosineAnnealingLR / PolynomialLR over T = max − warm at e = it − warm − 1.
 //    poly with min_lr > 0 has no torch counterpart (PolynomialLR has no floor); cosine's min_lr
@@ -41,8 +45,10 @@ struct TorchCase {
   int64_t last_iter;  // compared for it in warm + 1 .. last_iter
 };
 
-int64_t from_start(int64_t it, int64_t) { return it; }
-int64_t by_epochs(int64_t it, int64_t) { return it / kItersPerEpoch; }
+int64_t from_start(int64_t it, int64_t) { return it - 1; }
+int64_t by_epochs(int64_t it, int64_t) { return (it - 1) / kItersPerEpoch; }
+int64_t pet_from_start(int64_t it, int64_t) { return it; }
+int64_t pet_by_epochs(int64_t it, int64_t) { return it / kItersPerEpoch; }
 int64_t after_warmup(int64_t it, int64_t warm) { return it - warm - 1; }
 
 std::vector<TorchCase> torch_cases() {
@@ -56,7 +62,7 @@ std::vector<TorchCase> torch_cases() {
                      o.set_int_list("steps", {30, 120, 250}).set_float("gamma", 0.1);
                    },
                    warm, "MultiStepLR", R"({"milestones": [30, 120, 250], "gamma": 0.1})",
-                   kMaxIters, from_start, kMaxIters});
+                   kMaxIters, pet_from_start, kMaxIters});
     out.push_back({"step_size" + w, "step",
                    [](Options& o) { o.set_int("step_size", 45).set_float("gamma", 0.5); }, warm,
                    "StepLR", R"({"step_size": 45, "gamma": 0.5})", kMaxIters, from_start,
@@ -80,7 +86,7 @@ std::vector<TorchCase> torch_cases() {
          [](Options& o) {
            o.set_int_list("steps", {2, 5, 9}).set_float("gamma", 0.1).set_bool("by_epoch", true);
          },
-         warm, "MultiStepLR", R"({"milestones": [2, 5, 9], "gamma": 0.1})", epochs, by_epochs,
+         warm, "MultiStepLR", R"({"milestones": [2, 5, 9], "gamma": 0.1})", epochs, pet_by_epochs,
          kMaxIters});
     out.push_back({"multistep" + w, "multistep",
                    [](Options& o) {

@@ -35,5 +35,13 @@ static const kiln_lr_policy_vtable constant_vtable = {
     sizeof(kiln_lr_policy_vtable), constant_create, constant_destroy, constant_lr_at};
 
 const kiln_component_descriptor kiln_lr_constant_component = {
-    sizeof(kiln_component_descriptor), KILN_COMPONENT_LR_POLICY, 0, "constant", {1, 0, 0},
-    "keep the base lr after warm-up",  &kiln_lr_capabilities,    0, NULL,       &constant_vtable};
+    sizeof(kiln_component_descriptor),
+    KILN_COMPONENT_LR_POLICY,
+    0,
+    "constant",
+    {1, 0, 0},
+    "the base lr after warm-up (Pet's and PyTorch's constant rate)",
+    &kiln_lr_capabilities,
+    0,
+    NULL,
+    &constant_vtable};

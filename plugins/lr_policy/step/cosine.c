@@ -69,7 +69,10 @@ const kiln_component_descriptor kiln_lr_cosine_component = {
     0,
     "cosine",
     {1, 0, 0},
-    "half-cosine decay from base_lr towards min_lr over the post-warm-up iterations",
+    "Pet's COSINE with a floor: min_lr + (base lr - min_lr) x (1 + cos(pi x (it - W - 1) / (max "
+    "- W))) / 2 for warm-up W, the base lr at the first iteration after warm-up; equals "
+    "PyTorch's CosineAnnealingLR(T_max = max - W, eta_min = min_lr) started after the warm-up "
+    "(SequentialLR with milestone W)",
     &kiln_lr_capabilities,
     sizeof cosine_options / sizeof cosine_options[0],
     cosine_options,

@@ -1,6 +1,8 @@
 /*
- * exp — PyTorch's ExponentialLR (Caffe "exp"): lr = base_lr·gamma^it, counting iterations from
- * the start of the run, warm-up included.
+ * exp — PyTorch's ExponentialLR stepped once per iteration (Caffe's "exp", whose iterations count
+ * from 0): lr = base_lr·gamma^(it − 1), so iteration 1 trains at base_lr as torch's first step
+ * does. Iterations count from the start of the run, warm-up included. Until 2.0 this was
+ * gamma^it, one iteration ahead of torch.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -41,7 +43,7 @@ static kiln_status* exp_lr_at(void* instance, int64_t iter, double* lr) {
   const exp_policy* p = (const exp_policy*)instance;
   kiln_status* status = kiln_lr_check_iter(p->host, kName, iter);
   if (status != NULL) return status;
-  *lr = p->base_lr * pow(p->gamma, (double)iter);
+  *lr = p->base_lr * pow(p->gamma, (double)(iter - 1));
   return NULL;
 }
 
@@ -58,8 +60,11 @@ const kiln_component_descriptor kiln_lr_exp_component = {
     KILN_COMPONENT_LR_POLICY,
     0,
     "exp",
-    {1, 0, 0},
-    "multiply lr by gamma every iteration (PyTorch ExponentialLR, Caffe exp)",
+    {2, 0, 0},
+    "PyTorch's ExponentialLR stepped every iteration (Caffe's exp): lr x gamma^(it - 1), the "
+    "first iteration at the base lr, counting from the start of the run, warm-up included (so "
+    "after warm-up the rate is what it would have been without it). Changed in 2.0: 1.x trained "
+    "iteration it at lr x gamma^it, one iteration ahead of ExponentialLR",
     &kiln_lr_capabilities,
     sizeof exp_options / sizeof exp_options[0],
     exp_options,

@@ -1,6 +1,10 @@
 /*
- * multistep — PyTorch's MultiStepLR: lr·gamma^(milestones reached), where a milestone listed
- * twice counts twice (MultiStepLR keeps a Counter). Iterations count from the start of the run.
+ * multistep — PyTorch's MultiStepLR stepped once per iteration: the step at iteration it runs at
+ * torch's last_epoch = it − 1, so lr·gamma^(milestones <= it − 1) and milestone m first shows at
+ * iteration m + 1. A milestone listed twice counts twice (MultiStepLR keeps a Counter).
+ * Iterations count from the start of the run. With by_epoch the milestones are m·iters_per_epoch,
+ * which is MultiStepLR stepped once per epoch: the decay starts with epoch m + 1 (1-based).
+ * Until 2.0 the milestone m itself was decayed (Pet's STEP, which `step` with `steps` keeps).
  */
 #include <math.h>
 #include <stdlib.h>
@@ -63,7 +67,7 @@ static kiln_status* multistep_lr_at(void* instance, int64_t iter, double* lr) {
   kiln_status* status = kiln_lr_check_iter(p->host, kName, iter);
   if (status != NULL) return status;
   *lr = p->base_lr *
-        pow(p->gamma, (double)kiln_lr_bisect_right(p->milestones, p->milestone_count, iter));
+        pow(p->gamma, (double)kiln_lr_bisect_right(p->milestones, p->milestone_count, iter - 1));
   return NULL;
 }
 
@@ -72,7 +76,8 @@ static const kiln_lr_policy_vtable multistep_vtable = {
 
 static const kiln_option_spec multistep_options[] = {
     {sizeof(kiln_option_spec), "milestones", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, NULL, NULL,
-     "iterations (epochs with by_epoch) where lr is multiplied by gamma; non-decreasing"},
+     "iterations (epochs with by_epoch) after which lr is multiplied by gamma: iteration m + 1 "
+     "(the first of epoch m + 1) is the first at the lower rate; non-decreasing"},
     {sizeof(kiln_option_spec), "gamma", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.1", NULL,
      "factor applied at each milestone, in (0, 1]"},
     {sizeof(kiln_option_spec), "by_epoch", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", NULL,
@@ -84,8 +89,10 @@ const kiln_component_descriptor kiln_lr_multistep_component = {
     KILN_COMPONENT_LR_POLICY,
     0,
     "multistep",
-    {1, 0, 0},
-    "multiply lr by gamma at each milestone (PyTorch MultiStepLR)",
+    {2, 0, 0},
+    "PyTorch's MultiStepLR stepped every iteration (with by_epoch: every epoch): lr x gamma^(how "
+    "many milestones are < it), counting from the start of the run, warm-up included. Changed in "
+    "2.0: 1.x decayed at iteration m itself, Pet's STEP, which step with steps still is",
     &kiln_lr_capabilities,
     sizeof multistep_options / sizeof multistep_options[0],
     multistep_options,

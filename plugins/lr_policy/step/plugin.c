@@ -12,7 +12,7 @@ static const kiln_plugin_descriptor descriptor = {sizeof(kiln_plugin_descriptor)
                                                   KILN_ABI_MAJOR,
                                                   KILN_ABI_MINOR,
                                                   "kiln-step",
-                                                  {1, 1, 0},
+                                                  {2, 0, 0},
                                                   sizeof components / sizeof components[0],
                                                   components,
                                                   NULL,

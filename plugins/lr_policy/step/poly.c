@@ -75,7 +75,10 @@ const kiln_component_descriptor kiln_lr_poly_component = {
     0,
     "poly",
     {1, 0, 0},
-    "polynomial decay from base_lr towards min_lr over the post-warm-up iterations",
+    "Pet's POLY with a floor: min_lr + (base lr - min_lr) x max(0, 1 - (it - W - 1) / (max - "
+    "W))^power for warm-up W, the base lr at the first iteration after warm-up; with min_lr = 0 "
+    "it equals PyTorch's PolynomialLR(total_iters = max - W, power) started after the warm-up "
+    "(SequentialLR with milestone W)",
     &kiln_lr_capabilities,
     sizeof poly_options / sizeof poly_options[0],
     poly_options,

@@ -1,7 +1,10 @@
 /*
- * step — Pet's STEP (lr·gamma^bisect_right(steps, it)) or PyTorch's StepLR
- * (lr·gamma^floor(it/step_size)); exactly one of steps and step_size is given. Iterations count
- * from the start of the run, warm-up included.
+ * step — Pet's STEP, lr·gamma^bisect_right(steps, it): iteration s itself trains at the decayed
+ * rate; or PyTorch's StepLR stepped once per iteration, lr·gamma^floor((it − 1)/step_size): the
+ * step at iteration it runs at torch's last_epoch = it − 1, so the first decay is at
+ * step_size + 1. Exactly one of steps and step_size is given. Iterations count from the start of
+ * the run, warm-up included. Until 2.0 step_size decayed at step_size itself, one iteration
+ * ahead of StepLR.
  */
 #include <math.h>
 #include <stdlib.h>
@@ -86,7 +89,7 @@ static kiln_status* step_lr_at(void* instance, int64_t iter, double* lr) {
   kiln_status* status = kiln_lr_check_iter(p->host, kName, iter);
   int64_t decays;
   if (status != NULL) return status;
-  decays = p->step_size > 0 ? iter / p->step_size
+  decays = p->step_size > 0 ? (iter - 1) / p->step_size
                             : (int64_t)kiln_lr_bisect_right(p->steps, p->step_count, iter);
   *lr = p->base_lr * pow(p->gamma, (double)decays);
   return NULL;
@@ -97,9 +100,11 @@ static const kiln_lr_policy_vtable step_vtable = {sizeof(kiln_lr_policy_vtable),
 
 static const kiln_option_spec step_options[] = {
     {sizeof(kiln_option_spec), "steps", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, "[]", NULL,
-     "iterations (epochs with by_epoch) at which lr is multiplied by gamma; strictly increasing"},
+     "Pet STEPS: iterations (epochs with by_epoch: s x iterations per epoch, the last iteration "
+     "of epoch s) from which on lr is multiplied by gamma once more; strictly increasing"},
     {sizeof(kiln_option_spec), "step_size", KILN_OPT_INT, 1, 0, 0, 0.0, 0.0, "0", NULL,
-     "StepLR period: multiply by gamma every step_size iterations (epochs); 0 = use steps"},
+     "StepLR period: multiply by gamma every step_size iterations (epochs), first at iteration "
+     "step_size + 1 (the first of epoch step_size + 1); 0 = use steps"},
     {sizeof(kiln_option_spec), "gamma", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.1", NULL,
      "factor applied at each decay, in (0, 1]"},
     {sizeof(kiln_option_spec), "by_epoch", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", NULL,
@@ -111,8 +116,12 @@ const kiln_component_descriptor kiln_lr_step_component = {
     KILN_COMPONENT_LR_POLICY,
     0,
     "step",
-    {1, 1, 0},
-    "multiply lr by gamma at listed iterations (Pet STEP) or every step_size (StepLR)",
+    {2, 0, 0},
+    "with steps, Pet's STEP: lr x gamma^(how many steps are <= it), iteration s itself at the "
+    "lower rate; with step_size, PyTorch's StepLR stepped every iteration (with by_epoch: every "
+    "epoch): lr x gamma^floor((it - 1) / step_size). Both count from the start of the run, "
+    "warm-up included. Changed in 2.0: 1.x decayed step_size at iteration step_size itself, one "
+    "ahead of StepLR; steps are unchanged",
     &kiln_lr_capabilities,
     sizeof step_options / sizeof step_options[0],
     step_options,

@@ -34,6 +34,11 @@ typedef struct kiln_lr_policy_vtable {
   void (*destroy)(void* instance);
 
   /* Required. Writes the learning rate for 1-based iteration `iter` (> warmup_iters) to `*lr`.
+   * `iter` is the number of the optimizer step about to run, counted from the start of the run
+   * with the warm-up's iterations included: the host asks warmup_iters + 1 for the first step
+   * after warm-up (1 when there is none), and a step the schedule does not count (skipped, under
+   * count = "applied") leaves the next step at the same number. PyTorch's schedulers stepped once
+   * per iteration train step `iter` at last_epoch = iter - 1.
    * Pure: the same iter gives the same value (so resume and `kiln lr-schedule` need no state).
    * Thread-safe for one instance. */
   kiln_status* (*lr_at)(void* instance, int64_t iter, double* lr);
