@@ -3,5 +3,6 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/setup.sh
-scripts/build.sh release kiln kiln_plugins
+# kiln_installable: kiln, libkiln and the built-in plugins, all that `cmake --install` copies.
+scripts/build.sh release kiln_installable
 exec build/release/bin/kiln run configs/quickstart.toml --metrics build/release/quickstart.jsonl "$@"

@@ -27,12 +27,24 @@ cmake --build "$work/example" >"$work/build.log"
 # Only the two entry points are exported.
 exported=$(nm -D --defined-only "$work/example/libinverse_sqrt.so" | awk '{print $3}' | grep kiln_ | sort | tr '\n' ' ')
 [ "$exported" = "kiln_plugin_abi kiln_plugin_get " ] || { echo "exports: $exported"; exit 1; }
+# kiln_add_plugin links libm (the example calls sqrt and does not link it itself), so the library
+# loads in any process, not only in one that has libm loaded already.
+readelf -d "$work/example/libinverse_sqrt.so" | grep -q 'NEEDED.*\[libm\.so' ||
+  { echo "libinverse_sqrt.so does not name libm:"; readelf -d "$work/example/libinverse_sqrt.so"; exit 1; }
 
 # The C++ optimizer: the installed SDK plus LibTorch.
 cmake -S "$src/examples/optimizer_cpp" -B "$work/signum" -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix" \
   -DCMAKE_BUILD_TYPE=Release >"$work/configure-signum.log" 2>&1 ||
   { tail -30 "$work/configure-signum.log"; exit 1; }
 cmake --build "$work/signum" >"$work/build-signum.log" 2>&1 || { tail -30 "$work/build-signum.log"; exit 1; }
+
+# The installed kiln reads both as docs/plugin-guide.md shows (plugins --plugin-path … describe).
+for plugin in example:inverse_sqrt:lr_policy signum:signum:optimizer; do
+  IFS=: read -r dir name kind <<<"$plugin"
+  "$prefix/bin/kiln" plugins --plugin-path "$work/$dir" describe "$name" >"$work/describe.log" 2>&1 ||
+    { cat "$work/describe.log"; exit 1; }
+  grep -qF "$name ($kind)" "$work/describe.log" || { cat "$work/describe.log"; exit 1; }
+done
 
 # And without CMake, from pkg-config's flags.
 mkdir -p "$work/pc"

@@ -2,11 +2,14 @@
 # Follows docs/plugin-guide.md as a new user would: every block after `<!-- file: F -->` is
 # written to F, every block after `<!-- run -->` is run in order (one shell, so `cd` and exports
 # carry over), a `<!-- run: fails -->` block must fail, and the `<!-- setup -->` block is replaced
-# by this checkout and a temporary prefix. Then the run's metrics must show the guide's lrs.
-# Usage: plugin_guide.sh <kiln source dir> <kiln build dir>
+# by this checkout, a temporary prefix and the given Python. A block after
+# `<!-- excerpt: FILE -->` must appear in FILE (of the checkout) as it is. Then the run's metrics
+# must show the guide's lrs.
+# Usage: plugin_guide.sh <kiln source dir> <kiln build dir> <python with torch and safetensors>
 set -euo pipefail
 src=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
+python=$3
 work=$(mktemp -d /tmp/kiln-plugin-guide.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 
@@ -16,6 +19,11 @@ guide, out, work = sys.argv[1:]
 text = open(guide).read()
 blocks = re.findall(r"<!-- (setup|run|run: fails|file: [^ ]+) -->\n```[a-z]*\n(.*?)```", text, re.S)
 assert blocks, "no marked blocks in the guide"
+# Excerpts quote a file of the checkout: they must not drift from it.
+excerpts = re.findall(r"<!-- excerpt: ([^ ]+) -->\n```[a-z]*\n(.*?)```", text, re.S)
+src = guide.rsplit("/docs/", 1)[0]
+for path, body in excerpts:
+    assert body in open(f"{src}/{path}").read(), f"the guide quotes {path}, which no longer has:\n{body}"
 lines = ["set -euo pipefail", f"cd {shlex.quote(work)}"]
 for i, (marker, body) in enumerate(blocks):
     if marker == "setup":
@@ -34,14 +42,15 @@ open(out, "w").write("\n".join(lines) + "\n")
 PY
 
 # The setup block's variables, for this checkout and a temporary prefix.
-export KILN_SRC=$src PREFIX=$work/prefix
+export KILN_SRC=$src PREFIX=$work/prefix PYTHON=$python
 # The guide installs from $KILN_SRC/build/release; point that at this build.
 if [ "$build" != "$src/build/release" ]; then
   sed -i "s|\"\$KILN_SRC/build/release\"|\"$build\"|" "$work/steps.sh"
 fi
 bash "$work/steps.sh" >"$work/guide.log" 2>&1 || { tail -40 "$work/guide.log"; exit 1; }
 # describe saw the component; the misspelt key was refused with the suggestion the guide shows.
-for expected in "linear_decay (lr_policy)" "unknown key; did you mean 'end_factor'?"; do
+for expected in "linear_decay (lr_policy)" "unknown key; did you mean 'end_factor'?" \
+  "adagrad (optimizer)" "straight: 20 steps" "resumed: 20 steps"; do
   grep -qF "$expected" "$work/guide.log" || { echo "missing: $expected"; tail -40 "$work/guide.log"; exit 1; }
 done
 metrics=$(find "$work" -name metrics.jsonl | head -1)
