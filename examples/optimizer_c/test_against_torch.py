@@ -144,7 +144,9 @@ def torch_run(folder, train):
 
 
 def checkpoint(folder, name):
-    step_dir = folder / name / "checkpoints" / f"step-{STEPS:09d}"
+    # The run writes into a run folder of its own under its output folder (version_0 for a
+    # fresh one; the resumed run continues in it).
+    step_dir = folder / name / "version_0" / "checkpoints" / f"step-{STEPS:09d}"
     weights = safetensors.torch.load_file(str(step_dir / "model.safetensors"))
     trainer = safetensors.torch.load_file(str(step_dir / "trainer.safetensors"))
     return weights, {k.split("/")[1]: v for k, v in trainer.items()

@@ -76,8 +76,8 @@ static void* cancel_later(void* session) {
 }
 
 int main(int argc, char** argv) {
-  if (argc != 3) {
-    fprintf(stderr, "usage: capi_test <source dir> <work dir>\n");
+  if (argc != 4) {
+    fprintf(stderr, "usage: capi_test <source dir> <work dir> <test plugin dir>\n");
     return 2;
   }
   const char* work = argv[2];
@@ -112,6 +112,21 @@ int main(int argc, char** argv) {
   CHECK(api->status_code(st) == KILN_ERR_INVALID_ARGUMENT);
   api->status_release(st);
   api->plugins_release(list);
+
+  /* A library whose init throws (C++ `throw 42`) is listed as refused, with its path and the
+   * exception; the built-in plugins are still there and nothing crosses the C API. */
+  {
+    char throwing[4096];
+    snprintf(throwing, sizeof throwing, "%s/throwing_init", argv[3]);
+    const char* dirs[] = {throwing};
+    kiln_plugin_list* with_bad = NULL;
+    ok(api->plugins_list(dirs, 1, &with_bad), "plugins_list with a throwing init");
+    CHECK(api->plugins_refused_count(with_bad) == 1);
+    const char* why = api->plugins_refused(with_bad, 0);
+    CHECK(why != NULL && strstr(why, "libthrowing_init.so: init threw int") != NULL);
+    CHECK(api->plugins_count(with_bad) > 0);
+    api->plugins_release(with_bad);
+  }
 
   /* A misspelt key: KILN_ERR_CONFIG naming line:column and the nearest key. */
   kiln_session_options o = quiet();

@@ -104,7 +104,7 @@ mkdir -p "$work/capi"
 cc -std=c99 -Wall -Wextra -Werror "$src/tests/capi/capi_test.c" \
   $(PKG_CONFIG_PATH=$prefix/lib/pkgconfig pkg-config --cflags --libs kiln) -lpthread -lm \
   -o "$work/capi/capi_test"
-"$work/capi/capi_test" "$src" "$work/capi/run" >"$work/capi.log" 2>&1 || { cat "$work/capi.log"; exit 1; }
+"$work/capi/capi_test" "$src" "$work/capi/run" "$build/tests/plugins" >"$work/capi.log" 2>&1 || { cat "$work/capi.log"; exit 1; }
 KILN_LIBRARY="$prefix/lib/libkiln.so" PYTHONPATH="$src/bindings/python" python3 - "$work/pipeline.toml" <<'PY'
 import sys, kiln
 with kiln.Session.from_file(sys.argv[1], log_level="warn") as s:
