@@ -8,14 +8,19 @@
 #include "config/options.hpp"
 #include "kiln/norm.h"
 #include "kiln/torch.hpp"
+#include "plugin/norm_window.hpp"
 #include "plugin/registry.hpp"
 
 namespace kiln::plugin {
 
 class PluginNormLayer : public kiln::NormLayer {
  public:
+  // `window`: the trainer's window of micro-batches, under which the layer may hand its
+  // running-statistics update to the host (norm_window.hpp); nullptr: the plugin updates them
+  // on every training forward, as PyTorch. Throws for a plugin that cannot report its batch
+  // statistics (built for ABI < 1.5) when the window's mode needs them.
   PluginNormLayer(const Component& component, const config::OptionSet& options,
-                  const kiln_norm_request& request);
+                  const kiln_norm_request& request, std::shared_ptr<NormWindow> window = nullptr);
   ~PluginNormLayer() override;
 
   at::Tensor forward(const at::Tensor& input) override;
@@ -27,6 +32,9 @@ class PluginNormLayer : public kiln::NormLayer {
   const std::string& plugin_name() const { return name_; }
   // Whether the model allowed an in-place layer to overwrite its input.
   bool may_overwrite_input() const { return may_overwrite_input_; }
+  // The window to report training statistics to now, or nullptr when the plugin updates its
+  // running statistics itself.
+  NormWindow* reporting_window() const;
   at::Tensor running_mean, running_var;  // undefined without running stats
 
  private:
@@ -37,7 +45,8 @@ class PluginNormLayer : public kiln::NormLayer {
   int32_t activation_;
   double activation_param_;
   bool may_overwrite_input_;
-  at::Tensor weight_, bias_;  // undefined without affine
+  std::shared_ptr<NormWindow> window_;  // nullptr when the layer has no running statistics to move
+  at::Tensor weight_, bias_;            // undefined without affine
 };
 
 }  // namespace kiln::plugin
