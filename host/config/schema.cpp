@@ -133,7 +133,15 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                "layout of the model's 4-D weights and input batches: channels_last (NHWC) feeds "
                "cuDNN's tensor-core convolutions under float16/bfloat16; auto = channels_last on "
                "cuda with a half precision and a convolutional model, contiguous elsewhere")}},
-      {"norm", {spec("name", KILN_OPT_STRING, "\"batchnorm\"", "normalisation layer component")}},
+      {"norm",
+       {spec("name", KILN_OPT_STRING, "\"batchnorm\"", "normalisation layer component"),
+        choice("running_stats_update", "micro_batch,adjusted_momentum,pooled_window",
+               "\"micro_batch\"",
+               "how running statistics move with run.accumulation_steps = k > 1: micro_batch = "
+               "every micro-batch at the norm's momentum m (PyTorch); adjusted_momentum = every "
+               "micro-batch at 1 - (1 - m)^(1/k), so a step decays them by 1 - m as without "
+               "accumulation; pooled_window = once per step at m, with the mean and unbiased "
+               "variance of all the window's samples (ranks and micro-batches pooled)")}},
       {"optimizer",
        {
            spec("name", KILN_OPT_STRING, "\"sgd\"", "optimizer component"),

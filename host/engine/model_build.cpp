@@ -4,14 +4,16 @@
 #include "plugin/adapters.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/norm_layer.hpp"
+#include "plugin/norm_window.hpp"
 
 namespace kiln::engine {
 
 std::shared_ptr<kiln::Model> build_model(const config::Pipeline& p, const kiln_model_input& input,
-                                         int32_t world_size) {
+                                         int32_t world_size,
+                                         std::shared_ptr<plugin::NormWindow> window) {
   plugin::set_norm_factory([&](const kiln_norm_request& request) {
     return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request,
-                                                     world_size);
+                                                     world_size, window);
   });
   try {
     std::shared_ptr<kiln::Model> model =
@@ -22,6 +24,15 @@ std::shared_ptr<kiln::Model> build_model(const config::Pipeline& p, const kiln_m
     plugin::set_norm_factory(nullptr);
     throw;
   }
+}
+
+std::shared_ptr<plugin::NormWindow> norm_window_for(const config::Pipeline& p) {
+  const plugin::RunningStatsUpdate mode =
+      plugin::parse_running_stats_update(p.norm.core.get_string("running_stats_update"));
+  if (p.run.get_int("accumulation_steps") <= 1 || mode == plugin::RunningStatsUpdate::kMicroBatch) {
+    return nullptr;
+  }
+  return std::make_shared<plugin::NormWindow>(mode);
 }
 
 kiln_model_input described_input(const config::Pipeline& p) {

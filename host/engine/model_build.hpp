@@ -11,14 +11,24 @@
 namespace kiln {
 class Model;
 }
+namespace kiln::plugin {
+class NormWindow;
+}
 
 namespace kiln::engine {
 
 // The model of `pipeline` for inputs `input`, in a run of `world_size` ranks (synced norm
 // layers check their grouping against it). Throws plugin::OptionsRefused when the model or the
 // norm plugin refuses its options, plugin::ComponentError for other failures.
+// `window`: the run's window of micro-batches for norm.running_stats_update (norm_window_for),
+// or nullptr.
 std::shared_ptr<kiln::Model> build_model(const config::Pipeline& pipeline,
-                                         const kiln_model_input& input, int32_t world_size = 1);
+                                         const kiln_model_input& input, int32_t world_size = 1,
+                                         std::shared_ptr<plugin::NormWindow> window = nullptr);
+
+// The window a run's norm layers report their batch statistics to: under gradient accumulation
+// with a norm.running_stats_update other than micro_batch; nullptr otherwise.
+std::shared_ptr<plugin::NormWindow> norm_window_for(const config::Pipeline& pipeline);
 
 // The input geometry the data section describes, without reading data: synthetic images as
 // configured, Fashion-MNIST's 1×28×28 and 10 classes.

@@ -28,7 +28,8 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
     input.height = train.images.size(2);
     input.width = train.images.size(3);
     input.num_classes = train.num_classes;
-    std::shared_ptr<kiln::Model> model = build_model(p, input, static_cast<int32_t>(world_size));
+    std::shared_ptr<kiln::Model> model =
+        build_model(p, input, static_cast<int32_t>(world_size), norm_window_for(p));
     if (const std::string& init = p.model.core.get_string("init"); !init.empty()) {
       try {
         load_weights(*model, init);

@@ -169,6 +169,9 @@ struct Trainer::Impl {
   data::Dataset train_set, test_set;
   std::optional<data::Loader> train_loader, test_loader;
   std::shared_ptr<kiln::Model> model;
+  // Where the norm layers are in a step's micro-batches, when norm.running_stats_update has
+  // the host move their running statistics (accumulation only); null otherwise.
+  std::shared_ptr<plugin::NormWindow> norm_window;
   bool channels_last = false;  // 4-D weights and batches in NHWC (model.memory_format)
   std::vector<ParamGroup> groups;
   std::optional<plugin::OptimizerAdapter> optimizer;
@@ -304,13 +307,14 @@ void Trainer::Impl::build() {
   test_loader.emplace(test_set, loader_options(p.data, seed, false, device, rank, world));
 
   // The model, with the pipeline's norm plugin behind every norm layer.
+  norm_window = norm_window_for(p);
   kiln_model_input input{};
   input.struct_size = sizeof(input);
   input.channels = train_set.images.size(1);
   input.height = train_set.images.size(2);
   input.width = train_set.images.size(3);
   input.num_classes = train_set.num_classes;
-  model = build_model(p, input, world);
+  model = build_model(p, input, world, norm_window);
   if (const std::string& init = p.model.core.get_string("init"); !init.empty()) {
     try {
       load_weights(*model, init);
@@ -558,6 +562,7 @@ void Trainer::Impl::step() {
   std::optional<GradCheck> graphed_check;  // the check GraphedStep read back
   bool update_ran = false;                 // and whether its replay ran the optimizer
   int64_t samples = 0, micro = 0;
+  if (norm_window) norm_window->begin(window);
   for (; micro < window; ++micro) {
     const auto fetch_start = Clock::now();
     std::optional<data::Batch> batch = train_loader->next();
@@ -582,6 +587,7 @@ void Trainer::Impl::step() {
     // ones before only accumulate, as under DDP's no_sync().
     const bool sync = sync_every_micro_step || micro == window - 1;
     if (ddp) ddp->before_forward(/*window_start=*/micro == 0, sync);
+    if (norm_window) norm_window->enter(micro);
     at::Tensor loss;
     {
       // Forward and loss under autocast, as torch.amp recommends; backward outside it.
@@ -601,6 +607,7 @@ void Trainer::Impl::step() {
     }
     samples += y.size(0);
   }
+  if (norm_window) norm_window->finish();  // pooled running statistics, once per step
   position.batches_in_epoch += window;
   epoch_ended = position.batches_in_epoch >= batches_per_epoch;
   if (samples == 0) {

@@ -10,6 +10,9 @@
 #include <ATen/ops/zeros.h>
 #include <torch/csrc/autograd/custom_function.h>
 
+#include <string>
+#include <utility>
+
 #include "plugin/host_api.hpp"
 #include "plugin/plugin_call.hpp"
 #include "plugin/status.hpp"
@@ -82,6 +85,24 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     args.save_mean = &sm;
     args.save_invstd = &si;
     args.stream = host_api()->current_stream(x.device);
+    // Under accumulation the host may update the running statistics itself: the plugin then
+    // gets none and reports the batch's (ABI 1.5).
+    NormWindow* window = training ? layer->reporting_window() : nullptr;
+    BatchStats batch;
+    DLTensor bm, bv;
+    kiln_norm_batch_stats report{};
+    if (window != nullptr) {
+      batch.mean = at::empty({channels}, stat_options);
+      batch.var = at::empty({channels}, stat_options);
+      bm = kiln::as_dltensor(batch.mean);
+      bv = kiln::as_dltensor(batch.var);
+      report.struct_size = sizeof(report);
+      report.mean = &bm;
+      report.var = &bv;
+      args.running_mean = nullptr;
+      args.running_var = nullptr;
+      args.batch_stats = &report;
+    }
     kiln_call_context call;
     call.group = collective_group();  // synced norm layers reduce over the run's ranks
     kiln_status* status =
@@ -89,6 +110,18 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
                     [&] { return layer->vtable()->forward(layer->instance(), &call, &args); });
     if (status != nullptr) {
       check(status, "norm '" + layer->plugin_name() + "' forward");  // the context only on errors
+    }
+    if (window != nullptr) {
+      if (report.reported == 0) {
+        throw ComponentError(KILN_ERR_INTERNAL,
+                             "norm '" + layer->plugin_name() +
+                                 "' forward: reported no batch statistics "
+                                 "(kiln_norm_forward_args.batch_stats, ABI 1.5), which "
+                                 "norm.running_stats_update needs under accumulation");
+      }
+      batch.count = report.count;
+      batch.momentum = report.momentum;
+      window->record(layer, layer->running_mean, layer->running_var, std::move(batch));
     }
 
     const int32_t saves = layer->layout().saves;
@@ -182,7 +215,8 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
 }  // namespace
 
 PluginNormLayer::PluginNormLayer(const Component& component, const config::OptionSet& options,
-                                 const kiln_norm_request& request, int32_t world_size)
+                                 const kiln_norm_request& request, int32_t world_size,
+                                 std::shared_ptr<NormWindow> window)
     : name_(component.name()),
       library_(component.library_path),
       vtable_(static_cast<const kiln_norm_vtable*>(component.descriptor->vtable)),
@@ -220,6 +254,26 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
     running_mean = register_buffer("running_mean", at::zeros({c}));
     running_var = register_buffer("running_var", at::ones({c}));
   }
+  // Only a layer whose running statistics move in training has an update to hand over.
+  const bool moves_stats = layout_.running_stats != 0 && layout_.frozen == 0;
+  if (window != nullptr && window->mode() != RunningStatsUpdate::kMicroBatch && moves_stats) {
+    if (component.plugin->abi_minor < 5) {
+      vtable_->destroy(instance_);  // no destructor runs for a constructor that throws
+      instance_ = nullptr;
+      throw ComponentError(
+          KILN_ERR_UNSUPPORTED,
+          "norm '" + name_ + "' is built for Kiln ABI 1." +
+              std::to_string(component.plugin->abi_minor) +
+              " and cannot report its batch statistics (ABI 1.5), which "
+              "norm.running_stats_update needs under accumulation; rebuild it, or use "
+              "\"micro_batch\"");
+    }
+    window_ = std::move(window);
+  }
+}
+
+NormWindow* PluginNormLayer::reporting_window() const {
+  return window_ != nullptr && window_->host_updates() ? window_.get() : nullptr;
 }
 
 PluginNormLayer::~PluginNormLayer() {

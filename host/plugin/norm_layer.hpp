@@ -8,6 +8,7 @@
 #include "config/options.hpp"
 #include "kiln/norm.h"
 #include "kiln/torch.hpp"
+#include "plugin/norm_window.hpp"
 #include "plugin/registry.hpp"
 
 namespace kiln::plugin {
@@ -15,8 +16,13 @@ namespace kiln::plugin {
 class PluginNormLayer : public kiln::NormLayer {
  public:
   // `world_size`: the ranks of the run the layer trains in (kiln_norm_setup.world_size).
+  // `window`: the trainer's window of micro-batches, under which the layer may hand its
+  // running-statistics update to the host (norm_window.hpp); nullptr: the plugin updates them
+  // on every training forward, as PyTorch. Throws for a plugin that cannot report its batch
+  // statistics (built for ABI < 1.5) when the window's mode needs them.
   PluginNormLayer(const Component& component, const config::OptionSet& options,
-                  const kiln_norm_request& request, int32_t world_size = 1);
+                  const kiln_norm_request& request, int32_t world_size = 1,
+                  std::shared_ptr<NormWindow> window = nullptr);
   ~PluginNormLayer() override;
 
   at::Tensor forward(const at::Tensor& input) override;
@@ -30,6 +36,9 @@ class PluginNormLayer : public kiln::NormLayer {
   std::string where(const char* entry) const;
   // Whether the model allowed an in-place layer to overwrite its input.
   bool may_overwrite_input() const { return may_overwrite_input_; }
+  // The window to report training statistics to now, or nullptr when the plugin updates its
+  // running statistics itself.
+  NormWindow* reporting_window() const;
   at::Tensor running_mean, running_var;  // undefined without running stats
 
  private:
@@ -41,8 +50,9 @@ class PluginNormLayer : public kiln::NormLayer {
   int32_t activation_;
   double activation_param_;
   bool may_overwrite_input_;
-  at::Tensor weight_, bias_;  // undefined without affine
-  at::Tensor no_affine_;      // without affine: the autograd function's weight and bias
+  std::shared_ptr<NormWindow> window_;  // nullptr when the layer has no running statistics to move
+  at::Tensor weight_, bias_;            // undefined without affine
+  at::Tensor no_affine_;                // without affine: the autograd function's weight and bias
 };
 
 }  // namespace kiln::plugin

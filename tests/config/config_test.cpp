@@ -308,7 +308,9 @@ TEST_F(ConfigTest, UnknownKey) {
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[optimizer]\nmomentun = 0.5\n"),
             at(4, 1) + ": optimizer.momentun: unknown key; did you mean 'momentum'?");
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[norm]\n  zzzzzzzz = 1\n"),
-            at(4, 3) + ": norm.zzzzzzzz: unknown key; valid keys: name, momentum, affine");
+            at(4, 3) +
+                ": norm.zzzzzzzz: unknown key; valid keys: name, running_stats_update, momentum, "
+                "affine");
   EXPECT_EQ(
       error_of("[model]\nname = \"mlp\"\n[run]\nzzzzzzzz = 1\n"),
       at(4, 1) +

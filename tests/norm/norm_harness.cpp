@@ -80,6 +80,40 @@ std::string forward(const Layer& layer, kiln_call_context* ctx, bool training,
   return outcome(layer.vt->forward(layer.instance, ctx, &args));
 }
 
+std::string forward_reporting(const Layer& layer, kiln_call_context* ctx, const at::Tensor& input,
+                              const at::Tensor& output, State& state, Report& report,
+                              size_t args_size) {
+  const int64_t channels = input.size(1);
+  const auto f32 = input.options().dtype(at::kFloat);
+  report.mean = at::full({channels}, -7.0, f32);  // not what any batch gives
+  report.var = at::full({channels}, -7.0, f32);
+  DLTensor in = kiln::as_dltensor(input), out = kiln::as_dltensor(output);
+  DLTensor w, b, rm, rv, sm, si, bm, bv;
+  kiln_norm_batch_stats stats{};
+  stats.struct_size = sizeof(stats);
+  stats.mean = dl_or_null(report.mean, bm);
+  stats.var = dl_or_null(report.var, bv);
+  kiln_norm_forward_args args{};
+  args.struct_size = args_size;
+  args.training = 1;
+  args.input = &in;
+  args.output = &out;
+  args.weight = dl_or_null(state.weight, w);
+  args.bias = dl_or_null(state.bias, b);
+  // A host that updates the running statistics itself passes none; an older host does.
+  const bool current = args_size >= KILN_SIZE_UP_TO(kiln_norm_forward_args, batch_stats);
+  args.running_mean = current ? nullptr : dl_or_null(state.running_mean, rm);
+  args.running_var = current ? nullptr : dl_or_null(state.running_var, rv);
+  args.save_mean = dl_or_null(state.save_mean, sm);
+  args.save_invstd = dl_or_null(state.save_invstd, si);
+  args.batch_stats = &stats;
+  const std::string status = outcome(layer.vt->forward(layer.instance, ctx, &args));
+  report.count = stats.count;
+  report.momentum = stats.momentum;
+  report.reported = stats.reported;
+  return status;
+}
+
 std::string backward(const Layer& layer, kiln_call_context* ctx, bool training,
                      const at::Tensor& grad_output, const at::Tensor& saved, State& state,
                      Grads& grads, bool frozen) {

@@ -50,6 +50,20 @@ State make_state(int64_t channels, const at::Tensor& w, const at::Tensor& b, at:
 std::string forward(const Layer& layer, kiln_call_context* ctx, bool training,
                     const at::Tensor& input, const at::Tensor& output, State& state);
 
+// What a training forward reported to a host that updates the running statistics itself
+// (ABI 1.5, kiln_norm_forward_args.batch_stats).
+struct Report {
+  at::Tensor mean, var;  // [C] float32
+  double count = 0, momentum = 0;
+  int32_t reported = 0;
+};
+// One training forward as such a host calls it: no running statistics, a report to fill.
+// `args_size` is the struct_size the host claims for its arguments (an older host's is smaller
+// and has no batch_stats, though the field is set).
+std::string forward_reporting(const Layer& layer, kiln_call_context* ctx, const at::Tensor& input,
+                              const at::Tensor& output, State& state, Report& report,
+                              size_t args_size = sizeof(kiln_norm_forward_args));
+
 struct Grads {
   at::Tensor input, weight, bias;
 };

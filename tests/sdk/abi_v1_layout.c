@@ -61,7 +61,12 @@ _Static_assert(KILN_NORM_LAYOUT_V1_0_SIZE == 24, "norm layout v1.0 size");
 PIN_OFFSET(kiln_norm_layout, in_place, 24);
 PIN_OFFSET(kiln_norm_layout, frozen, 28);
 PIN_OFFSET(kiln_norm_layout, hands_over_gradients, 32);
-PIN_SIZE(kiln_norm_forward_args, 88);
+PIN_SIZE(kiln_norm_forward_args, 96); /* 1.5: batch_stats appended */
+_Static_assert(KILN_NORM_FORWARD_ARGS_V1_4_SIZE == 88, "norm forward args v1.4 size");
+PIN_OFFSET(kiln_norm_forward_args, batch_stats, 88);
+PIN_SIZE(kiln_norm_batch_stats, 48); /* 1.5 */
+PIN_OFFSET(kiln_norm_batch_stats, count, 24);
+PIN_OFFSET(kiln_norm_batch_stats, reported, 40);
 PIN_SIZE(kiln_norm_backward_args, 136); /* 1.3: grad_*_result appended */
 _Static_assert(KILN_NORM_BACKWARD_ARGS_V1_2_SIZE == 112, "norm backward args v1.2 size");
 PIN_OFFSET(kiln_norm_backward_args, grad_input_result, 112);

@@ -11,6 +11,7 @@
 
 #include "kiln/sdk.hpp"
 #include "kiln/torch.hpp"
+#include "report.hpp"
 
 namespace {
 
@@ -100,6 +101,17 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
       running_mean = optional_view(args->running_mean);
       running_var = optional_view(args->running_var);
     }
+    double momentum = bn.momentum;
+    kiln_norm_batch_stats* report =
+        args->training != 0 ? kiln::norm::report_request(args, "batchnorm") : nullptr;
+    if (report != nullptr) {
+      // The host updates the running statistics itself: the kernel writes the batch's into the
+      // report instead (report.hpp).
+      const kiln::norm::ReportAsRunning r = kiln::norm::running_stats_for_report(report);
+      running_mean = r.mean;
+      running_var = r.var;
+      momentum = 1.0;
+    }
     at::Tensor output = kiln::as_tensor(*args->output);
     const at::Tensor weight = optional_view(args->weight);
     // Batch statistics with every tensor in the input's dtype (fp32 training): ATen's out kernel
@@ -112,15 +124,21 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
           save_invstd.scalar_type() == x.scalar_type()) {
         at::native_batch_norm_out(output, save_mean, save_invstd, x, weight,
                                   optional_view(args->bias), running_mean, running_var, true,
-                                  bn.momentum, bn.eps);
+                                  momentum, bn.eps);
+        if (report != nullptr) {
+          kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
+        }
         return;
       }
     }
     // Updates running_mean/running_var in place (unbiased variance) when training with them.
     auto [y, mean, invstd] =
         at::native_batch_norm(x, weight, optional_view(args->bias), running_mean, running_var,
-                              batch_stats, bn.momentum, bn.eps);
+                              batch_stats, momentum, bn.eps);
     output.copy_(y);
+    if (report != nullptr) {
+      kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
+    }
     if (!batch_stats) {
       // Eval with running statistics: record the statistics that were actually applied.
       mean = running_mean;

@@ -3,6 +3,8 @@
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 
+#include "report.hpp"
+
 namespace kiln::norm {
 
 bool uses_batch_stats(const BnOptions& o, int32_t training, const DLTensor* running_mean,
@@ -32,7 +34,14 @@ Applied forward_stats(const kiln_host_api* host, kiln_call_context* ctx, const B
     m = local_moments(x);
   }
   check_count(m, x, world, plugin);
-  if (args->training != 0) update_running(running_mean, running_var, m, o.momentum);
+  if (args->training != 0) {
+    // A host that updates the running statistics itself gets the batch's instead.
+    if (kiln_norm_batch_stats* report = report_request(args, plugin)) {
+      report_stats(report, m.count, m.mean, m.m2 / (m.count - 1.0), o.momentum);
+    } else {
+      update_running(running_mean, running_var, m, o.momentum);
+    }
+  }
   return Applied{m.mean, (m.m2 / m.count + o.eps).rsqrt()};
 }
 

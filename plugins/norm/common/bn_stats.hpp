@@ -24,8 +24,9 @@ struct Applied {
 };
 
 // Computes the statistics of one forward over `x` and updates the running statistics when
-// training. `sync`: training statistics are shared over the StatsGroup of `ctx` (collectives
-// only in training, as torch.nn.SyncBatchNorm; eval never communicates).
+// training (or reports the batch statistics, when the host asks for them: report.hpp). `sync`:
+// training statistics are shared over the StatsGroup of `ctx` (collectives only in training, as
+// torch.nn.SyncBatchNorm; eval never communicates).
 Applied forward_stats(const kiln_host_api* host, kiln_call_context* ctx, const BnOptions& o,
                       const kiln_norm_forward_args* args, const at::Tensor& x, bool sync,
                       const char* plugin);

@@ -20,6 +20,7 @@
 #include "kiln/sdk.hpp"
 #include "kiln/torch.hpp"
 #include "options.hpp"
+#include "report.hpp"
 #include "stats.hpp"
 
 namespace {
@@ -103,10 +104,24 @@ void fused_forward(const Abn& abn, kiln_call_context* ctx, const kiln_norm_forwa
       rm = kiln::norm::optional_view(args->running_mean);
       rv = kiln::norm::optional_view(args->running_var);
     }
-    auto [y, mean, invstd] = at::native_batch_norm(x, w_eff, bias, rm, rv, /*training=*/true,
-                                                   abn.options.momentum, abn.options.eps);
+    double momentum = abn.options.momentum;
+    kiln_norm_batch_stats* report =
+        args->training != 0 ? kiln::norm::report_request(args, abn.name) : nullptr;
+    if (report != nullptr) {
+      // The host updates the running statistics itself: the kernel writes the batch's into the
+      // report instead (report.hpp).
+      const kiln::norm::ReportAsRunning r = kiln::norm::running_stats_for_report(report);
+      rm = r.mean;
+      rv = r.var;
+      momentum = 1.0;
+    }
+    auto [y, mean, invstd] =
+        at::native_batch_norm(x, w_eff, bias, rm, rv, /*training=*/true, momentum, abn.options.eps);
     activate_into(abn.act, y, out);
     kiln::norm::save_stats(args, {mean.to(at::kDouble), invstd.to(at::kDouble)});
+    if (report != nullptr) {
+      kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), abn.options.momentum);
+    }
     return;
   }
   // Shared (or running) statistics, applied as fixed ones: var = invstd^-2 - eps reproduces

@@ -54,6 +54,20 @@ typedef struct kiln_norm_layout {
   int32_t hands_over_gradients;
 } kiln_norm_layout;
 
+/* Since ABI 1.5. Where a training forward reports the batch statistics it normalised with, for
+ * a host that updates the running statistics itself (kiln_norm_forward_args.batch_stats; the
+ * host does so under gradient accumulation when norm.running_stats_update asks for it). The
+ * host sets struct_size, mean and var; the plugin writes everything else. */
+typedef struct kiln_norm_batch_stats {
+  size_t struct_size; /* sizeof(kiln_norm_batch_stats) as the host knows it */
+  DLTensor* mean;     /* [C] float32: the plugin writes the batch mean */
+  DLTensor* var;      /* [C] float32: the plugin writes the unbiased batch variance (N - 1) */
+  double count;       /* values per channel behind mean and var, over every rank that shared them */
+  double momentum;    /* the weight the plugin's own running-statistics update would give them */
+  int32_t reported;   /* the plugin sets it nonzero once it has written the fields above */
+  int32_t reserved;   /* zero */
+} kiln_norm_batch_stats;
+
 /* Forward arguments. Tensors borrowed for the call; optional ones NULL when absent. */
 typedef struct kiln_norm_forward_args {
   size_t struct_size;     /* sizeof(kiln_norm_forward_args) as the host knows it */
@@ -68,6 +82,12 @@ typedef struct kiln_norm_forward_args {
   DLTensor* save_mean;    /* [C] float32 written by the plugin for backward */
   DLTensor* save_invstd;  /* [C] float32 written by the plugin for backward */
   void* stream;           /* device stream or NULL */
+  /* Since ABI 1.5; NULL unless the host updates the running statistics itself (training only).
+   * When non-NULL, running_mean and running_var are NULL: the plugin normalises with the batch
+   * statistics as always, updates nothing, and fills *batch_stats (count and variance over
+   * every rank that shared the statistics). A host passes it only to plugins built for 1.5 or
+   * later, and refuses a forward that leaves batch_stats->reported zero. */
+  kiln_norm_batch_stats* batch_stats;
 } kiln_norm_forward_args;
 
 /* Backward arguments. Tensors borrowed for the call; optional ones NULL when not wanted. */
@@ -122,6 +142,7 @@ typedef struct kiln_norm_vtable {
 #define KILN_NORM_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_norm_vtable, backward)
 #define KILN_NORM_LAYOUT_V1_0_SIZE KILN_SIZE_UP_TO(kiln_norm_layout, fused_activation)
 #define KILN_NORM_BACKWARD_ARGS_V1_2_SIZE KILN_SIZE_UP_TO(kiln_norm_backward_args, stream)
+#define KILN_NORM_FORWARD_ARGS_V1_4_SIZE KILN_SIZE_UP_TO(kiln_norm_forward_args, stream)
 
 #ifdef __cplusplus
 } /* extern "C" */
