@@ -1,9 +1,11 @@
 // `kiln`: run, launch (several ranks), validate and plan TOML pipelines; list and describe
 // plugins.
+#include <spdlog/spdlog.h>
 #include <torch/version.h>
 #include <unistd.h>
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cstdio>
 #include <stdexcept>
 
@@ -37,6 +39,11 @@ std::vector<std::string> launch_usage(const CLI::App& cmd,
                                "an explicit port is required with --nnodes > 1 (every node "
                                "must use the same one)");
   }
+  if (options.nnodes > 1 && options.max_restarts > 0) {
+    throw CLI::ValidationError("--max-restarts",
+                               "restarts a single node's group; across nodes use torchrun "
+                               "--rdzv-backend c10d --max-restarts N");
+  }
   return rest;
 }
 
@@ -44,6 +51,13 @@ std::vector<std::string> launch_usage(const CLI::App& cmd,
 int launch_ranks(const kiln::dist::LaunchOptions& options, const std::vector<std::string>& run_args,
                  bool verbose) {
   std::vector<std::string> argv;
+  const bool resumes = std::any_of(run_args.begin(), run_args.end(), [](const std::string& a) {
+    return a == "--resume" || a.rfind("--resume=", 0) == 0;
+  });
+  if (options.max_restarts > 0 && !resumes) {
+    spdlog::warn(
+        "--max-restarts without --resume auto: a restarted group trains from the start again");
+  }
   try {
     std::string self(4096, '\0');
     const ssize_t n = readlink("/proc/self/exe", self.data(), self.size());
@@ -150,6 +164,12 @@ int dispatch(int argc, char** argv) {
       ->add_option("--grace", launch_options.grace_seconds,
                    "seconds between SIGTERM and SIGKILL for the other ranks when one fails")
       ->check(CLI::NonNegativeNumber);
+  launch_cmd
+      ->add_option("--max-restarts", launch_options.max_restarts,
+                   "start the whole group again up to N times when a rank fails, as torchrun "
+                   "--max-restarts (default 0; pass --resume auto to continue from the newest "
+                   "checkpoint; one node only)")
+      ->check(CLI::Range(0, 1 << 20));
   std::vector<std::string> launch_run_args;  // FILE and kiln run's options
 
   CLI::App* config_docs =

@@ -2,6 +2,7 @@
 
 #include <charconv>
 #include <cstdlib>
+#include <limits>
 #include <stdexcept>
 #include <vector>
 
@@ -129,6 +130,20 @@ LaunchEnv read_torchrun(const EnvLookup& env) {
     e.master_addr = *addr.value;
   }
   e.master_port = port.value ? port_of(port) : kDefaultPort;
+  if (const Var agent = get(env, "TORCHELASTIC_USE_AGENT_STORE"); agent.value) {
+    // torchrun writes Python's str(bool); the C++ TCPStore compares the same way.
+    if (*agent.value != "True" && *agent.value != "False") {
+      throw bad(agent.name, *agent.value, "is neither 'True' nor 'False'");
+    }
+    e.agent_store = *agent.value == "True";
+  }
+  if (const Var restarts = get(env, "TORCHELASTIC_RESTART_COUNT"); restarts.value) {
+    e.restart_count =
+        parse_in_range(restarts.name, *restarts.value, 0, std::numeric_limits<int>::max());
+  }
+  if (const Var id = get(env, "TORCHELASTIC_RUN_ID"); id.value && !id.value->empty()) {
+    e.run_id = *id.value;
+  }
   return e;
 }
 

@@ -1,7 +1,9 @@
 // Where this process sits in a distributed run, read from the environment a launcher leaves:
 // `kiln launch` and torchrun (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR,
 // MASTER_PORT) or Slurm's srun (SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID, SLURM_NTASKS_PER_NODE
-// or SLURM_TASKS_PER_NODE, the first host of SLURM_JOB_NODELIST). Torch-free.
+// or SLURM_TASKS_PER_NODE, the first host of SLURM_JOB_NODELIST), and the elastic variables
+// torchrun and `kiln launch` add (TORCHELASTIC_RESTART_COUNT, TORCHELASTIC_RUN_ID,
+// TORCHELASTIC_USE_AGENT_STORE). Torch-free.
 #pragma once
 
 #include <functional>
@@ -18,6 +20,11 @@ struct LaunchEnv {
   std::string master_addr = "127.0.0.1";  // host of rank 0, where the TCP store listens
   int master_port = 29500;
   std::string source;  // "torchrun" (also kiln launch) or "slurm": for messages
+  // The launcher's agent hosts the TCP store at master_addr:master_port and keeps it across
+  // restarts of the ranks (torchrun: TORCHELASTIC_USE_AGENT_STORE=True); no rank hosts one.
+  bool agent_store = false;
+  int restart_count = 0;        // restarts of the group so far, as this node's launcher counts
+  std::string run_id = "none";  // the launcher's job id (torchrun --rdzv-id)
 };
 
 // Looks a variable up; the default reads the process environment. Tests pass a map.

@@ -170,9 +170,17 @@ void close_stream(int rank, Stream& s) {
   s.fd = -1;
 }
 
-std::vector<std::string> child_environment(const LaunchOptions& o, int port) {
-  const char* overridden[] = {
-      "RANK=", "WORLD_SIZE=", "LOCAL_RANK=", "LOCAL_WORLD_SIZE=", "MASTER_ADDR=", "MASTER_PORT="};
+std::vector<std::string> child_environment(const LaunchOptions& o, int port, int attempt) {
+  // Ours to set; an outer launcher's values (kiln launch inside torchrun) must not leak through.
+  const char* overridden[] = {"RANK=",
+                              "WORLD_SIZE=",
+                              "LOCAL_RANK=",
+                              "LOCAL_WORLD_SIZE=",
+                              "MASTER_ADDR=",
+                              "MASTER_PORT=",
+                              "TORCHELASTIC_RESTART_COUNT=",
+                              "TORCHELASTIC_MAX_RESTARTS=",
+                              "TORCHELASTIC_USE_AGENT_STORE="};
   std::vector<std::string> env;
   bool has_omp = false;
   for (char** e = environ; *e != nullptr; ++e) {
@@ -188,6 +196,10 @@ std::vector<std::string> child_environment(const LaunchOptions& o, int port) {
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(o.nproc));
   env.push_back("MASTER_ADDR=" + o.master_addr);
   env.push_back("MASTER_PORT=" + std::to_string(port));
+  env.push_back("TORCHELASTIC_RESTART_COUNT=" + std::to_string(attempt));
+  env.push_back("TORCHELASTIC_MAX_RESTARTS=" + std::to_string(o.max_restarts));
+  // Rank 0 hosts the store, anew in each attempt.
+  env.push_back("TORCHELASTIC_USE_AGENT_STORE=False");
   return env;
 }
 
@@ -258,18 +270,53 @@ class Supervisor {
   }
 
   int run() {
+    for (int attempt = 0;; ++attempt) {
+      const int code = run_attempt(attempt);
+      if (code == 0) return 0;
+      // Stopped on purpose (a forwarded SIGINT/SIGTERM, or one that came as the ranks ended):
+      // not a failure to recover from.
+      if (forwarded_ || stop_requested()) return code;
+      if (attempt == options_.max_restarts) {
+        if (options_.max_restarts > 0) {
+          spdlog::error("the group failed {} time(s): no restarts left", attempt + 1);
+        }
+        return code;
+      }
+      spdlog::warn("restarting the group: restart {} of {}", attempt + 1, options_.max_restarts);
+      children_.clear();
+      failed_ = false;
+      first_failure_code_ = 0;
+      kill_deadline_.reset();
+    }
+  }
+
+ private:
+  // Starts the group and supervises it to its end; 0 or the first failing rank's code.
+  int run_attempt(int attempt) {
+    // A fresh port for each attempt: nothing of the last one's store can answer on it.
     const int port = options_.master_port != 0 ? options_.master_port : free_port();
-    spdlog::info("launching {} rank(s) on node {} of {} ({} in all), master {}:{}", options_.nproc,
-                 options_.node_rank, options_.nnodes, options_.nproc * options_.nnodes,
-                 options_.master_addr, port);
-    std::vector<std::string> base_env = child_environment(options_, port);
+    spdlog::info("launching {} rank(s) on node {} of {} ({} in all), master {}:{}{}",
+                 options_.nproc, options_.node_rank, options_.nnodes,
+                 options_.nproc * options_.nnodes, options_.master_addr, port,
+                 attempt > 0 ? " (restart " + std::to_string(attempt) + ")" : std::string());
+    std::vector<std::string> base_env = child_environment(options_, port, attempt);
     children_.reserve(static_cast<size_t>(options_.nproc));
     for (int local = 0; local < options_.nproc; ++local) start(base_env, local);
     supervise();
     return first_failure_code_;
   }
 
- private:
+  // Whether a SIGINT or SIGTERM is waiting that no rank was left to receive.
+  bool stop_requested() {
+    bool stop = false;
+    for (int signal : signals_.drain()) {
+      if (signal == SIGCHLD) continue;
+      spdlog::info("received signal {} ({}): not restarting", signal, strsignal(signal));
+      stop = true;
+    }
+    return stop;
+  }
+
   void start(const std::vector<std::string>& base_env, int local) {
     const int rank = options_.node_rank * options_.nproc + local;
     std::vector<std::string> env = base_env;
@@ -452,6 +499,12 @@ int launch(const LaunchOptions& options, const std::vector<std::string>& argv) {
   }
   if (options.nnodes > 1 && options.master_port == 0) {
     throw std::invalid_argument("launch: a run across nodes needs an explicit master port");
+  }
+  if (options.max_restarts < 0) throw std::invalid_argument("launch: max_restarts is negative");
+  if (options.nnodes > 1 && options.max_restarts > 0) {
+    throw std::invalid_argument(
+        "launch: restarts (max_restarts) are for a single node; across nodes use torchrun "
+        "--rdzv-backend c10d --max-restarts");
   }
   if (options.master_port < 0 || options.master_port > 65535) {
     throw std::invalid_argument("launch: master port " + std::to_string(options.master_port) +

@@ -8,14 +8,12 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "dist/attempt_store.hpp"
 #include "dist/counting_backend.hpp"
+#include "dist/listen_socket.hpp"
 
 namespace kiln::dist {
 namespace {
-
-bool is_loopback(const std::string& addr) {
-  return addr == "localhost" || addr.rfind("127.", 0) == 0 || addr == "::1";
-}
 
 std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master_addr) {
   // Same rule as torch.distributed: an explicit interface wins; a loopback rendezvous stays on
@@ -25,6 +23,23 @@ std::shared_ptr<::gloo::transport::Device> gloo_device(const std::string& master
   }
   if (is_loopback(master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
   return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+// The launcher's store, or a client of rank 0's (which rank 0 starts).
+c10::intrusive_ptr<c10d::Store> connect_store(const GroupOptions& options) {
+  c10d::TCPStoreOptions store_options;
+  store_options.port = static_cast<uint16_t>(options.port);
+  store_options.timeout = options.timeout;
+  store_options.isServer = options.rank == 0 && !options.agent_store;
+  // Rank 0's store waits for every rank to connect; an agent's store is not ours to count in.
+  if (!options.agent_store) store_options.numWorkers = options.world_size;
+  if (store_options.isServer && is_loopback(options.master_addr)) {
+    // c10d would listen on every interface; the store takes over this socket instead. (Should
+    // the store fail to start, the socket is left open rather than risk closing it twice: the
+    // rank is about to exit.)
+    store_options.masterListenFd = listen_on_loopback(options.master_addr, options.port);
+  }
+  return c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
 }
 
 c10d::ReduceOp reduce_op(const std::string& op) {
@@ -37,17 +52,14 @@ c10d::ReduceOp reduce_op(const std::string& op) {
 }  // namespace
 
 ProcessGroup::ProcessGroup(const GroupOptions& options) : options_(options) {
-  const std::string where = options.backend + " process group at " + options.master_addr + ":" +
-                            std::to_string(options.port) + " (rank " +
-                            std::to_string(options.rank) + " of " +
-                            std::to_string(options.world_size) + ")";
+  std::string where = options.backend + " process group at " + options.master_addr + ":" +
+                      std::to_string(options.port) + " (rank " + std::to_string(options.rank) +
+                      " of " + std::to_string(options.world_size);
+  if (options.restart_count > 0) where += ", restart " + std::to_string(options.restart_count);
+  where += ")";
   try {
-    c10d::TCPStoreOptions store_options;
-    store_options.port = static_cast<uint16_t>(options.port);
-    store_options.isServer = options.rank == 0;
-    store_options.numWorkers = options.world_size;
-    store_options.timeout = options.timeout;
-    store_ = c10::make_intrusive<c10d::TCPStore>(options.master_addr, store_options);
+    store_ = attempt_store(connect_store(options), options.run_id, options.rank, options.world_size,
+                           options.timeout);
     if (options.backend == "gloo") {
       auto gloo_options = c10d::ProcessGroupGloo::Options::create(options.timeout);
       gloo_options->devices.push_back(gloo_device(options.master_addr));

@@ -26,12 +26,20 @@ struct GroupOptions {
   int world_size = 1;
   std::chrono::milliseconds timeout{std::chrono::minutes(5)};
   int device_index = 0;  // NCCL: the CUDA device of this rank
+  // The launcher hosts the store at master_addr:port (torchrun's agent) and keeps it across
+  // restarts: every rank connects as a client. Otherwise rank 0 hosts it, on loopback alone when
+  // master_addr is loopback, else on every interface (other hosts must reach it).
+  bool agent_store = false;
+  std::string run_id = "none";  // names the run's keys in a store several runs may share
+  int restart_count = 0;        // for messages: restarts of the group so far
 };
 
 class ProcessGroup {
  public:
-  // Joins the group (rank 0 hosts the TCP store). Blocks until every rank has joined or the
-  // timeout passes; throws std::runtime_error naming the backend and address on failure.
+  // Joins the group. Every key it writes to the store goes under a prefix this attempt's ranks
+  // agree on (dist/attempt_store.hpp), so keys a restarted group finds from an earlier attempt
+  // are never read. Blocks until every rank has joined or the timeout passes; throws
+  // std::runtime_error naming the backend and address on failure.
   explicit ProcessGroup(const GroupOptions& options);
   ~ProcessGroup();
   ProcessGroup(const ProcessGroup&) = delete;
@@ -52,6 +60,7 @@ class ProcessGroup {
   // gradient traffic only.
   const c10::intrusive_ptr<c10d::ProcessGroup>& counted_group() const { return counted_group_; }
   int64_t counted_allreduces() const;
+  // The store under this attempt's prefix.
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
  private:

@@ -271,6 +271,9 @@ void Trainer::Impl::join_group() {
   g.rank = env.rank;
   g.world_size = env.world_size;
   g.device_index = env.local_rank;
+  g.agent_store = env.agent_store;
+  g.run_id = env.run_id;
+  g.restart_count = env.restart_count;
   g.timeout =
       std::chrono::milliseconds(static_cast<int64_t>(1000.0 * p.dist.get_float("timeout_s")));
   group = std::make_unique<dist::ProcessGroup>(g);

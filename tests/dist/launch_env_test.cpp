@@ -66,6 +66,27 @@ TEST(LaunchEnv, Torchrun) {
   EXPECT_EQ(e->master_addr, "10.0.0.7");
   EXPECT_EQ(e->master_port, 29611);
   EXPECT_EQ(e->source, "torchrun");
+  // No elastic variables: rank 0 hosts the store, first attempt.
+  EXPECT_FALSE(e->agent_store);
+  EXPECT_EQ(e->restart_count, 0);
+  EXPECT_EQ(e->run_id, "none");
+}
+
+TEST(LaunchEnv, TorchrunElasticVariables) {
+  Vars v = torchrun();
+  v["TORCHELASTIC_USE_AGENT_STORE"] = "True";
+  v["TORCHELASTIC_RESTART_COUNT"] = "3";
+  v["TORCHELASTIC_RUN_ID"] = "job-7";
+  auto e = read_launch_env(lookup(v));
+  ASSERT_TRUE(e.has_value());
+  EXPECT_TRUE(e->agent_store);
+  EXPECT_EQ(e->restart_count, 3);
+  EXPECT_EQ(e->run_id, "job-7");
+  v["TORCHELASTIC_USE_AGENT_STORE"] = "False";  // what kiln launch sets
+  v["TORCHELASTIC_RUN_ID"] = "";
+  e = read_launch_env(lookup(v));
+  EXPECT_FALSE(e->agent_store);
+  EXPECT_EQ(e->run_id, "none");
 }
 
 TEST(LaunchEnv, TorchrunWithoutLocalOrMasterVariables) {
@@ -186,6 +207,9 @@ TEST(LaunchEnv, MalformedValuesNameTheVariable) {
       {"MASTER_PORT", "70000", torchrun()},
       {"MASTER_PORT", "http", torchrun()},
       {"RANK", "-1", torchrun()},
+      {"TORCHELASTIC_RESTART_COUNT", "-1", torchrun()},
+      {"TORCHELASTIC_RESTART_COUNT", "one", torchrun()},
+      {"TORCHELASTIC_USE_AGENT_STORE", "true", torchrun()},
       {"SLURM_PROCID", "1.5", slurm()},
       {"SLURM_NTASKS", " 7", slurm()},
       {"SLURM_LOCALID", "zero", slurm()},

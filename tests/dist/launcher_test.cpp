@@ -237,6 +237,71 @@ TEST_F(Launcher, SigtermIsForwardedToEveryRank) {
   EXPECT_NE(o.out.find("forwarding"), std::string::npos) << o.out;
 }
 
+TEST_F(Launcher, RestartsTheGroupUntilAnAttemptSucceeds) {
+  // Rank 1 fails in attempts 0 and 1; rank 0 would run on, so the launcher must stop it before
+  // each restart. Attempt 2 succeeds: exit code 0, as torchrun's.
+  LaunchOptions options;
+  options.nproc = 2;
+  options.grace_seconds = 1.0;
+  options.max_restarts = 3;
+  const Outcome o =
+      run(options,
+          "echo \"attempt $TORCHELASTIC_RESTART_COUNT of $TORCHELASTIC_MAX_RESTARTS "
+          "$TORCHELASTIC_USE_AGENT_STORE port $MASTER_PORT\"; "
+          "if [ $TORCHELASTIC_RESTART_COUNT -lt 2 ]; then "
+          "if [ $RANK = 1 ]; then sleep 0.2; exit 5; fi; sleep 60; fi",
+          [] { setenv("TORCHELASTIC_USE_AGENT_STORE", "True", 1); });  // an outer launcher's
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_LT(o.seconds, 8.0);
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    for (int rank = 0; rank < 2; ++rank) {
+      EXPECT_TRUE(
+          std::regex_search(o.out, std::regex("\\[rank " + std::to_string(rank) + "\\] attempt " +
+                                              std::to_string(attempt) + " of 3 False port \\d+\n")))
+          << o.out;
+    }
+  }
+  EXPECT_NE(o.out.find("restarting the group: restart 1 of 3"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("restarting the group: restart 2 of 3"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("restart 3 of 3"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("(restart 2)"), std::string::npos) << o.out;  // the launch line says so
+}
+
+TEST_F(Launcher, SpentRestartsReturnTheLastAttemptsFailure) {
+  LaunchOptions options;
+  options.nproc = 2;
+  options.grace_seconds = 1.0;
+  options.max_restarts = 1;
+  const Outcome o =
+      run(options, "if [ $RANK = 1 ]; then exit $((3 + TORCHELASTIC_RESTART_COUNT)); fi; sleep 60");
+  EXPECT_EQ(o.code, 4) << o.out << o.err;
+  EXPECT_NE(o.out.find("exited with code 3"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("exited with code 4"), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("the group failed 2 time(s): no restarts left"), std::string::npos) << o.out;
+}
+
+TEST_F(Launcher, AStopIsNotRestarted) {
+  // SIGTERM to the launcher reaches the ranks, which exit non-zero: the user stopped the run.
+  LaunchOptions options;
+  options.nproc = 2;
+  options.max_restarts = 2;
+  const std::string script =
+      "trap 'exit 143' TERM; touch " + dir_ +
+      "/ready.$RANK.$TORCHELASTIC_RESTART_COUNT; while :; do sleep 0.1; done";
+  const Outcome o = run(options, script, {}, [&](pid_t launcher) {
+    const auto deadline = Clock::now() + std::chrono::seconds(5);
+    for (int r = 0; r < 2; ++r) {
+      while (!exists(dir_ + "/ready." + std::to_string(r) + ".0") && Clock::now() < deadline) {
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
+    }
+    kill(launcher, SIGTERM);
+  });
+  EXPECT_EQ(o.code, 143) << o.out << o.err;
+  EXPECT_EQ(o.out.find("restarting"), std::string::npos) << o.out;
+  EXPECT_FALSE(exists(dir_ + "/ready.0.1"));
+}
+
 TEST(LauncherInProcess, RestoresSignalHandlersAndRejectsBadOptions) {
   struct sigaction before_term {
   }, before_chld{}, after_term{}, after_chld{};
@@ -259,6 +324,12 @@ TEST(LauncherInProcess, RestoresSignalHandlersAndRejectsBadOptions) {
   across.master_port = 29999;
   across.node_rank = 2;
   EXPECT_THROW(launch(across, {"/bin/true"}), std::invalid_argument);
+  across.node_rank = 1;
+  across.max_restarts = 1;  // restarts are for one node
+  EXPECT_THROW(launch(across, {"/bin/true"}), std::invalid_argument);
+  LaunchOptions negative = options;
+  negative.max_restarts = -1;
+  EXPECT_THROW(launch(negative, {"/bin/true"}), std::invalid_argument);
 }
 
 TEST(LauncherInProcess, FreePortIsBindable) {
