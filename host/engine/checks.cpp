@@ -34,7 +34,7 @@ config::ConfigError located(const config::Pipeline& p, const plugin::OptionsRefu
   // A norm layer refused while the model was being built: the model passes on the host's own
   // words, "norm '<name>' refused a layer …", and the fault is in [norm].
   if (refusal.section() == "model" && p.norm.component != nullptr &&
-      refusal.reason().find("norm '" + std::string(p.norm.component->name()) + "' refused") !=
+      refusal.reason().find("norm '" + std::string(p.norm.component->name()) + "' ") !=
           std::string::npos) {
     choice = &p.norm;
   }

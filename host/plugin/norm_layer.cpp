@@ -258,15 +258,15 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
   const bool moves_stats = layout_.running_stats != 0 && layout_.frozen == 0;
   if (window != nullptr && window->mode() != RunningStatsUpdate::kMicroBatch && moves_stats) {
     if (component.plugin->abi_minor < 5) {
-      vtable_->destroy(instance_);  // no destructor runs for a constructor that throws
+      // No destructor runs for a constructor that throws.
+      call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
       instance_ = nullptr;
-      throw ComponentError(
-          KILN_ERR_UNSUPPORTED,
+      const std::string reason =
           "norm '" + name_ + "' is built for Kiln ABI 1." +
-              std::to_string(component.plugin->abi_minor) +
-              " and cannot report its batch statistics (ABI 1.5), which "
-              "norm.running_stats_update needs under accumulation; rebuild it, or use "
-              "\"micro_batch\"");
+          std::to_string(component.plugin->abi_minor) +
+          " and cannot report its batch statistics (ABI 1.5), which running_stats_update needs "
+          "under accumulation; rebuild it, or use \"micro_batch\"";
+      throw OptionsRefused(KILN_ERR_UNSUPPORTED, reason, "norm", reason);
     }
     window_ = std::move(window);
   }

@@ -86,7 +86,7 @@ class NormAccumulationRun : public ::testing::Test {
     EXPECT_EQ(r.code, 0) << name << ":\n" << r.output;
     char dir[32];
     std::snprintf(dir, sizeof dir, "step-%09d", kSteps);
-    return scratch_.path(name) + "/checkpoints/" + dir + "/model.safetensors";
+    return scratch_.path(name) + "/version_0/checkpoints/" + dir + "/model.safetensors";
   }
 
   // The PyTorch loop's final weights and buffers in `mode`.
