@@ -401,7 +401,8 @@ TEST_F(ConfigTest, BadChoice) {
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[run]\ndevice = \"tpu\"\n"),
             at(4, 10) + ": run.device: 'tpu' is not one of: auto, cpu, cuda");
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[lr_policy]\nwarmup = \"cosine\"\n"),
-            at(4, 10) + ": lr_policy.warmup: 'cosine' is not one of: none, constant, linear, torch_linear");
+            at(4, 10) +
+                ": lr_policy.warmup: 'cosine' is not one of: none, constant, linear, torch_linear");
 }
 
 TEST_F(ConfigTest, UnknownComponent) {
