@@ -23,6 +23,7 @@
 
 #include "ddp_fixture.hpp"
 #include "dist/launcher.hpp"
+#include "listeners.hpp"
 
 namespace {
 
@@ -236,26 +237,7 @@ TEST_F(Elastic, KilnLaunchRestartsResumeExactly) {
   expect_same_end("launch", text);
 }
 
-// Local addresses of the sockets listening on TCP `port` (IPv4 and IPv6), as /proc shows them.
-std::vector<std::string> listeners(int port) {
-  std::vector<std::string> out;
-  char hex_port[8];
-  std::snprintf(hex_port, sizeof hex_port, "%04X", port);
-  for (const char* table : {"/proc/net/tcp", "/proc/net/tcp6"}) {
-    std::ifstream in(table);
-    std::string line;
-    std::getline(in, line);  // header
-    while (std::getline(in, line)) {
-      std::istringstream fields(line);
-      std::string slot, local, remote, state;
-      fields >> slot >> local >> remote >> state;
-      const size_t colon = local.find(':');
-      if (state == "0A" && local.substr(colon + 1) == hex_port)
-        out.push_back(local.substr(0, colon));
-    }
-  }
-  return out;
-}
+using kiln::test::listeners;
 
 TEST_F(Elastic, OneMachineLaunchListensOnLoopbackOnly) {
   // A long run; while it trains, whatever listens on the master port kiln launch chose must be
