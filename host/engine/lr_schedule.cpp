@@ -3,9 +3,9 @@
 #include <fmt/format.h>
 
 #include "data/dataset.hpp"
-#include "data/loader.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/plan.hpp"
+#include "engine/run_data.hpp"
 #include "io/plot.hpp"
 #include "kiln/torch.hpp"
 
@@ -24,11 +24,7 @@ int64_t train_batches_per_epoch(const config::Pipeline& p) {
   } else {
     dataset = data::load_fashion_mnist(d.get_string("root"), "train");
   }
-  data::LoaderOptions o;
-  o.batch_size = d.get_int("batch_size");
-  o.drop_last = d.get_bool("drop_last");
-  o.workers = 0;
-  return data::Loader(dataset, o).batches_per_epoch();
+  return batches_per_epoch(d, dataset, /*world_size=*/1);
 }
 
 LrTable lr_table(const config::Pipeline& p, int64_t iters) {

@@ -44,11 +44,7 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
 
     (void)build_param_groups(*model, group_rules(p));
     plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options);
-    // Rank 0's loader counts the micro-batches of an epoch as in the run.
-    data::LoaderOptions counting =
-        loader_options(p.data, 0, true, device, 0, static_cast<int>(world_size));
-    counting.workers = 0;
-    const int64_t batches = data::Loader(train, counting).batches_per_epoch();
+    const int64_t batches = batches_per_epoch(p.data, train, static_cast<int>(world_size));
     const ScheduleFrame frame = schedule_frame(p, batches);
     plugin::LrPolicyAdapter policy(*p.lr_policy.component, p.lr_policy.options,
                                    to_policy_schedule(frame));

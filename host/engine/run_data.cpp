@@ -62,4 +62,11 @@ data::LoaderOptions loader_options(const config::OptionSet& d, uint64_t seed, bo
   return o;
 }
 
+int64_t batches_per_epoch(const config::OptionSet& data, const data::Dataset& train,
+                          int world_size) {
+  data::LoaderOptions counting = loader_options(data, 0, true, at::kCPU, 0, world_size);
+  counting.workers = 0;
+  return data::Loader(train, counting).batches_per_epoch();
+}
+
 }  // namespace kiln::engine

@@ -23,4 +23,9 @@ std::pair<data::Dataset, data::Dataset> load_data(const config::OptionSet& data,
 data::LoaderOptions loader_options(const config::OptionSet& data, uint64_t seed, bool train,
                                    at::Device device, int rank, int world_size);
 
+// Micro-batches per epoch of rank 0's training loader over `train` in a run of `world_size`
+// ranks, counted without starting it.
+int64_t batches_per_epoch(const config::OptionSet& data, const data::Dataset& train,
+                          int world_size);
+
 }  // namespace kiln::engine
