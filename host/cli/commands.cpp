@@ -86,7 +86,8 @@ std::string caps_text(uint64_t f) {
                                                     {KILN_CAP_DTYPE_F64, "fp64"},
                                                     {KILN_CAP_NEEDS_COLLECTIVES, "collectives"},
                                                     {KILN_CAP_IN_PLACE, "in-place"},
-                                                    {KILN_CAP_MULTI_TENSOR, "multi-tensor"}};
+                                                    {KILN_CAP_MULTI_TENSOR, "multi-tensor"},
+                                                    {KILN_CAP_CAPTURABLE, "capturable"}};
   for (const auto& [bit, name] : names) {
     if (f & bit) parts.emplace_back(name);
   }

@@ -340,6 +340,7 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
   const OptionSet plugins = plain_section(doc, "plugins", diagnostics);
   if (plugins.has("paths")) p.plugin_paths = plugins.get_string_list("paths");
   diagnostics.throw_if_any();
+  p.settings = read_settings(p);
   return p;
 }
 

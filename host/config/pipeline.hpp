@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "config/options.hpp"
+#include "config/settings.hpp"
 #include "plugin/registry.hpp"
 
 namespace kiln::config {
@@ -44,6 +45,7 @@ struct Pipeline {
   std::vector<ParamRule> param_rules;          // [optimizer.custom_keys], in file order
   std::vector<std::string> plugin_paths;       // [plugins] paths: extra plugin folders
   std::map<std::string, SourcePos> table_pos;  // where each [section] the file has begins
+  Settings settings;                           // the host's keys above, typed
 };
 
 // Extra plugin folders named in the file's [plugins] table (read before the registry is built,

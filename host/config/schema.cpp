@@ -57,9 +57,10 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
            spec("cuda_graph", KILN_OPT_BOOL, "false",
                 "capture a step's forward, loss, backward and gradient check as a CUDA graph "
                 "after 3 eager steps and replay it (static batch shapes; one process, no "
-                "accumulation, no o2, no activation checkpointing: else the run says why and "
-                "stays eager); clipping and a capturable optimizer (sgd, adam, adamw) are in the "
-                "graph too, others run after each replay"),
+                "accumulation, no float32 master weights, no activation checkpointing: else the "
+                "run says why and stays eager); clipping and the optimizer are in the graph too "
+                "when the optimizer declares itself capturable (`kiln plugins` lists it as "
+                "capturable), else they run after each replay"),
            spec("cudnn_benchmark", KILN_OPT_BOOL, "true",
                 "let cuDNN time its convolution algorithms on the first batch of each shape and "
                 "keep the fastest (torch.backends.cudnn.benchmark); false for runs whose shapes "

@@ -48,17 +48,17 @@ void check_pipeline(const config::Pipeline& p, c10::Device device, int64_t world
   } catch (const std::invalid_argument& e) {
     throw PipelineError("lr_policy.warmup_epochs", e.what());
   }
-  const int64_t batch = p.data.get_int("batch_size");
+  const int64_t batch = p.settings.data.batch_size;
   if (batch % world_size != 0) {
     throw PipelineError("data.batch_size",
                         fmt::format("{} is the global batch and must be a multiple of the world "
                                     "size {} (each rank takes batch_size / world size)",
                                     batch, world_size));
   }
-  const auto& checkpoint = p.memory.get_string_list("checkpoint");
+  const auto& checkpoint = p.settings.memory.checkpoint;
   const bool checkpointing =
       !checkpoint.empty() && !(checkpoint.size() == 1 && checkpoint[0] == "none");
-  if (checkpointing && p.dist.get_bool("find_unused_parameters")) {
+  if (checkpointing && p.settings.dist.find_unused_parameters) {
     // The Reducer's graph walk cannot see inside a checkpointed segment, so it would call the
     // segment's parameters unused and then see their gradients arrive.
     throw PipelineError(

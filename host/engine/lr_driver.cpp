@@ -34,27 +34,26 @@ int64_t steps_per_epoch(int64_t batches, int64_t accumulation) {
 }
 
 ScheduleFrame schedule_frame(const config::Pipeline& p, int64_t batches_per_epoch) {
-  const config::OptionSet& lr = p.lr_policy.core;
+  const config::LrPolicySettings& lr = p.settings.lr_policy;
   ScheduleFrame f;
-  f.unscaled_lr = p.optimizer.core.get_float("lr");
+  f.unscaled_lr = p.settings.optimizer.lr;
   // data.batch_size is the global batch (a distributed run splits it over the ranks), so the
   // world size does not multiply it again.
-  f.micro_batch = p.data.get_int("batch_size");
-  f.accumulation = p.run.get_int("accumulation_steps");
+  f.micro_batch = p.settings.data.batch_size;
+  f.accumulation = p.settings.run.accumulation_steps;
   f.effective_batch = f.micro_batch * f.accumulation;
-  const int64_t base_batch = p.lr_scaling.get_int("base_batch");
+  const int64_t base_batch = p.settings.lr_scaling.base_batch;
   // Goyal et al.'s linear rule, on the batch one optimizer step really sees.
   f.base_lr = base_batch > 0 ? f.unscaled_lr * static_cast<double>(f.effective_batch) /
                                    static_cast<double>(base_batch)
                              : f.unscaled_lr;
   f.batches_per_epoch = batches_per_epoch;
   f.iters_per_epoch = steps_per_epoch(batches_per_epoch, f.accumulation);
-  f.max_iters = p.run.get_int("epochs") * f.iters_per_epoch;
-  if (p.run.get_int("max_steps") > 0)
-    f.max_iters = std::min(f.max_iters, p.run.get_int("max_steps"));
-  f.warmup = parse_warmup(lr.get_string("warmup"));
-  const int64_t iters = lr.get_int("warmup_iters");
-  const double epochs = lr.get_float("warmup_epochs");
+  f.max_iters = p.settings.run.epochs * f.iters_per_epoch;
+  if (p.settings.run.max_steps > 0) f.max_iters = std::min(f.max_iters, p.settings.run.max_steps);
+  f.warmup = parse_warmup(lr.warmup);
+  const int64_t iters = lr.warmup_iters;
+  const double epochs = lr.warmup_epochs;
   if (iters > 0 && epochs > 0) {
     throw std::invalid_argument(
         "lr_policy.warmup_iters and lr_policy.warmup_epochs are both set; give one of them");
@@ -63,9 +62,9 @@ ScheduleFrame schedule_frame(const config::Pipeline& p, int64_t batches_per_epoc
       epochs > 0 ? static_cast<int64_t>(std::llround(epochs * f.iters_per_epoch)) : iters;
   if (f.warmup == Warmup::kNone) f.warmup_iters = 0;
   if (f.warmup != Warmup::kNone && f.warmup_iters == 0) f.warmup = Warmup::kNone;
-  f.warmup_factor = lr.get_float("warmup_factor");
-  f.count_applied = lr.get_string("count") == "applied";
-  f.log_change_ratio = lr.get_float("log_change_ratio");
+  f.warmup_factor = lr.warmup_factor;
+  f.count_applied = !lr.count_attempted;
+  f.log_change_ratio = lr.log_change_ratio;
   return f;
 }
 

@@ -12,17 +12,17 @@
 namespace kiln::engine {
 
 int64_t train_batches_per_epoch(const config::Pipeline& p) {
-  const config::OptionSet& d = p.data;
+  const config::DataSettings& d = p.settings.data;
   data::Dataset dataset;
-  if (d.get_string("dataset") == "synthetic") {
+  if (d.dataset == "synthetic") {
     // Only the length matters; a one-pixel dataset of the right size gives it.
     data::SyntheticSpec spec;
-    spec.samples = d.get_int("synthetic_train");
-    spec.num_classes = d.get_int("synthetic_classes");
+    spec.samples = d.synthetic_train;
+    spec.num_classes = d.synthetic_classes;
     spec.height = spec.width = 1;
     dataset = data::make_synthetic(spec);
   } else {
-    dataset = data::load_fashion_mnist(d.get_string("root"), "train");
+    dataset = data::load_fashion_mnist(d.root, "train");
   }
   return batches_per_epoch(d, dataset, /*world_size=*/1);
 }

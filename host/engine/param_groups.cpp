@@ -9,16 +9,15 @@
 namespace kiln::engine {
 
 GroupRules group_rules(const config::Pipeline& p) {
-  const config::OptionSet& o = p.optimizer.core;
+  const config::OptimizerSettings& o = p.settings.optimizer;
   GroupRules r;
-  r.weight_decay = o.get_float("weight_decay");
-  r.bias_lr_mult = o.get_float("bias_lr_mult") * (o.get_bool("bias_double_lr") ? 2.0 : 1.0);
-  r.bias_decay_mult = o.get_bool("bias_weight_decay") ? o.get_float("bias_decay_mult") : 0.0;
-  const double wd_norm = o.get_float("weight_decay_norm");
+  r.weight_decay = o.weight_decay;
+  r.bias_lr_mult = o.bias_lr_mult * (o.bias_double_lr ? 2.0 : 1.0);
+  r.bias_decay_mult = o.bias_weight_decay ? o.bias_decay_mult : 0.0;
   r.norm_weight_decay =
-      std::isnan(wd_norm) ? r.weight_decay * o.get_float("norm_decay_mult") : wd_norm;
+      std::isnan(o.weight_decay_norm) ? r.weight_decay * o.norm_decay_mult : o.weight_decay_norm;
   r.custom = p.param_rules;
-  r.freeze = o.get_string_list("freeze");
+  r.freeze = o.freeze;
   return r;
 }
 

@@ -28,31 +28,32 @@ std::string mib(int64_t bytes) {
   return fmt::format("{:.3f}", static_cast<double>(bytes) / 1048576.0);
 }
 
-// Static memory of the pipeline's precision and, for comparison, of the standard modes.
+// Static memory of the pipeline's precision and, for comparison, of the three shapes a precision
+// plan can take (a float32 model, a half model with float32 masters, a half model alone). The
+// rows are named by what they hold, not by plugins: any precision plugin yields one of them.
 std::string memory_table(const config::Pipeline& p, torch::nn::Module& model,
                          const std::vector<ParamGroup>& groups) {
-  const c10::Device device = resolve_device(p.run.get_string("device"));
+  const c10::Device device = resolve_device(p.settings.run.device);
   plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
   const PrecisionPlan chosen = plan_precision(precision.policy(), precision.name());
   const at::ScalarType half = device.is_cuda() ? at::kHalf : at::kBFloat16;
   std::vector<PrecisionPlan> plans = {chosen};
-  auto standard = [&](const char* name, bool half_model, bool masters, bool norm_fp32) {
-    if (chosen.name == name) return;
+  auto shape = [&](const char* label, bool half_model, bool masters) {
+    if (chosen.half_model() == half_model && chosen.master_weights == masters) return;
     PrecisionPlan plan;
-    plan.name = name;
+    plan.name = label;
     plan.model_dtype = half_model ? half : at::kFloat;
     plan.master_weights = masters;
-    plan.norm_fp32 = norm_fp32;
+    plan.norm_fp32 = true;
     plans.push_back(plan);
   };
-  standard("fp32", false, false, true);
-  standard("amp", false, false, true);
-  standard("o2", true, true, true);
-  standard("o3", true, false, true);
+  shape("float32", false, false);
+  shape("half+master", true, true);
+  shape("half", true, false);
   const OptimizerStateCost state = measure_optimizer_state(p);
   std::string out = fmt::format(
-      "# static memory in MiB with optimizer {} (activations, and under amp the autocast copies "
-      "of weights, come on top)\n#   {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+      "# static memory in MiB with optimizer {} (activations, and under autocast the half "
+      "copies of weights, come on top)\n#   {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
       p.optimizer.component->name(), "precision", "weights", "grads", "masters", "optimizer",
       "total");
   for (size_t i = 0; i < plans.size(); ++i) {
@@ -125,7 +126,7 @@ std::string describe_plan(const config::Pipeline& p) {
              ? std::string("# blocks for memory.checkpoint: none (the model has no chains)\n")
              : fmt::format("# blocks for memory.checkpoint: {}\n", fmt::join(blocks, ", "));
   const std::string checkpointing = apply_activation_checkpointing(
-      *model, p.memory.get_string_list("checkpoint"), std::string(p.model.component->name()));
+      *model, p.settings.memory.checkpoint, std::string(p.model.component->name()));
   if (!checkpointing.empty()) out += "# activation checkpointing: " + checkpointing + "\n";
   out += memory_table(p, *model, groups);
   return out;

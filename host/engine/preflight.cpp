@@ -21,7 +21,7 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
     plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
     const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());
 
-    const auto [train, test] = load_data(p.data, static_cast<uint64_t>(p.run.get_int("seed")));
+    const auto [train, test] = load_data(p.settings.data, p.settings.run.seed);
     kiln_model_input input{};
     input.struct_size = sizeof(input);
     input.channels = train.images.size(1);
@@ -30,25 +30,25 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
     input.num_classes = train.num_classes;
     std::shared_ptr<kiln::Model> model =
         build_model(p, input, static_cast<int32_t>(world_size), norm_window_for(p));
-    if (const std::string& init = p.model.core.get_string("init"); !init.empty()) {
+    if (const std::string& init = p.settings.model.init; !init.empty()) {
       try {
         load_weights(*model, init);
       } catch (const std::exception& e) {
         throw PipelineError("model.init", e.what());
       }
     }
-    (void)apply_activation_checkpointing(*model, p.memory.get_string_list("checkpoint"),
+    (void)apply_activation_checkpointing(*model, p.settings.memory.checkpoint,
                                          std::string(p.model.component->name()));
     cast_model(*model, plan);
     check_model_precision(*model, plan);
 
     (void)build_param_groups(*model, group_rules(p));
     plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options);
-    const int64_t batches = batches_per_epoch(p.data, train, static_cast<int>(world_size));
+    const int64_t batches = batches_per_epoch(p.settings.data, train, static_cast<int>(world_size));
     const ScheduleFrame frame = schedule_frame(p, batches);
     plugin::LrPolicyAdapter policy(*p.lr_policy.component, p.lr_policy.options,
                                    to_policy_schedule(frame));
-    (void)LossScaler(plan, precision, p.run.get_int("max_nonfinite_steps"));
+    (void)LossScaler(plan, precision, p.settings.run.max_nonfinite_steps);
   });
 }
 

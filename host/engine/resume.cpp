@@ -24,36 +24,19 @@ std::map<std::string, std::string> plugin_versions(const config::Pipeline& p) {
 }
 
 io::CheckpointData capture(const RunPosition& position, torch::nn::Module& model,
-                           const OptimizerStep& step, plugin::OptimizerAdapter& optimizer,
-                           const LrDriver& lr, const LossScaler& scaler,
-                           const config::Pipeline& pipeline) {
+                           const OptimizerSide& optimizer, const config::Pipeline& pipeline) {
   io::CheckpointData data;
   io::CheckpointInfo& i = data.info;
   i.step = position.step;
   i.epoch = position.epoch;
   i.batches_in_epoch = position.batches_in_epoch;
-  i.lr_counted = lr.counted();
-  const LossScaler::State s = scaler.state();
-  i.loss_scale = s.scale;
-  i.skipped_total = s.skipped_total;
-  i.skipped_in_a_row = s.skipped_in_a_row;
-  i.scale_rule = s.rule;
   i.config_hash = config_hash(pipeline);
   i.config = config_identity(pipeline);
   i.plugins = plugin_versions(pipeline);
   for (const auto& item : model.named_parameters())
     data.model.emplace_back(item.key(), item.value());
   for (const auto& item : model.named_buffers()) data.model.emplace_back(item.key(), item.value());
-  for (const auto& [param, states] : optimizer.state()) {
-    for (const auto& [name, t] : states)
-      data.trainer.emplace_back("optim/" + param + "/" + name, t);
-  }
-  const MasterWeights& stepped = step.stepped();
-  if (stepped.enabled()) {
-    for (size_t k = 0; k < stepped.flat().size(); ++k) {
-      data.trainer.emplace_back("master/" + stepped.flat_names()[k], stepped.flat()[k]);
-    }
-  }
+  optimizer.state(data);
   data.trainer.emplace_back("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
   if (at::hasCUDA()) {
     data.trainer.emplace_back(
@@ -62,9 +45,8 @@ io::CheckpointData capture(const RunPosition& position, torch::nn::Module& model
   return data;
 }
 
-RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model, OptimizerStep& step,
-                    plugin::OptimizerAdapter& optimizer, LrDriver& lr, LossScaler& scaler,
-                    c10::Device device) {
+RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model,
+                    OptimizerSide& optimizer, c10::Device device) {
   at::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> saved(data.model.begin(), data.model.end());
   auto load_into = [&](const std::string& name, const at::Tensor& target) {
@@ -77,26 +59,9 @@ RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model, Op
   };
   for (const auto& item : model.named_parameters()) load_into(item.key(), item.value());
   for (const auto& item : model.named_buffers()) load_into(item.key(), item.value());
-
-  std::map<std::string, at::Tensor> trainer(data.trainer.begin(), data.trainer.end());
-  const MasterWeights& stepped = step.stepped();
-  if (stepped.enabled()) {
-    for (size_t k = 0; k < stepped.flat().size(); ++k) {
-      const auto it = trainer.find("master/" + stepped.flat_names()[k]);
-      if (it == trainer.end()) {
-        throw io::CheckpointError("checkpoint has no master weights for '" +
-                                  stepped.flat_names()[k] + "'");
-      }
-      stepped.flat()[k].copy_(it->second);
-    }
-  }
-  optimizer.state().clear();
-  for (const auto& [key, t] : trainer) {
-    if (key.rfind("optim/", 0) != 0) continue;
-    const size_t slash = key.rfind('/');
-    optimizer.state()[key.substr(6, slash - 6)][key.substr(slash + 1)] = t.to(device);
-  }
+  optimizer.restore(data, device);
   // Generators are handles: a copy sets the shared default generator's state.
+  std::map<std::string, at::Tensor> trainer(data.trainer.begin(), data.trainer.end());
   if (const auto it = trainer.find("rng/cpu"); it != trainer.end()) {
     at::Generator cpu = at::detail::getDefaultCPUGenerator();
     cpu.set_state(it->second);
@@ -105,9 +70,6 @@ RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model, Op
     at::Generator cuda = at::globalContext().defaultGenerator(c10::Device(c10::kCUDA, 0));
     cuda.set_state(it->second);
   }
-  lr.set_counted(data.info.lr_counted);
-  scaler.restore(LossScaler::State{data.info.loss_scale, data.info.skipped_total,
-                                   data.info.skipped_in_a_row, data.info.scale_rule});
   return RunPosition{data.info.step, data.info.epoch, data.info.batches_in_epoch};
 }
 

@@ -12,33 +12,24 @@
 
 #include "config/pipeline.hpp"
 #include "engine/config_identity.hpp"
-#include "engine/loss_scaler.hpp"
-#include "engine/lr_driver.hpp"
-#include "engine/optimizer_step.hpp"
+#include "engine/optimizer_side.hpp"
+#include "engine/run_position.hpp"
 #include "io/checkpoint.hpp"
 
 namespace kiln::engine {
 
-// Where a run is: after `step` steps, about to take batch `batches_in_epoch` of `epoch`.
-struct RunPosition {
-  int64_t step = 0;
-  int64_t epoch = 1;
-  int64_t batches_in_epoch = 0;
-};
-
 // "name version (library)" of each component slot.
 std::map<std::string, std::string> plugin_versions(const config::Pipeline& pipeline);
 
+// The state after a step: the model's tensors, the optimizer side's, the RNGs and the position,
+// with the configuration's keys and the plugins' versions.
 io::CheckpointData capture(const RunPosition& position, torch::nn::Module& model,
-                           const OptimizerStep& step, plugin::OptimizerAdapter& optimizer,
-                           const LrDriver& lr, const LossScaler& scaler,
-                           const config::Pipeline& pipeline);
+                           const OptimizerSide& optimizer, const config::Pipeline& pipeline);
 
 // Puts `data` back into the run's objects and returns the position to continue from. Throws
 // io::CheckpointError when the checkpoint does not fit the model (names, shapes).
-RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model, OptimizerStep& step,
-                    plugin::OptimizerAdapter& optimizer, LrDriver& lr, LossScaler& scaler,
-                    c10::Device device);
+RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model,
+                    OptimizerSide& optimizer, c10::Device device);
 
 // Copies the tensors of a safetensors file into the model's parameters and buffers of the same
 // names (cast to their dtype). Every model tensor must be in the file with its shape; names

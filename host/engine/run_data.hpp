@@ -7,7 +7,7 @@
 #include <cstdint>
 #include <utility>
 
-#include "config/options.hpp"
+#include "config/settings.hpp"
 #include "data/dataset.hpp"
 #include "data/loader.hpp"
 
@@ -16,16 +16,16 @@ namespace kiln::engine {
 // Train and test splits. Synthetic splits come from one draw (same class prototypes, disjoint
 // samples), so the test split measures what the model learnt. Data that cannot be read throws
 // PipelineError at data.root (data.dataset for synthetic data).
-std::pair<data::Dataset, data::Dataset> load_data(const config::OptionSet& data, uint64_t seed);
+std::pair<data::Dataset, data::Dataset> load_data(const config::DataSettings& data, uint64_t seed);
 
 // This rank's loader: data.batch_size is the global batch, split evenly over the ranks; the
 // training shards are padded to equal length, the evaluation shards see every sample once.
-data::LoaderOptions loader_options(const config::OptionSet& data, uint64_t seed, bool train,
+data::LoaderOptions loader_options(const config::DataSettings& data, uint64_t seed, bool train,
                                    at::Device device, int rank, int world_size);
 
 // Micro-batches per epoch of rank 0's training loader over `train` in a run of `world_size`
 // ranks, counted without starting it.
-int64_t batches_per_epoch(const config::OptionSet& data, const data::Dataset& train,
+int64_t batches_per_epoch(const config::DataSettings& data, const data::Dataset& train,
                           int world_size);
 
 }  // namespace kiln::engine

@@ -58,6 +58,7 @@ class OptimizerAdapter {
     ++state_epoch_;
     return state_;
   }
+  const StateStore& state() const { return state_; }
   const std::string& name() const { return name_; }
 
  private:

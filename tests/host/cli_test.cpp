@@ -714,10 +714,10 @@ TEST(CliPrecision, PlanShowsStaticMemoryPerPrecisionMode) {
                                 std::regex(R"(# \* o2 +0\.097 +0\.097 +0\.194 +0\.194 +0\.582\n)")))
       << r.output;
   EXPECT_TRUE(std::regex_search(
-      r.output, std::regex(R"(#   fp32 +0\.194 +0\.194 +0\.000 +0\.194 +0\.582\n)")))
+      r.output, std::regex(R"(#   float32 +0\.194 +0\.194 +0\.000 +0\.194 +0\.582\n)")))
       << r.output;
   EXPECT_TRUE(std::regex_search(r.output,
-                                std::regex(R"(#   o3 +0\.097 +0\.097 +0\.000 +0\.097 +0\.291\n)")))
+                                std::regex(R"(#   half +0\.097 +0\.097 +0\.000 +0\.097 +0\.291\n)")))
       << r.output;
 }
 

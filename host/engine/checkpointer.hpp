@@ -1,0 +1,60 @@
+// What a run writes to disk besides metrics: its run folder (io/run_folder), created by the
+// first write so that a run that writes nothing leaves no empty folder; checkpoints of the
+// model and the optimizer side; and the weights a guard saves when it stops the run. Rank 0
+// alone writes: the ranks hold the same state.
+#pragma once
+
+#include <torch/nn/module.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "config/pipeline.hpp"
+#include "engine/optimizer_side.hpp"
+#include "engine/run_position.hpp"
+#include "io/run_folder.hpp"
+
+namespace kiln::engine {
+
+// run.output_dir, or runs/<pipeline file name>: the folder of a pipeline's run folders.
+std::string output_dir(const config::Pipeline& pipeline);
+
+// A run folder a resumed run continues: logs it, removes the checkpoints whose write was
+// interrupted and names what is not a checkpoint. Nothing for a new one.
+void tidy_run_folder(const io::RunFolder& folder);
+
+class Checkpointer {
+ public:
+  // `model` and `optimizer` must outlive this object. `writer`: this rank writes.
+  Checkpointer(const config::Pipeline& pipeline, io::RunFolder folder, bool writer,
+               torch::nn::Module& model, const OptimizerSide& optimizer);
+
+  // Called before a checkpoint is written, so that every step it covers has its metrics line
+  // and TensorBoard events on disk (a resumed run starts after them).
+  void set_flush(std::function<void()> flush) { flush_ = std::move(flush); }
+  // A checkpoint of the state at `at`, unless run.checkpoints is off (and not `even_if_off`),
+  // this rank does not write, or that step's is already written (or was resumed from).
+  void save(const RunPosition& at, bool even_if_off = false);
+  void saved_at(int64_t step) { saved_step_ = step; }
+  // The model's tensors as weights-step-<step>.safetensors in the run folder; its path.
+  std::string save_weights(int64_t step, const std::string& reason);
+  // The run folder, created now when it is a new one: the next free number then, so that two
+  // runs starting together in one output folder never share one.
+  const std::string& run_dir();
+
+  bool writer() const { return writer_; }
+  const std::string& last() const { return last_; }  // newest checkpoint written; "" none
+
+ private:
+  const config::Pipeline& p_;
+  io::RunFolder folder_;
+  bool writer_;
+  torch::nn::Module& model_;
+  const OptimizerSide& optimizer_;
+  std::function<void()> flush_;
+  int64_t saved_step_ = -1;
+  std::string last_;
+};
+
+}  // namespace kiln::engine

@@ -1,0 +1,99 @@
+#include <ATen/ops/cross_entropy_loss.h>
+
+#include <chrono>
+
+#include "data/loader.hpp"
+#include "dist/data_parallel.hpp"
+#include "engine/memory_format.hpp"
+#include "engine/optimizer_step.hpp"
+#include "engine/window_pass.hpp"
+#include "kiln/torch.hpp"
+#include "plugin/norm_window.hpp"
+
+namespace kiln::engine {
+
+at::Tensor model_input(const at::Tensor& images, const WindowInputs& in) {
+  at::Tensor x = images.to(in.device, /*non_blocking=*/true);
+  if (in.plan.half_model()) x = x.to(in.plan.model_dtype);
+  return in_model_layout(x, in.channels_last);
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+class EagerWindow final : public WindowPass {
+ public:
+  EagerWindow(const WindowInputs& in, dist::DataParallel* ddp, plugin::NormWindow* norm_window,
+              bool sync_every_micro_step)
+      : in_(in), ddp_(ddp), norm_window_(norm_window), sync_every_(sync_every_micro_step) {}
+
+  void begin() override { in_.updates->zero_grad(); }
+
+  WindowResult run(int64_t window, double scale, int64_t /*steps_done*/) override {
+    WindowResult w;
+    if (norm_window_) norm_window_->begin(window);
+    for (int64_t micro = 0; micro < window; ++micro) {
+      const auto fetch_start = Clock::now();
+      std::optional<data::Batch> batch = in_.loader->next();
+      w.data_time += std::chrono::duration<double>(Clock::now() - fetch_start).count();
+      if (!batch) break;
+      const at::Tensor loss = forward_backward(*batch, micro, window, scale);
+      accumulate(w, loss, batch->labels.size(0));
+    }
+    if (norm_window_) norm_window_->finish();  // pooled running statistics, once per step
+    return w;
+  }
+
+ private:
+  at::Tensor forward_backward(const data::Batch& batch, int64_t micro, int64_t window,
+                              double scale) {
+    const at::Tensor x = model_input(batch.images, in_);
+    const at::Tensor y = batch.labels.to(in_.device, /*non_blocking=*/true);
+    // The window's last backward all-reduces (the Reducer averages over the ranks); the ones
+    // before only accumulate, as under DDP's no_sync().
+    const bool sync = sync_every_ || micro == window - 1;
+    if (ddp_) ddp_->before_forward(/*window_start=*/micro == 0, sync);
+    if (norm_window_) norm_window_->enter(micro);
+    at::Tensor loss;
+    {
+      // Forward and loss under autocast, as torch.amp recommends; backward outside it.
+      AutocastScope autocast(in_.device.type(), in_.plan.autocast_dtype, in_.plan.autocast);
+      at::Tensor logits = in_.model->forward(x);
+      loss = at::cross_entropy_loss(
+          logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat), y);
+    }
+    const double factor = scale / static_cast<double>(window);
+    if (ddp_) ddp_->before_backward(sync, loss);
+    (factor == 1.0 ? loss : loss * factor).backward();
+    return loss.detach();
+  }
+
+  // A window of one keeps its mean loss as it is (a multiply per step would buy nothing);
+  // longer windows sum loss x batch size.
+  static void accumulate(WindowResult& w, const at::Tensor& loss, int64_t batch) {
+    if (w.micro_batches == 0) {
+      w.loss = loss;
+    } else {
+      if (w.micro_batches == 1) w.loss = w.loss * static_cast<double>(w.samples);
+      w.loss = w.loss + loss * static_cast<double>(batch);
+    }
+    w.samples += batch;
+    ++w.micro_batches;
+  }
+
+  WindowInputs in_;
+  dist::DataParallel* ddp_;
+  plugin::NormWindow* norm_window_;
+  bool sync_every_;
+};
+
+}  // namespace
+
+std::unique_ptr<WindowPass> eager_window(const WindowInputs& in, dist::DataParallel* ddp,
+                                         plugin::NormWindow* norm_window,
+                                         bool sync_every_micro_step) {
+  return std::make_unique<EagerWindow>(in, ddp, norm_window, sync_every_micro_step);
+}
+
+}  // namespace kiln::engine

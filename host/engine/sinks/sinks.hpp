@@ -1,0 +1,60 @@
+// The built-in sinks (run_sink.hpp), one file each.
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "engine/precision.hpp"
+#include "engine/sinks/run_sink.hpp"
+
+namespace kiln::dist {
+class Heartbeat;
+}
+
+namespace kiln::engine {
+
+class Checkpointer;
+class LossScaler;
+class LrDriver;
+
+// The run's log lines about a step (an lr change, a skipped step) and an evaluation.
+std::unique_ptr<RunSink> log_sink(LrDriver& lr, const LossScaler& scaler,
+                                  const PrecisionPlan& plan);
+
+// JSON lines into `path` ("" writes nothing); `append` continues a resumed run's file.
+std::unique_ptr<RunSink> metrics_sink(const std::string& path, bool append,
+                                      const std::vector<std::string>& group_names);
+
+// TensorBoard scalars into `dir`; `resumed_at` > 0 drops what an interrupted run logged after
+// its checkpoint at that step.
+std::unique_ptr<RunSink> tensorboard_sink(const std::string& dir, int64_t resumed_at,
+                                          const std::vector<std::string>& group_names);
+
+// A program's observers (the C API's callbacks): returning true asks the run to stop after this
+// step, through `stop_requested`. Null when neither is set.
+std::unique_ptr<RunSink> observer_sink(std::function<bool(const io::StepRecord&)> on_step,
+                                       std::function<bool(const io::EvalRecord&)> on_eval,
+                                       std::atomic<bool>& stop_requested);
+
+// run.checkpoint_every steps, or (0) every epoch's end.
+std::unique_ptr<RunSink> checkpoint_sink(Checkpointer& checkpointer, int64_t every);
+
+// The step a rank reached, for the heartbeat that names a hung rank. Null without one.
+std::unique_ptr<RunSink> heartbeat_sink(dist::Heartbeat* heartbeat);
+
+struct ProgressFrame {
+  int64_t epochs = 0;
+  int64_t max_steps = 0;
+  int64_t first_step = 0;  // steps done before this process began (a resume): the ETA's base
+  std::chrono::steady_clock::time_point start;
+  bool bar = false;  // a progress bar on the terminal's status line
+};
+// A progress line every logged step; on a terminal, a bar in between.
+std::unique_ptr<RunSink> progress_sink(const ProgressFrame& frame);
+
+}  // namespace kiln::engine
