@@ -1,5 +1,5 @@
 /*
- * lr_common.h — what the learning-rate policies of kiln_step share: option validation that names
+ * lr_common.h — what the learning-rate policies of kiln_lr_schedules share: option validation that names
  * the offending value, epoch-to-iteration conversion, and the milestone search. Internal to the
  * library (the version script keeps these symbols local).
  */
