@@ -154,8 +154,12 @@ TEST(AbiContract, APluginWrittenWithTheMacrosLoadsAndWorks) {
     EXPECT_EQ(o.has_min, want[i].has_min);
     EXPECT_EQ(o.has_max, want[i].has_max);
     EXPECT_EQ(o.reserved, 0);
-    if (o.has_min) EXPECT_EQ(o.min, want[i].min);
-    if (o.has_max) EXPECT_EQ(o.max, want[i].max);
+    if (o.has_min) {
+      EXPECT_EQ(o.min, want[i].min);
+    }
+    if (o.has_max) {
+      EXPECT_EQ(o.max, want[i].max);
+    }
     EXPECT_STREQ(o.default_value, want[i].default_value);
     if (want[i].choices == nullptr) {
       EXPECT_EQ(o.choices, nullptr);
