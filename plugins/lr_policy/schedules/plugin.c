@@ -1,6 +1,7 @@
 /*
- * kiln_lr_schedules — the learning-rate policies, plain C99 (no LibTorch). The host applies warm-up for
- * iterations 1..warmup_iters; these compute the rate after it. Formulas in each component's file.
+ * kiln_lr_schedules — the learning-rate policies, plain C99 (no LibTorch). The host applies warm-up
+ * for iterations 1..warmup_iters; these compute the rate after it. Formulas in each component's
+ * file.
  */
 #include "lr_common.h"
 
