@@ -72,7 +72,7 @@ int main(int argc, char** argv) {
   }
   at::set_num_threads(threads);
 
-  kiln::plugin::Loader loader(kiln::plugin::host_api());
+  kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
   kiln::plugin::Registry registry;
   std::vector<std::string> refused;
   loader.load_directory(plugin_dir, registry, refused);

@@ -48,41 +48,23 @@ static kiln_status* lr_at(void* instance, int64_t iter, double* lr) {
   return NULL;
 }
 
-static const kiln_lr_policy_vtable vtable = {sizeof(kiln_lr_policy_vtable), create, destroy,
-                                             lr_at};
+static const kiln_lr_policy_vtable vtable = KILN_LR_POLICY_VTABLE_INIT(create, destroy, lr_at);
 
-static const kiln_capabilities caps = {sizeof(kiln_capabilities),
-                                       KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA, 0, NULL};
+static const kiln_capabilities caps =
+    KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA);
 
-static const kiln_option_spec options[] = {
-    {sizeof(kiln_option_spec), "offset", KILN_OPT_INT, 1, 0, 0, 1.0, 0.0, "100", NULL,
-     "iterations before the decay starts; lr = base_lr * sqrt(offset / iter) after"}};
+static const kiln_option_spec options[] = {KILN_OPTION_MIN_INIT(
+    "offset", KILN_OPT_INT, 1.0, "100",
+    "iterations before the decay starts; lr = base_lr * sqrt(offset / iter) after")};
 
-static const kiln_component_descriptor component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_LR_POLICY,
-    0,
-    "inverse_sqrt",
-    {1, 0, 0},
-    "base_lr * min(1, sqrt(offset / iter)) (an out-of-tree example)",
-    &caps,
-    sizeof options / sizeof options[0],
-    options,
-    &vtable};
+static const kiln_component_descriptor component = KILN_COMPONENT_OPTIONS_INIT(
+    KILN_COMPONENT_LR_POLICY, "inverse_sqrt", KILN_VERSION_INIT(1, 0, 0),
+    "base_lr * min(1, sqrt(offset / iter)) (an out-of-tree example)", &caps, options, &vtable);
 
 static const kiln_component_descriptor* const components[] = {&component};
 
-static const kiln_plugin_descriptor descriptor = {sizeof(kiln_plugin_descriptor),
-                                                  KILN_ABI_MAJOR,
-                                                  KILN_ABI_MINOR,
-                                                  "example-inverse-sqrt",
-                                                  {1, 0, 0},
-                                                  1,
-                                                  components,
-                                                  NULL,
-                                                  NULL,
-                                                  -1,
-                                                  0};
+static const kiln_plugin_descriptor descriptor = KILN_PLUGIN_DESCRIPTOR_INIT(
+    "example-inverse-sqrt", KILN_VERSION_INIT(1, 0, 0), components, NULL);
 
 KILN_DEFINE_PLUGIN_PROBE()
 

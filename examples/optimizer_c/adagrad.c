@@ -180,49 +180,33 @@ static kiln_status* step(void* instance, kiln_call_context* ctx, const kiln_para
 
 /* ---- what the host reads -------------------------------------------------------------------- */
 
-static const kiln_optimizer_vtable vtable = {sizeof vtable, create, destroy, step};
+static const kiln_optimizer_vtable vtable = KILN_OPTIMIZER_VTABLE_INIT(create, destroy, step);
 
 /* The loops above read memory directly: CPU only, float32 only. The host refuses a pipeline on
  * another device or dtype before training starts, naming this optimizer. */
-static const kiln_capabilities caps = {sizeof caps, KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32, 0,
-                                       NULL};
+static const kiln_capabilities caps =
+    KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32);
 
 /* name, type, has_min, has_max, reserved, min, max, default (TOML), choices, doc. The lr and
  * the weight decay are the host's ([optimizer] lr, weight_decay and the group rules): they
  * arrive per group in kiln_param_group. */
 static const kiln_option_spec options[] = {
-    {sizeof(kiln_option_spec), "lr_decay", KILN_OPT_FLOAT, 1, 0, 0, 0.0, 0.0, "0.0", NULL,
-     "the step's lr is lr / (1 + (step - 1) * lr_decay)"},
-    {sizeof(kiln_option_spec), "initial_accumulator_value", KILN_OPT_FLOAT, 1, 0, 0, 0.0, 0.0,
-     "0.0", NULL, "starting value of the sum of squared gradients (state 'sum')"},
-    {sizeof(kiln_option_spec), "eps", KILN_OPT_FLOAT, 1, 0, 0, 0.0, 0.0, "1e-10", NULL,
-     "term added to the denominator for numerical stability"}};
+    KILN_OPTION_MIN_INIT("lr_decay", KILN_OPT_FLOAT, 0.0, "0.0",
+                         "the step's lr is lr / (1 + (step - 1) * lr_decay)"),
+    KILN_OPTION_MIN_INIT("initial_accumulator_value", KILN_OPT_FLOAT, 0.0, "0.0",
+                         "starting value of the sum of squared gradients (state 'sum')"),
+    KILN_OPTION_MIN_INIT("eps", KILN_OPT_FLOAT, 0.0, "1e-10",
+                         "term added to the denominator for numerical stability")};
 
-static const kiln_component_descriptor component = {
-    sizeof component,
-    KILN_COMPONENT_OPTIMIZER,
-    0,
-    "adagrad",
-    {1, 0, 0},
-    "Adagrad as torch.optim.Adagrad, plain C, float32 CPU (an out-of-tree example)",
-    &caps,
-    sizeof options / sizeof options[0],
-    options,
-    &vtable};
+static const kiln_component_descriptor component = KILN_COMPONENT_OPTIONS_INIT(
+    KILN_COMPONENT_OPTIMIZER, "adagrad", KILN_VERSION_INIT(1, 0, 0),
+    "Adagrad as torch.optim.Adagrad, plain C, float32 CPU (an out-of-tree example)", &caps, options,
+    &vtable);
 
 static const kiln_component_descriptor* const components[] = {&component};
 
-static const kiln_plugin_descriptor descriptor = {sizeof descriptor,
-                                                  KILN_ABI_MAJOR,
-                                                  KILN_ABI_MINOR,
-                                                  "example-adagrad",
-                                                  {1, 0, 0},
-                                                  1,
-                                                  components,
-                                                  NULL,
-                                                  NULL,
-                                                  -1,
-                                                  0};
+static const kiln_plugin_descriptor descriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("example-adagrad", KILN_VERSION_INIT(1, 0, 0), components, NULL);
 
 KILN_DEFINE_PLUGIN_PROBE()
 

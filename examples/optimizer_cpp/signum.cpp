@@ -81,17 +81,8 @@ const kiln_component_descriptor kComponent = {sizeof(kiln_component_descriptor),
 const kiln_component_descriptor* const kComponents[] = {&kComponent};
 
 // ATen stays inside the library (only DLTensor views cross), so no torch version is recorded.
-const kiln_plugin_descriptor kDescriptor = {sizeof(kiln_plugin_descriptor),
-                                            KILN_ABI_MAJOR,
-                                            KILN_ABI_MINOR,
-                                            "example-signum",
-                                            {1, 0, 0},
-                                            1,
-                                            kComponents,
-                                            nullptr,
-                                            nullptr,
-                                            -1,
-                                            0};
+const kiln_plugin_descriptor kDescriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("example-signum", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);
 
 }  // namespace
 

@@ -20,7 +20,7 @@ std::shared_ptr<const PluginSet> plugins_for(const std::vector<std::string>& ext
   auto& slot = loaded[dirs];
   if (!slot) {
     auto set = std::make_shared<PluginSet>();
-    set->loader = std::make_unique<plugin::Loader>(plugin::host_api());
+    set->loader = std::make_unique<plugin::LibraryLoader>(plugin::host_api());
     set->registry = plugin::load_all(*set->loader, dirs, set->refused);
     slot = std::move(set);
   }

@@ -13,7 +13,7 @@
 namespace kiln::capi {
 
 struct PluginSet {
-  std::unique_ptr<plugin::Loader> loader;
+  std::unique_ptr<plugin::LibraryLoader> loader;
   plugin::Registry registry;
   std::vector<std::string> refused;  // "<path>: <reason>" of each refused library
 };

@@ -29,14 +29,14 @@ constexpr int kRunFailed = 1, kConfigError = 2, kPluginRefused = 3, kStoppedByGu
 
 // Plugins loaded for this process; the loader keeps libraries loaded until exit.
 struct Plugins {
-  std::unique_ptr<plugin::Loader> loader;
+  std::unique_ptr<plugin::LibraryLoader> loader;
   plugin::Registry registry;
   std::vector<std::string> refused;
 };
 
 Plugins load_plugins(const std::vector<std::string>& extra_dirs) {
   Plugins p;
-  p.loader = std::make_unique<plugin::Loader>(plugin::host_api());
+  p.loader = std::make_unique<plugin::LibraryLoader>(plugin::host_api());
   p.registry = plugin::load_all(*p.loader, plugin::plugin_search_path(extra_dirs), p.refused);
   return p;
 }
@@ -253,7 +253,7 @@ int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::st
 
 int config_docs() {
   // Built-in plugins only, so the reference does not depend on KILN_PLUGIN_PATH.
-  plugin::Loader loader(plugin::host_api());
+  plugin::LibraryLoader loader(plugin::host_api());
   std::vector<std::string> refused;
   plugin::Registry registry = plugin::load_all(loader, {plugin::builtin_plugin_dir()}, refused);
   print_refused(refused);

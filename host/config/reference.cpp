@@ -117,7 +117,8 @@ std::string reference_markdown(const plugin::Registry& registry) {
           "Pet's STEP (iteration s is the first decayed) and `multistep` is MultiStepLR (s + 1); "
           "warm-up `linear` is Pet's (which is LinearLR(start_factor = F + (1 - F) / W, "
           "total_iters = W - 1) for W >= 2) and `torch_linear` is LinearLR(start_factor = F, "
-          "total_iters = W). Changed in kiln-step 2.0: `multistep`, `exp` and `step` with "
+          "total_iters = W). Changed in 2.0 of the policies' library (libkiln_lr_schedules, "
+          "named kiln_step before ABI 1.6): `multistep`, `exp` and `step` with "
           "`step_size` were one iteration ahead of the PyTorch schedulers they name; a 1.x "
           "`multistep` pipeline gets its old rates from `step` with the same list as `steps` "
           "(without repeats).\n";

@@ -18,6 +18,7 @@
 #include "kiln/norm.h"
 #include "kiln/optimizer.h"
 #include "kiln/precision.h"
+#include "plugin/elf_needed.hpp"
 #include "plugin/plugin_call.hpp"
 #include "plugin/status.hpp"
 
@@ -84,6 +85,41 @@ std::string reserved_names(const std::string& section) {
   return out;
 }
 
+// "field 'reserved' is 3, not zero": plugins fill reserved fields with zero, so a later ABI can
+// give them a meaning without old plugins passing garbage for it.
+std::string nonzero_reserved(int32_t value) {
+  return "field 'reserved' is " + std::to_string(value) + ", not zero";
+}
+
+// The library's LibTorch against the host's, for every component kind: C++ objects and ATen
+// calls of another build cannot be trusted even on host memory. Returns the reason it is
+// refused, or "" when it records none or the host's.
+std::string check_torch(const kiln_plugin_descriptor* d) {
+  if (d->torch_version == nullptr) return {};
+  if (std::string(d->torch_version) == TORCH_VERSION && d->torch_cxx11_abi == kHostCxx11Abi) {
+    return {};
+  }
+  return "built against LibTorch " + std::string(d->torch_version) + " (C++11 ABI " +
+         std::to_string(d->torch_cxx11_abi) + "), this host uses LibTorch " + TORCH_VERSION +
+         " (C++11 ABI " + std::to_string(kHostCxx11Abi) + ")";
+}
+
+// A library built for ABI 1.6 or later that links LibTorch must record which one (1.5 asked it
+// of models only, so an older library is taken at its word). Linking is what the file shows:
+// its DT_NEEDED names.
+std::string check_torch_recorded(const std::string& path, const kiln_plugin_descriptor* d) {
+  if (d->torch_version != nullptr || d->abi_minor < 6) return {};
+  for (const std::string& needed : elf_needed(path)) {
+    if (needed.rfind("libtorch", 0) == 0 || needed.rfind("libc10", 0) == 0) {
+      return "links " + needed +
+             " but records no LibTorch (torch_version is NULL); since ABI 1.6 a library that "
+             "uses LibTorch records the one it was built against (kiln_add_plugin(... TORCH) "
+             "with KILN_PLUGIN_DESCRIPTOR_INIT does)";
+    }
+  }
+  return {};
+}
+
 // Checks one component descriptor; returns the reason it is refused, or "" when it is fine.
 std::string check_component(const kiln_component_descriptor* c, size_t index) {
   const std::string where = "component #" + std::to_string(index);
@@ -98,6 +134,7 @@ std::string check_component(const kiln_component_descriptor* c, size_t index) {
   VtableRule rule = vtable_rule(c->kind);
   if (rule.v1_size == 0) return who + " has unknown kind " + std::to_string(c->kind);
   const std::string kind = kind_name(c->kind);
+  if (c->reserved != 0) return who + " (" + kind + ") descriptor " + nonzero_reserved(c->reserved);
   if (c->capabilities == nullptr) return who + " (" + kind + ") declares no capabilities";
   if (c->capabilities->struct_size < KILN_SIZE_UP_TO(kiln_capabilities, attributes)) {
     return who + " (" + kind + ") capabilities struct is too small (" +
@@ -115,6 +152,9 @@ std::string check_component(const kiln_component_descriptor* c, size_t index) {
     }
     if (o.name == nullptr || o.name[0] == '\0') {
       return who + " (" + kind + ") option #" + std::to_string(i) + " has no name";
+    }
+    if (o.reserved != 0) {
+      return who + " (" + kind + ") option '" + o.name + "' " + nonzero_reserved(o.reserved);
     }
     if (o.type < KILN_OPT_BOOL || o.type > KILN_OPT_STRING_LIST) {
       return who + " (" + kind + ") option '" + o.name + "' has unknown type " +
@@ -148,7 +188,7 @@ std::string check_component(const kiln_component_descriptor* c, size_t index) {
   return {};
 }
 
-// Accepted libraries, never unloaded (see Loader).
+// Accepted libraries, never unloaded (see LibraryLoader).
 void keep_loaded(boost::dll::shared_library library) {
   static std::mutex mutex;
   static auto* libraries = new std::vector<boost::dll::shared_library>();  // never destroyed
@@ -168,7 +208,7 @@ auto call_library(const std::string& path, const char* entry, Call&& call) -> de
 
 }  // namespace
 
-void Loader::load_library(const std::string& path, Registry& registry) {
+void LibraryLoader::load_library(const std::string& path, Registry& registry) {
   namespace dll = boost::dll;
   dll::shared_library lib;
   try {
@@ -222,6 +262,11 @@ void Loader::load_library(const std::string& path, Registry& registry) {
     throw LoadError(path, "descriptor declares Kiln ABI " + abi_text(d->abi_major, d->abi_minor) +
                               ", this host speaks " + abi_text(KILN_ABI_MAJOR, KILN_ABI_MINOR));
   }
+  if (d->reserved != 0) throw LoadError(path, "plugin descriptor " + nonzero_reserved(d->reserved));
+  if (std::string reason = check_torch(d); !reason.empty()) throw LoadError(path, reason);
+  if (std::string reason = check_torch_recorded(path, d); !reason.empty()) {
+    throw LoadError(path, reason);
+  }
   if (d->component_count > 0 && d->components == nullptr) {
     throw LoadError(path, "descriptor lists " + std::to_string(d->component_count) +
                               " components but no component array");
@@ -231,18 +276,10 @@ void Loader::load_library(const std::string& path, Registry& registry) {
     const kiln_component_descriptor* c = d->components[i];
     if (std::string reason = check_component(c, i); !reason.empty()) throw LoadError(path, reason);
     const std::string name = c->name;
-    if (c->kind == KILN_COMPONENT_MODEL) {
-      if (d->torch_version == nullptr) {
-        throw LoadError(path, "component '" + name +
-                                  "' is a model (torch-bound) but the library records no torch "
-                                  "version");
-      }
-      if (std::string(d->torch_version) != TORCH_VERSION || d->torch_cxx11_abi != kHostCxx11Abi) {
-        throw LoadError(path, "built against LibTorch " + std::string(d->torch_version) +
-                                  " (C++11 ABI " + std::to_string(d->torch_cxx11_abi) +
-                                  "), this host uses LibTorch " + TORCH_VERSION + " (C++11 ABI " +
-                                  std::to_string(kHostCxx11Abi) + ")");
-      }
+    if (c->kind == KILN_COMPONENT_MODEL && d->torch_version == nullptr) {
+      throw LoadError(path, "component '" + name +
+                                "' is a model (torch-bound) but the library records no torch "
+                                "version");
     }
     if (std::find(names_here.begin(), names_here.end(), name) != names_here.end()) {
       throw LoadError(path, "component name '" + name + "' appears twice in this library");
@@ -265,8 +302,8 @@ void Loader::load_library(const std::string& path, Registry& registry) {
   keep_loaded(std::move(lib));
 }
 
-void Loader::load_directory(const std::string& dir, Registry& registry,
-                            std::vector<std::string>& refused) {
+void LibraryLoader::load_directory(const std::string& dir, Registry& registry,
+                                   std::vector<std::string>& refused) {
   boost::system::error_code ec;
   if (!fs::is_directory(dir, ec)) {
     refused.push_back(dir + ": plugin folder does not exist");
@@ -333,7 +370,7 @@ std::vector<std::string> plugin_search_path(const std::vector<std::string>& extr
   return unique;
 }
 
-Registry load_all(Loader& loader, const std::vector<std::string>& dirs,
+Registry load_all(LibraryLoader& loader, const std::vector<std::string>& dirs,
                   std::vector<std::string>& refused) {
   Registry registry;
   for (const auto& dir : dirs) loader.load_directory(dir, registry, refused);

@@ -24,9 +24,9 @@ class LoadError : public std::runtime_error {
 
 // Loads libraries; an accepted library stays loaded for the rest of the process (objects made
 // by its code, and threads it started, may outlive any loader or registry).
-class Loader {
+class LibraryLoader {
  public:
-  explicit Loader(const kiln_host_api* host) : host_(host) {}
+  explicit LibraryLoader(const kiln_host_api* host) : host_(host) {}
 
   // Loads one library, validates it and adds its components to `registry`. Throws LoadError.
   void load_library(const std::string& path, Registry& registry);
@@ -51,7 +51,7 @@ std::string builtin_plugin_dir();
 std::vector<std::string> plugin_search_path(const std::vector<std::string>& extra);
 
 // Loads all of `dirs` into a new registry. Refusals collected in `refused`.
-Registry load_all(Loader& loader, const std::vector<std::string>& dirs,
+Registry load_all(LibraryLoader& loader, const std::vector<std::string>& dirs,
                   std::vector<std::string>& refused);
 
 }  // namespace kiln::plugin

@@ -82,7 +82,7 @@ plugin::Registry make_registry() {
   add(kBatchnormDesc, "libkiln-batchnorm.so");
   add(kSgdDesc, "libkiln-sgd.so");
   add(kAdamwDesc, "libkiln-adamw.so");
-  add(kStepDesc, "libkiln-step.so");
+  add(kStepDesc, "libkiln_lr_schedules.so");
   add(kFp32Desc, "libkiln-fp32.so");
   return registry;
 }
@@ -421,7 +421,7 @@ TEST_F(ConfigTest, UnknownDefaultComponentPointsAtTheFile) {
   plugin::Registry registry;
   registry.add(plugin::Component{&kMlpDesc, nullptr, "/fake/libkiln-mlp.so"});
   registry.add(plugin::Component{&kSgdDesc, nullptr, "/fake/libkiln-sgd.so"});
-  registry.add(plugin::Component{&kStepDesc, nullptr, "/fake/libkiln-step.so"});
+  registry.add(plugin::Component{&kStepDesc, nullptr, "/fake/libkiln_lr_schedules.so"});
   registry.add(plugin::Component{&kFp32Desc, nullptr, "/fake/libkiln-fp32.so"});
   try {
     load_pipeline_text("[model]\nname = \"mlp\"\n", "p.toml", {}, registry);

@@ -30,7 +30,7 @@ namespace plugin = kiln::plugin;
 constexpr double kTol = 1e-6;  // gradients and outputs, checkpointed vs plain, absolute
 
 const plugin::Registry& registry() {
-  static plugin::Loader loader(plugin::host_api());
+  static plugin::LibraryLoader loader(plugin::host_api());
   static plugin::Registry r = [] {
     plugin::Registry reg;
     for (const char* lib : {"libkiln_mlp.so", "libkiln_vit.so", "libkiln_resnet.so",

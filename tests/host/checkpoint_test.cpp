@@ -410,7 +410,7 @@ TEST(Export, PythonLoadsTheWeightsAndItsModelGivesKilnsOutputs) {
   // Kiln's model with those weights, built as the trainer builds it.
   kiln::plugin::Registry registry;
   {
-    kiln::plugin::Loader loader(kiln::plugin::host_api());
+    kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
     std::vector<std::string> refused;
     registry = kiln::plugin::load_all(loader, {KILN_PLUGIN_DIR}, refused);
   }

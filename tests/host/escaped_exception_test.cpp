@@ -24,7 +24,7 @@ using kiln::plugin::ComponentError;
 const std::string kLibrary = std::string(KILN_TEST_PLUGIN_DIR) + "/throwing/libthrowing.so";
 
 const kiln::plugin::Registry& registry() {
-  static kiln::plugin::Loader loader(kiln::plugin::host_api());
+  static kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
   static kiln::plugin::Registry r = [] {
     kiln::plugin::Registry out;
     loader.load_library(kLibrary, out);
@@ -66,7 +66,7 @@ void expect_component_error(Body&& body, std::initializer_list<std::string> part
 }
 
 TEST(EscapedException, InitThatThrowsRefusesTheLibraryOnly) {
-  kiln::plugin::Loader loader(kiln::plugin::host_api());
+  kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
   std::vector<std::string> refused;
   kiln::plugin::Registry r =
       kiln::plugin::load_all(loader,

@@ -21,7 +21,7 @@ using kiln::config::Value;
 
 // A built-in norm component by name (the libraries loaded once).
 const kiln::plugin::Component& norm(const std::string& name) {
-  static kiln::plugin::Loader loader(kiln::plugin::host_api());
+  static kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
   static kiln::plugin::Registry registry = [] {
     kiln::plugin::Registry r;
     for (const char* lib : {"batchnorm", "inplace_abn", "frozen_bn"}) {

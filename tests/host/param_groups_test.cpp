@@ -18,7 +18,7 @@ using kiln::engine::ParamGroup;
 const kiln::plugin::Component& batchnorm() {
   static kiln::plugin::Registry registry = [] {
     kiln::plugin::Registry r;
-    kiln::plugin::Loader(kiln::plugin::host_api())
+    kiln::plugin::LibraryLoader(kiln::plugin::host_api())
         .load_library(std::string(KILN_PLUGIN_DIR) + "/libkiln_batchnorm.so", r);
     return r;
   }();

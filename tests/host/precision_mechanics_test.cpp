@@ -41,7 +41,7 @@ namespace plugin = kiln::plugin;
 
 const plugin::Registry& registry() {
   static plugin::Registry r = [] {
-    plugin::Loader loader(plugin::host_api());
+    plugin::LibraryLoader loader(plugin::host_api());
     std::vector<std::string> refused;
     // The built-ins and the plain-C test plugins that work (c_aimd's own scale rule).
     return plugin::load_all(loader, {KILN_PLUGIN_DIR, std::string(KILN_TEST_PLUGIN_DIR) + "/good"},

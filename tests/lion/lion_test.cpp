@@ -36,7 +36,7 @@ const std::string kLibrary = std::string(KILN_PLUGIN_DIR) + "/libkiln_lion.so";
 const Component& lion() {
   static kiln::plugin::Registry registry;
   static const Component* component = [] {
-    kiln::plugin::Loader(kiln::plugin::host_api()).load_library(kLibrary, registry);
+    kiln::plugin::LibraryLoader(kiln::plugin::host_api()).load_library(kLibrary, registry);
     return registry.find(KILN_COMPONENT_OPTIMIZER, "lion");
   }();
   if (component == nullptr) throw std::runtime_error("no optimizer 'lion' in " + kLibrary);

@@ -12,12 +12,14 @@ const kiln_host_api* fake_host() {
   return &api;
 }
 
-const kiln_plugin_descriptor& library() { return *kiln::test::builtin("kiln_step").descriptor; }
-uint32_t library_probe() { return kiln::test::builtin("kiln_step").probe; }
+const kiln_plugin_descriptor& library() {
+  return *kiln::test::builtin("kiln_lr_schedules").descriptor;
+}
+uint32_t library_probe() { return kiln::test::builtin("kiln_lr_schedules").probe; }
 
 const kiln_component_descriptor& component(const std::string& name) {
-  const kiln_component_descriptor* c = kiln::test::builtin("kiln_step").component(name);
-  if (c == nullptr) throw std::runtime_error("kiln_step has no component " + name);
+  const kiln_component_descriptor* c = kiln::test::builtin("kiln_lr_schedules").component(name);
+  if (c == nullptr) throw std::runtime_error("kiln_lr_schedules has no component " + name);
   return *c;
 }
 

@@ -1,6 +1,6 @@
 // Calling the learning-rate policies through their vtables: the common torch-free host (status
-// and log services only), the kiln_step library opened with dlopen, options built in the test.
-// No LibTorch: lr policies are plain C and only ever make statuses.
+// and log services only), the kiln_lr_schedules library opened with dlopen, options built in the
+// test. No LibTorch: lr policies are plain C and only ever make statuses.
 #pragma once
 
 #include <cstdint>
@@ -19,8 +19,8 @@ using kiln::test::Status;
 // The fake host's services table.
 const kiln_host_api* fake_host();
 
-// The kiln_step library's descriptor (opened once from KILN_PLUGIN_DIR, never closed) and its
-// probe value.
+// The kiln_lr_schedules library's descriptor (opened once from KILN_PLUGIN_DIR, never closed) and
+// its probe value.
 const kiln_plugin_descriptor& library();
 uint32_t library_probe();
 // The component called `name`; throws when there is none.

@@ -41,7 +41,7 @@ constexpr int64_t kIters = kEpochs * kPerEpoch;
 
 const kiln::plugin::Registry& registry() {
   static kiln::plugin::Registry r = [] {
-    kiln::plugin::Loader loader(kiln::plugin::host_api());
+    kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
     std::vector<std::string> refused;
     return kiln::plugin::load_all(loader, {KILN_PLUGIN_DIR}, refused);
   }();

@@ -36,7 +36,7 @@ const std::vector<int64_t> kWindows = {3, 3, 2, 1};
 const std::vector<int64_t> kBatchSizes = {4, 6, 3, 5, 2, 7, 4, 3, 5};  // one per micro-batch
 
 const kiln::plugin::Component& norm(const std::string& name) {
-  static kiln::plugin::Loader loader(kiln::plugin::host_api());
+  static kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
   static kiln::plugin::Registry registry = [] {
     kiln::plugin::Registry r;
     for (const char* lib : {"batchnorm", "inplace_abn", "syncbn"}) {

@@ -48,7 +48,10 @@ TEST(OptimizerDescriptors, AreWellFormedAndHonest) {
     const Plugin& p = builtin(comp.library);
     EXPECT_EQ(p.probe, KILN_ABI_PACK(KILN_ABI_MAJOR, KILN_ABI_MINOR));
     EXPECT_EQ(p.descriptor->abi_major, KILN_ABI_MAJOR);
-    EXPECT_EQ(p.descriptor->torch_version, nullptr);  // no torch objects cross the boundary
+    // They run ATen (on host memory too), so they record the LibTorch they were built against.
+    ASSERT_NE(p.descriptor->torch_version, nullptr);
+    EXPECT_STREQ(p.descriptor->torch_version, KILN_TORCH_VERSION);
+    EXPECT_EQ(p.descriptor->torch_cxx11_abi, KILN_TORCH_CXX11_ABI);
     const kiln_component_descriptor* c = p.component(comp.name);
     ASSERT_NE(c, nullptr);
     EXPECT_EQ(c->kind, KILN_COMPONENT_OPTIMIZER);

@@ -1,25 +1,15 @@
 /* Two components with the same name "dup_opt". */
 #include "tiny_optimizer.h"
 
-static const kiln_optimizer_vtable vtable = {sizeof vtable, tiny_create, tiny_destroy, tiny_step};
-static const kiln_component_descriptor first = {
-    sizeof first, KILN_COMPONENT_OPTIMIZER, 0, "dup_opt", {1, 0, 0}, NULL, &tiny_caps, 0, NULL,
-    &vtable};
-static const kiln_component_descriptor second = {
-    sizeof second, KILN_COMPONENT_OPTIMIZER, 0, "dup_opt", {1, 1, 0}, NULL, &tiny_caps, 0, NULL,
-    &vtable};
+static const kiln_optimizer_vtable vtable =
+    KILN_OPTIMIZER_VTABLE_INIT(tiny_create, tiny_destroy, tiny_step);
+static const kiln_component_descriptor first = KILN_COMPONENT_INIT(
+    KILN_COMPONENT_OPTIMIZER, "dup_opt", KILN_VERSION_INIT(1, 0, 0), NULL, &tiny_caps, &vtable);
+static const kiln_component_descriptor second = KILN_COMPONENT_INIT(
+    KILN_COMPONENT_OPTIMIZER, "dup_opt", KILN_VERSION_INIT(1, 1, 0), NULL, &tiny_caps, &vtable);
 static const kiln_component_descriptor* const components[] = {&first, &second};
-static const kiln_plugin_descriptor descriptor = {sizeof descriptor,
-                                                  KILN_ABI_MAJOR,
-                                                  KILN_ABI_MINOR,
-                                                  "bad-duplicate",
-                                                  {1, 0, 0},
-                                                  2,
-                                                  components,
-                                                  NULL,
-                                                  NULL,
-                                                  -1,
-                                                  0};
+static const kiln_plugin_descriptor descriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("bad-duplicate", KILN_VERSION_INIT(1, 0, 0), components, NULL);
 
 KILN_DEFINE_PLUGIN_PROBE()
 const kiln_plugin_descriptor* kiln_plugin_get(void) { return &descriptor; }

@@ -1,4 +1,6 @@
-/* A model component that claims to be built against LibTorch 1.13.0 with the old C++ ABI. */
+/* A model component that claims to be built against LibTorch 1.13.0 with the old C++ ABI: the
+ * build defines KILN_PLUGIN_TORCH_VERSION and KILN_PLUGIN_TORCH_CXX11_ABI as kiln_add_plugin's
+ * TORCH would for that LibTorch, and KILN_PLUGIN_DESCRIPTOR_INIT records them. */
 #include "kiln/model.h"
 #include "kiln/plugin.h"
 
@@ -9,23 +11,13 @@ static kiln_status* old_create(const kiln_host_api* host, const kiln_options* op
 static void old_destroy(kiln_torch_module* model) {}
 
 static const kiln_model_vtable vtable = {sizeof vtable, old_create, old_destroy};
-static const kiln_capabilities caps = {sizeof caps, KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32, 0,
-                                       NULL};
-static const kiln_component_descriptor component = {
-    sizeof component, KILN_COMPONENT_MODEL, 0, "old_torch_model", {1, 0, 0}, NULL, &caps, 0, NULL,
-    &vtable};
+static const kiln_capabilities caps =
+    KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32);
+static const kiln_component_descriptor component = KILN_COMPONENT_INIT(
+    KILN_COMPONENT_MODEL, "old_torch_model", KILN_VERSION_INIT(1, 0, 0), NULL, &caps, &vtable);
 static const kiln_component_descriptor* const components[] = {&component};
-static const kiln_plugin_descriptor descriptor = {sizeof descriptor,
-                                                  KILN_ABI_MAJOR,
-                                                  KILN_ABI_MINOR,
-                                                  "bad-torch-mismatch",
-                                                  {1, 0, 0},
-                                                  1,
-                                                  components,
-                                                  NULL,
-                                                  "1.13.0",
-                                                  0,
-                                                  0};
+static const kiln_plugin_descriptor descriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("bad-torch-mismatch", KILN_VERSION_INIT(1, 0, 0), components, NULL);
 
 KILN_DEFINE_PLUGIN_PROBE()
 const kiln_plugin_descriptor* kiln_plugin_get(void) { return &descriptor; }

@@ -77,31 +77,15 @@ static kiln_status* step(void* instance, kiln_call_context* ctx, const kiln_para
   return NULL;
 }
 
-static const kiln_optimizer_vtable vtable = {sizeof vtable, create, destroy, step};
-static const kiln_capabilities caps = {
-    sizeof caps, KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32 | KILN_CAP_MULTI_TENSOR, 0, NULL};
-static const kiln_component_descriptor component = {sizeof component,
-                                                    KILN_COMPONENT_OPTIMIZER,
-                                                    0,
-                                                    "c_sum_sgd",
-                                                    {1, 0, 0},
-                                                    "SGD on gradients summed over the ranks, in C",
-                                                    &caps,
-                                                    0,
-                                                    NULL,
-                                                    &vtable};
+static const kiln_optimizer_vtable vtable = KILN_OPTIMIZER_VTABLE_INIT(create, destroy, step);
+static const kiln_capabilities caps =
+    KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32 | KILN_CAP_MULTI_TENSOR);
+static const kiln_component_descriptor component =
+    KILN_COMPONENT_INIT(KILN_COMPONENT_OPTIMIZER, "c_sum_sgd", KILN_VERSION_INIT(1, 0, 0),
+                        "SGD on gradients summed over the ranks, in C", &caps, &vtable);
 static const kiln_component_descriptor* const components[] = {&component};
-static const kiln_plugin_descriptor descriptor = {sizeof descriptor,
-                                                  KILN_ABI_MAJOR,
-                                                  KILN_ABI_MINOR,
-                                                  "good-c-collective",
-                                                  {1, 0, 0},
-                                                  1,
-                                                  components,
-                                                  NULL,
-                                                  NULL,
-                                                  -1,
-                                                  0};
+static const kiln_plugin_descriptor descriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("good-c-collective", KILN_VERSION_INIT(1, 0, 0), components, NULL);
 
 KILN_DEFINE_PLUGIN_PROBE()
 const kiln_plugin_descriptor* kiln_plugin_get(void) { return &descriptor; }

@@ -57,38 +57,21 @@ static kiln_status* aimd_update(void* instance, int32_t grads_finite, double* sc
   return NULL;
 }
 
-static const kiln_precision_vtable aimd_vtable = {sizeof(kiln_precision_vtable), aimd_create,
-                                                  aimd_destroy, aimd_policy, aimd_update, NULL, NULL};
+static const kiln_precision_vtable aimd_vtable =
+    KILN_PRECISION_VTABLE_INIT(aimd_create, aimd_destroy, aimd_policy, aimd_update, NULL, NULL);
 
-static const kiln_capabilities aimd_caps = {
-    sizeof(kiln_capabilities),
-    KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA | KILN_CAP_DTYPE_F32 | KILN_CAP_DTYPE_BF16, 0, NULL};
+static const kiln_capabilities aimd_caps = KILN_CAPABILITIES_INIT(
+    KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA | KILN_CAP_DTYPE_F32 | KILN_CAP_DTYPE_BF16);
 
-static const kiln_component_descriptor aimd_component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_PRECISION,
-    0,
-    "c_aimd",
-    {1, 0, 0},
-    "test: bf16 autocast with an additive-increase, multiplicative-decrease loss scale",
-    &aimd_caps,
-    0,
-    NULL,
-    &aimd_vtable};
+static const kiln_component_descriptor aimd_component = KILN_COMPONENT_INIT(
+    KILN_COMPONENT_PRECISION, "c_aimd", KILN_VERSION_INIT(1, 0, 0),
+    "test: bf16 autocast with an additive-increase, multiplicative-decrease loss scale", &aimd_caps,
+    &aimd_vtable);
 
 static const kiln_component_descriptor* const components[] = {&aimd_component};
 
-static const kiln_plugin_descriptor descriptor = {sizeof(kiln_plugin_descriptor),
-                                                  KILN_ABI_MAJOR,
-                                                  KILN_ABI_MINOR,
-                                                  "kiln-test-c-aimd",
-                                                  {1, 0, 0},
-                                                  1,
-                                                  components,
-                                                  NULL,
-                                                  NULL,
-                                                  -1,
-                                                  0};
+static const kiln_plugin_descriptor descriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("kiln-test-c-aimd", KILN_VERSION_INIT(1, 0, 0), components, NULL);
 
 KILN_DEFINE_PLUGIN_PROBE()
 

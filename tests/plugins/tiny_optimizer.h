@@ -19,7 +19,7 @@ static kiln_status* tiny_step(void* instance, kiln_call_context* ctx,
   return NULL;
 }
 
-static const kiln_capabilities tiny_caps = {sizeof(kiln_capabilities),
-                                            KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32, 0, NULL};
+static const kiln_capabilities tiny_caps =
+    KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32);
 
 #endif /* KILN_TESTS_TINY_OPTIMIZER_H_ */

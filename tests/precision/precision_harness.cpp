@@ -50,7 +50,7 @@ const std::vector<std::string>& all_components() {
 const kiln::plugin::Registry& registry() {
   static const kiln::plugin::Registry reg = [] {
     kiln::plugin::Registry r;
-    kiln::plugin::Loader loader(kiln::plugin::host_api());
+    kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
     for (const char* lib : {"libkiln_fp32.so", "libkiln_amp.so"}) {
       loader.load_library(std::string(KILN_PLUGIN_DIR) + "/" + lib, r);
     }

@@ -1,15 +1,16 @@
 #!/usr/bin/env bash
-# Plugins built against the frozen ABI 1.0 headers load into the current host and train: the
-# host reports their ABI as 1.0 and reads only the fields their struct_size covers.
-# Usage: frozen_plugins.sh <kiln> <folder of the frozen-header plugins>
+# Plugins built against frozen headers of an earlier ABI load into the current host and train:
+# the host reports their ABI as that one and reads only the fields their struct_size covers.
+# Usage: frozen_plugins.sh <kiln> <folder of the frozen-header plugins> <their ABI, e.g. 1.0>
 set -euo pipefail
 kiln=$1
 dir=$2
+abi=$3
 work=$(mktemp -d /tmp/kiln-frozen.XXXXXX)
 trap 'rm -rf "$work"' EXIT
 for name in c_sgd inverse_sqrt; do
   out=$("$kiln" plugins --plugin-path "$dir" describe "$name" 2>&1) || { echo "$out"; exit 1; }
-  echo "$out" | grep -q "abi 1.0" || { echo "$name: not reported as ABI 1.0:"; echo "$out"; exit 1; }
+  echo "$out" | grep -q "abi $abi\b" || { echo "$name: not reported as ABI $abi:"; echo "$out"; exit 1; }
 done
 cat >"$work/p.toml" <<TOML
 [run]
@@ -38,7 +39,7 @@ offset = 2
 paths = ["$dir"]
 TOML
 "$kiln" run "$work/p.toml" --metrics "$work/m.jsonl" >"$work/log" 2>&1 || { cat "$work/log"; exit 1; }
-python3 - "$work/m.jsonl" <<'PY'
+python3 - "$work/m.jsonl" "$abi" <<'PY'
 import json, math, sys
 steps = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "step"]
 assert len(steps) == 8, len(steps)
@@ -46,5 +47,5 @@ for r in steps:
     want = 0.2 * min(1.0, math.sqrt(2 / r["step"]))
     assert all(abs(lr - want) < 1e-12 for lr in r["lr"]), (r["step"], r["lr"], want)
 assert steps[-1]["loss"] < steps[0]["loss"], "did not train"
-print("ABI 1.0 plugins loaded and trained 8 steps")
+print("ABI", sys.argv[2], "plugins loaded and trained 8 steps")
 PY

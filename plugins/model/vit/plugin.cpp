@@ -133,17 +133,8 @@ const kiln_component_descriptor kComponent = {sizeof(kiln_component_descriptor),
 
 const kiln_component_descriptor* const kComponents[] = {&kComponent};
 
-const kiln_plugin_descriptor kDescriptor = {sizeof(kiln_plugin_descriptor),
-                                            KILN_ABI_MAJOR,
-                                            KILN_ABI_MINOR,
-                                            "kiln-vit",
-                                            {1, 0, 0},
-                                            1,
-                                            kComponents,
-                                            nullptr,
-                                            KILN_TORCH_VERSION,
-                                            KILN_TORCH_CXX11_ABI,
-                                            0};
+const kiln_plugin_descriptor kDescriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("kiln-vit", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);
 
 }  // namespace
 

@@ -217,17 +217,8 @@ const kiln_component_descriptor kBatchNorm = {sizeof(kiln_component_descriptor),
 
 const kiln_component_descriptor* const kComponents[] = {&kBatchNorm};
 
-const kiln_plugin_descriptor kDescriptor = {sizeof(kiln_plugin_descriptor),
-                                            KILN_ABI_MAJOR,
-                                            KILN_ABI_MINOR,
-                                            "kiln-batchnorm",
-                                            {1, 0, 0},
-                                            1,
-                                            kComponents,
-                                            nullptr,
-                                            nullptr,
-                                            -1,
-                                            0};
+const kiln_plugin_descriptor kDescriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("kiln-batchnorm", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);
 
 }  // namespace
 

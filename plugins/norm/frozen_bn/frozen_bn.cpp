@@ -127,17 +127,8 @@ const kiln_component_descriptor kFrozenBn = {
 
 const kiln_component_descriptor* const kComponents[] = {&kFrozenBn};
 
-const kiln_plugin_descriptor kDescriptor = {sizeof(kiln_plugin_descriptor),
-                                            KILN_ABI_MAJOR,
-                                            KILN_ABI_MINOR,
-                                            "kiln-frozen-bn",
-                                            {1, 0, 0},
-                                            1,
-                                            kComponents,
-                                            nullptr,
-                                            nullptr,
-                                            -1,
-                                            0};
+const kiln_plugin_descriptor kDescriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("kiln-frozen-bn", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);
 
 }  // namespace
 

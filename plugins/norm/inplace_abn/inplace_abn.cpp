@@ -319,17 +319,8 @@ const kiln_component_descriptor kAbnSync = {sizeof(kiln_component_descriptor),
 
 const kiln_component_descriptor* const kComponents[] = {&kAbn, &kAbnSync};
 
-const kiln_plugin_descriptor kDescriptor = {sizeof(kiln_plugin_descriptor),
-                                            KILN_ABI_MAJOR,
-                                            KILN_ABI_MINOR,
-                                            "kiln-inplace-abn",
-                                            {1, 0, 0},
-                                            2,
-                                            kComponents,
-                                            nullptr,
-                                            nullptr,
-                                            -1,
-                                            0};
+const kiln_plugin_descriptor kDescriptor = KILN_PLUGIN_DESCRIPTOR_INIT(
+    "kiln-inplace-abn", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);
 
 }  // namespace
 

@@ -167,17 +167,8 @@ const kiln_component_descriptor kAdamW = {
 
 const kiln_component_descriptor* const kComponents[] = {&kAdam, &kAdamW};
 
-const kiln_plugin_descriptor kDescriptor = {sizeof(kiln_plugin_descriptor),
-                                            KILN_ABI_MAJOR,
-                                            KILN_ABI_MINOR,
-                                            "kiln-adam",
-                                            {1, 0, 0},
-                                            2,
-                                            kComponents,
-                                            nullptr,
-                                            nullptr,
-                                            -1,
-                                            0};
+const kiln_plugin_descriptor kDescriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("kiln-adam", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);
 
 }  // namespace
 

@@ -199,17 +199,8 @@ const kiln_component_descriptor kLamb = {
 
 const kiln_component_descriptor* const kComponents[] = {&kLamb};
 
-const kiln_plugin_descriptor kDescriptor = {sizeof(kiln_plugin_descriptor),
-                                            KILN_ABI_MAJOR,
-                                            KILN_ABI_MINOR,
-                                            "kiln-lamb",
-                                            {1, 0, 0},
-                                            1,
-                                            kComponents,
-                                            nullptr,
-                                            nullptr,
-                                            -1,
-                                            0};
+const kiln_plugin_descriptor kDescriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("kiln-lamb", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);
 
 }  // namespace
 

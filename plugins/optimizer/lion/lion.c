@@ -251,44 +251,29 @@ static kiln_status* lion_step(void* instance, kiln_call_context* ctx,
 
 /* ---- descriptors ----------------------------------------------------------------------------- */
 
-static const kiln_optimizer_vtable vtable = {sizeof(kiln_optimizer_vtable), lion_create,
-                                             lion_destroy, lion_step};
+static const kiln_optimizer_vtable vtable =
+    KILN_OPTIMIZER_VTABLE_INIT(lion_create, lion_destroy, lion_step);
 
 static const kiln_option_spec options[] = {
-    {sizeof(kiln_option_spec), "beta1", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.9", NULL,
-     "interpolation factor between momentum and gradient for the update's sign"},
-    {sizeof(kiln_option_spec), "beta2", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.99", NULL,
-     "decay rate of the momentum (exp_avg)"},
+    KILN_OPTION_RANGE_INIT(
+        "beta1", KILN_OPT_FLOAT, 0.0, 1.0, "0.9",
+        "interpolation factor between momentum and gradient for the update's sign"),
+    KILN_OPTION_RANGE_INIT("beta2", KILN_OPT_FLOAT, 0.0, 1.0, "0.99",
+                           "decay rate of the momentum (exp_avg)"),
 };
 
-static const kiln_capabilities caps = {sizeof(kiln_capabilities),
-                                       KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32, 0, NULL};
+static const kiln_capabilities caps =
+    KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32);
 
-static const kiln_component_descriptor component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_OPTIMIZER,
-    0,
-    "lion",
-    {1, 0, 0},
-    "Lion (sign of interpolated momentum, decoupled weight decay), plain C, float32 CPU",
-    &caps,
-    sizeof options / sizeof options[0],
-    options,
-    &vtable};
+static const kiln_component_descriptor component = KILN_COMPONENT_OPTIONS_INIT(
+    KILN_COMPONENT_OPTIMIZER, "lion", KILN_VERSION_INIT(1, 0, 0),
+    "Lion (sign of interpolated momentum, decoupled weight decay), plain C, float32 CPU", &caps,
+    options, &vtable);
 
 static const kiln_component_descriptor* const components[] = {&component};
 
-static const kiln_plugin_descriptor descriptor = {sizeof(kiln_plugin_descriptor),
-                                                  KILN_ABI_MAJOR,
-                                                  KILN_ABI_MINOR,
-                                                  "kiln-lion",
-                                                  {1, 0, 0},
-                                                  1,
-                                                  components,
-                                                  NULL,
-                                                  NULL,
-                                                  -1,
-                                                  0};
+static const kiln_plugin_descriptor descriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("kiln-lion", KILN_VERSION_INIT(1, 0, 0), components, NULL);
 
 KILN_DEFINE_PLUGIN_PROBE()
 const kiln_plugin_descriptor* kiln_plugin_get(void) { return &descriptor; }

@@ -296,17 +296,8 @@ const kiln_component_descriptor kSgd = {sizeof(kiln_component_descriptor),
 
 const kiln_component_descriptor* const kComponents[] = {&kSgd};
 
-const kiln_plugin_descriptor kDescriptor = {sizeof(kiln_plugin_descriptor),
-                                            KILN_ABI_MAJOR,
-                                            KILN_ABI_MINOR,
-                                            "kiln-sgd",
-                                            {1, 1, 0},
-                                            1,
-                                            kComponents,
-                                            nullptr,
-                                            nullptr,
-                                            -1,
-                                            0};
+const kiln_plugin_descriptor kDescriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("kiln-sgd", KILN_VERSION_INIT(1, 1, 0), kComponents, nullptr);
 
 }  // namespace
 

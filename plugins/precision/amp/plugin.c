@@ -11,17 +11,8 @@ static const kiln_component_descriptor* const components[] = {
     &kiln_amp_bf16_mixed_component, &kiln_amp_o2_upper_component, &kiln_amp_o3_upper_component,
     &kiln_amp_fp16_true_component,  &kiln_amp_bf16_true_component};
 
-static const kiln_plugin_descriptor descriptor = {sizeof(kiln_plugin_descriptor),
-                                                  KILN_ABI_MAJOR,
-                                                  KILN_ABI_MINOR,
-                                                  "kiln-amp",
-                                                  {1, 0, 0},
-                                                  sizeof components / sizeof components[0],
-                                                  components,
-                                                  NULL,
-                                                  NULL,
-                                                  -1,
-                                                  0};
+static const kiln_plugin_descriptor descriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("kiln-amp", KILN_VERSION_INIT(1, 0, 0), components, NULL);
 
 KILN_DEFINE_PLUGIN_PROBE()
 

@@ -40,61 +40,29 @@ static kiln_status* fp32_policy(void* instance, kiln_precision_policy* policy) {
   return NULL;
 }
 
-static const kiln_precision_vtable fp32_vtable = {sizeof(kiln_precision_vtable), fp32_create,
-                                                  fp32_destroy, fp32_policy, NULL, NULL, NULL};
+static const kiln_precision_vtable fp32_vtable =
+    KILN_PRECISION_VTABLE_INIT(fp32_create, fp32_destroy, fp32_policy, NULL, NULL, NULL);
 
-static const kiln_capabilities fp32_caps = {
-    sizeof(kiln_capabilities), KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA | KILN_CAP_DTYPE_F32, 0,
-    NULL};
+static const kiln_capabilities fp32_caps =
+    KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA | KILN_CAP_DTYPE_F32);
 
-static const kiln_component_descriptor fp32_component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_PRECISION,
-    0,
-    "fp32",
-    {1, 0, 0},
-    "float32 parameters and compute, no autocast, no loss scaling",
-    &fp32_caps,
-    0,
-    NULL,
-    &fp32_vtable};
+static const kiln_component_descriptor fp32_component = KILN_COMPONENT_INIT(
+    KILN_COMPONENT_PRECISION, "fp32", KILN_VERSION_INIT(1, 0, 0),
+    "float32 parameters and compute, no autocast, no loss scaling", &fp32_caps, &fp32_vtable);
 
-static const kiln_component_descriptor o0_component = {sizeof(kiln_component_descriptor),
-                                                       KILN_COMPONENT_PRECISION,
-                                                       0,
-                                                       "O0",
-                                                       {1, 0, 0},
-                                                       "alias of fp32 (apex O0)",
-                                                       &fp32_caps,
-                                                       0,
-                                                       NULL,
-                                                       &fp32_vtable};
+static const kiln_component_descriptor o0_component =
+    KILN_COMPONENT_INIT(KILN_COMPONENT_PRECISION, "O0", KILN_VERSION_INIT(1, 0, 0),
+                        "alias of fp32 (apex O0)", &fp32_caps, &fp32_vtable);
 
-static const kiln_component_descriptor fp32_true_component = {sizeof(kiln_component_descriptor),
-                                                              KILN_COMPONENT_PRECISION,
-                                                              0,
-                                                              "32-true",
-                                                              {1, 0, 0},
-                                                              "alias of fp32 (Lightning 32-true)",
-                                                              &fp32_caps,
-                                                              0,
-                                                              NULL,
-                                                              &fp32_vtable};
+static const kiln_component_descriptor fp32_true_component =
+    KILN_COMPONENT_INIT(KILN_COMPONENT_PRECISION, "32-true", KILN_VERSION_INIT(1, 0, 0),
+                        "alias of fp32 (Lightning 32-true)", &fp32_caps, &fp32_vtable);
 
 static const kiln_component_descriptor* const components[] = {&fp32_component, &o0_component,
                                                               &fp32_true_component};
 
-static const kiln_plugin_descriptor descriptor = {sizeof(kiln_plugin_descriptor),
-                                                  KILN_ABI_MAJOR,
-                                                  KILN_ABI_MINOR,
-                                                  "kiln-fp32",
-                                                  {1, 1, 0},
-                                                  sizeof components / sizeof components[0],
-                                                  components,
-                                                  NULL,
-                                                  NULL,
-                                                  -1,
-                                                  0};
+static const kiln_plugin_descriptor descriptor =
+    KILN_PLUGIN_DESCRIPTOR_INIT("kiln-fp32", KILN_VERSION_INIT(1, 1, 0), components, NULL);
 
 KILN_DEFINE_PLUGIN_PROBE()
 

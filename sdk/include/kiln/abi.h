@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 5
+#define KILN_ABI_MINOR 6
 
 /* Symbol visibility for the plugin entry points (everything else should stay hidden). */
 #if defined(_WIN32)
@@ -54,6 +54,39 @@ extern "C" {
 #else
 #define KILN_EXTERN_C
 #endif
+
+/* KILN_MUST_USE marks a function whose result the caller must use (a kiln_status* it owns):
+ * [[nodiscard]] in C++17 and C23, GCC's and Clang's warn_unused_result in older C, nothing
+ * elsewhere. KILN_MUST_USE_SLOT marks a function-pointer member (a vtable or services slot):
+ * only warn_unused_result applies to one (GCC and Clang, C and C++; [[nodiscard]] cannot, GCC
+ * ignores it there with a warning), so other compilers get nothing. Neither works on a typedef
+ * of a function-pointer type with Clang. GCC warns even when the result is cast to void: use it. */
+#if defined(__cplusplus) && __cplusplus >= 201703L
+#define KILN_MUST_USE [[nodiscard]]
+#elif !defined(__cplusplus) && defined(__STDC_VERSION__) && __STDC_VERSION__ >= 202311L
+#define KILN_MUST_USE [[nodiscard]]
+#elif defined(__GNUC__) || defined(__clang__)
+#define KILN_MUST_USE __attribute__((warn_unused_result))
+#else
+#define KILN_MUST_USE
+#endif
+#if defined(__GNUC__) || defined(__clang__)
+#define KILN_MUST_USE_SLOT __attribute__((warn_unused_result))
+#else
+#define KILN_MUST_USE_SLOT
+#endif
+
+/* Initialiser macros (KILN_*_INIT) fill a struct with every field named: C99 designated
+ * initialisers in C and C++20, the same fields in order in older C++ (which has no designated
+ * initialisers). They set struct_size and zero the reserved fields, so a plugin never copies a
+ * positional list of a struct's fields. */
+#if !defined(__cplusplus) || __cplusplus >= 202002L
+#define KILN_FIELD_(field) .field =
+#else
+#define KILN_FIELD_(field)
+#endif
+/* Entries of a static array. */
+#define KILN_COUNT(array) (sizeof(array) / sizeof((array)[0]))
 
 /* Size of `type` up to and including `field`: the minimum struct_size that contains it. */
 #define KILN_SIZE_UP_TO(type, field) (offsetof(type, field) + sizeof(((type*)0)->field))
@@ -86,6 +119,10 @@ typedef struct kiln_version {
   uint32_t patch; /* fixes */
 } kiln_version;
 
+/* A kiln_version initialiser: KILN_VERSION_INIT(1, 2, 0). */
+#define KILN_VERSION_INIT(major_, minor_, patch_) \
+  { KILN_FIELD_(major)(major_), KILN_FIELD_(minor)(minor_), KILN_FIELD_(patch)(patch_) }
+
 /* ---- capabilities -------------------------------------------------------------------------- */
 
 /* Capability bits (kiln_capabilities.flags). Unknown bits are ignored by readers. */
@@ -113,6 +150,17 @@ typedef struct kiln_capabilities {
   size_t attribute_count;           /* entries in `attributes` */
   const kiln_attribute* attributes; /* static array owned by the plugin; may be NULL if count 0 */
 } kiln_capabilities;
+
+/* kiln_capabilities initialisers: flags only, or flags and a static kiln_attribute array. */
+#define KILN_CAPABILITIES_INIT(flags_) KILN_CAPABILITIES_ATTRIBUTES_INIT_(flags_, 0, NULL)
+#define KILN_CAPABILITIES_ATTRIBUTES_INIT(flags_, attributes_) \
+  KILN_CAPABILITIES_ATTRIBUTES_INIT_(flags_, KILN_COUNT(attributes_), attributes_)
+#define KILN_CAPABILITIES_ATTRIBUTES_INIT_(flags_, count_, attributes_)                          \
+  {                                                                                              \
+    KILN_FIELD_(struct_size)                                                                     \
+    sizeof(kiln_capabilities), KILN_FIELD_(flags)(flags_), KILN_FIELD_(attribute_count)(count_), \
+        KILN_FIELD_(attributes)(attributes_)                                                     \
+  }
 
 /* ---- options schema ------------------------------------------------------------------------ */
 
@@ -143,6 +191,30 @@ typedef struct kiln_option_spec {
   const char* choices;       /* strings only: comma-separated allowed values, or NULL; static */
   const char* doc;           /* one line of documentation; static */
 } kiln_option_spec;
+
+/* kiln_option_spec initialisers. `default_` is a TOML literal or NULL (required option); every
+ * string is static. The general form names every field; the others are shorthands:
+ *   KILN_OPTION_INIT("nesterov", KILN_OPT_BOOL, "false", "Nesterov momentum")
+ *   KILN_OPTION_MIN_INIT("momentum", KILN_OPT_FLOAT, 0.0, "0.0", "momentum factor, >= 0")
+ *   KILN_OPTION_RANGE_INIT("gamma", KILN_OPT_FLOAT, 0.0, 1.0, "0.1", "decay factor in [0, 1]")
+ *   KILN_OPTION_CHOICES_INIT("mode", "min,max", "\"min\"", "which extreme") (a string) */
+#define KILN_OPTION_SPEC_INIT(name_, type_, has_min_, min_, has_max_, max_, default_, choices_,  \
+                              doc_)                                                              \
+  {                                                                                              \
+    KILN_FIELD_(struct_size)                                                                     \
+    sizeof(kiln_option_spec), KILN_FIELD_(name)(name_), KILN_FIELD_(type)(type_),                \
+        KILN_FIELD_(has_min)(has_min_), KILN_FIELD_(has_max)(has_max_), KILN_FIELD_(reserved) 0, \
+        KILN_FIELD_(min)(min_), KILN_FIELD_(max)(max_), KILN_FIELD_(default_value)(default_),    \
+        KILN_FIELD_(choices)(choices_), KILN_FIELD_(doc)(doc_)                                   \
+  }
+#define KILN_OPTION_INIT(name_, type_, default_, doc_) \
+  KILN_OPTION_SPEC_INIT(name_, type_, 0, 0.0, 0, 0.0, default_, NULL, doc_)
+#define KILN_OPTION_MIN_INIT(name_, type_, min_, default_, doc_) \
+  KILN_OPTION_SPEC_INIT(name_, type_, 1, min_, 0, 0.0, default_, NULL, doc_)
+#define KILN_OPTION_RANGE_INIT(name_, type_, min_, max_, default_, doc_) \
+  KILN_OPTION_SPEC_INIT(name_, type_, 1, min_, 1, max_, default_, NULL, doc_)
+#define KILN_OPTION_CHOICES_INIT(name_, choices_, default_, doc_) \
+  KILN_OPTION_SPEC_INIT(name_, KILN_OPT_STRING, 0, 0.0, 0, 0.0, default_, choices_, doc_)
 
 /* A validated option value as the host passes it to a component. */
 typedef struct kiln_option_value {

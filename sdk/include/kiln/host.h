@@ -68,7 +68,7 @@ typedef struct kiln_host_api {
 
   /* Creates a status with `code` and a copy of `message` (NULL allowed). Returns an owned
    * status to be returned to the host. Thread-safe; does not block. Never returns NULL. */
-  kiln_status* (*make_status)(int32_t code, const char* message);
+  KILN_MUST_USE_SLOT kiln_status* (*make_status)(int32_t code, const char* message);
 
   /* Writes one log line attributed to `component`. Both strings borrowed for the call.
    * Thread-safe; may block briefly on the log sink. */
@@ -83,8 +83,9 @@ typedef struct kiln_host_api {
    * While the step is captured as a CUDA graph (run.cuda_graph), creating a tensor is refused
    * with KILN_ERR_FAILED_PRECONDITION: every replay would initialise it again.
    * Not thread-safe for one ctx; does not block. */
-  kiln_status* (*state_tensor)(kiln_call_context* ctx, size_t param_index, const char* name,
-                               int32_t init, DLTensor* out, int32_t* created);
+  KILN_MUST_USE_SLOT kiln_status* (*state_tensor)(kiln_call_context* ctx, size_t param_index,
+                                                  const char* name, int32_t init, DLTensor* out,
+                                                  int32_t* created);
 
   /* Current compute stream for `device` (a cudaStream_t on CUDA), NULL on CPU. Thread-safe. */
   void* (*current_stream)(DLDevice device);
@@ -96,16 +97,20 @@ typedef struct kiln_host_api {
 
   /* Collectives over the component's process group, on borrowed tensors, in place where the
    * name says so. They block until complete. Not thread-safe for one ctx. */
-  kiln_status* (*allreduce)(kiln_call_context* ctx, DLTensor* inout, int32_t reduce_op);
-  kiln_status* (*broadcast)(kiln_call_context* ctx, DLTensor* inout, int32_t root);
+  KILN_MUST_USE_SLOT kiln_status* (*allreduce)(kiln_call_context* ctx, DLTensor* inout,
+                                               int32_t reduce_op);
+  KILN_MUST_USE_SLOT kiln_status* (*broadcast)(kiln_call_context* ctx, DLTensor* inout,
+                                               int32_t root);
   /* `out` has world_size times the elements of `in`, rank-major. */
-  kiln_status* (*allgather)(kiln_call_context* ctx, const DLTensor* in, DLTensor* out);
+  KILN_MUST_USE_SLOT kiln_status* (*allgather)(kiln_call_context* ctx, const DLTensor* in,
+                                               DLTensor* out);
 
   /* For torch-bound components (models) only: builds the pipeline's norm layer (from the norm
    * plugin, wrapped as a module with autograd) for `request`. `*out` receives a new handle owned
    * by the caller, taken over by kiln::make_norm_layer (kiln/torch.hpp). Not
    * thread-safe; call from the model's create function. */
-  kiln_status* (*create_norm_layer)(const kiln_norm_request* request, kiln_torch_module** out);
+  KILN_MUST_USE_SLOT kiln_status* (*create_norm_layer)(const kiln_norm_request* request,
+                                                       kiln_torch_module** out);
 
   /* Code and message of a status a host service returned to the plugin (message owned by the
    * status). Thread-safe. */

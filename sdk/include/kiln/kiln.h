@@ -225,14 +225,15 @@ typedef struct kiln_api {
    * process group when options->distributed). `options` is borrowed and may be NULL for all
    * defaults. On success *out is a new session the caller owns (session_destroy); on failure
    * *out is NULL and the status says why (KILN_ERR_CONFIG, KILN_ERR_PLUGIN_REFUSED, ...). */
-  kiln_status* (*session_create_from_file)(const char* path, const kiln_session_options* options,
-                                           kiln_session** out);
+  KILN_MUST_USE_SLOT kiln_status* (*session_create_from_file)(const char* path,
+                                                              const kiln_session_options* options,
+                                                              kiln_session** out);
   /* The same from TOML text (borrowed). `name` (borrowed) stands for the file in messages and
    * in the default output folder runs/<name>; relative data paths are taken from the current
    * directory. */
-  kiln_status* (*session_create_from_string)(const char* toml, const char* name,
-                                             const kiln_session_options* options,
-                                             kiln_session** out);
+  KILN_MUST_USE_SLOT kiln_status* (*session_create_from_string)(const char* toml, const char* name,
+                                                                const kiln_session_options* options,
+                                                                kiln_session** out);
   /* Frees the session and everything it holds. Writes nothing (call session_save_checkpoint
    * first to keep the state). NULL is a no-op; so is a call from inside the metrics callback
    * (destroy after the call that ran it returns). */
@@ -240,27 +241,29 @@ typedef struct kiln_api {
 
   /* Sets (or with callback NULL, clears) the metrics callback. `user_data` is passed back
    * as is; the caller keeps it alive while the callback is set. */
-  kiln_status* (*session_set_metrics_callback)(kiln_session* session,
-                                               kiln_metrics_callback callback, void* user_data);
+  KILN_MUST_USE_SLOT kiln_status* (*session_set_metrics_callback)(kiln_session* session,
+                                                                  kiln_metrics_callback callback,
+                                                                  void* user_data);
 
   /* Trains until the state leaves KILN_SESSION_READY, as `kiln run` does: evaluation at each
    * epoch's end when run.eval, checkpoints as run.checkpoint_every says and at the end. NULL
    * when training ended (finished, cancelled, or stopped by a guard: read session_progress). */
-  kiln_status* (*session_run)(kiln_session* session);
+  KILN_MUST_USE_SLOT kiln_status* (*session_run)(kiln_session* session);
   /* One optimizer step (accumulation_steps micro-batches), with its metrics record and any
    * checkpoint run.checkpoint_every asks for. It does not evaluate: at an epoch's end
    * (kiln_progress.epoch_ended) call session_evaluate if you want the test figures. When the
    * step completes the run, the final checkpoint is written. KILN_ERR_FAILED_PRECONDITION when
    * the state is not READY. */
-  kiln_status* (*session_step)(kiln_session* session);
+  KILN_MUST_USE_SLOT kiln_status* (*session_step)(kiln_session* session);
   /* Evaluates the model on the test split now, writes the record to the metrics file and the
    * callback, and fills *out (caller-owned; may be NULL). In a data-parallel run every rank
    * must call it. */
-  kiln_status* (*session_evaluate)(kiln_session* session, kiln_metrics* out);
+  KILN_MUST_USE_SLOT kiln_status* (*session_evaluate)(kiln_session* session, kiln_metrics* out);
   /* Writes a checkpoint of the current state (rank 0 writes; the others return ""), even when
    * run.checkpoints is off. *path (may be NULL) is set to the folder: library-owned, valid
    * until session_destroy. */
-  kiln_status* (*session_save_checkpoint)(kiln_session* session, const char** path);
+  KILN_MUST_USE_SLOT kiln_status* (*session_save_checkpoint)(kiln_session* session,
+                                                             const char** path);
 
   /* Asks the session to stop after the step it is in (or before the next one): it writes the
    * step's checkpoint (when run.checkpoints) and moves to KILN_SESSION_CANCELLED. In a
@@ -268,11 +271,12 @@ typedef struct kiln_api {
   void (*session_cancel)(kiln_session* session);
 
   /* Fills *out (caller-owned). Any thread, without waiting for a step in progress. */
-  kiln_status* (*session_progress)(const kiln_session* session, kiln_progress* out);
+  KILN_MUST_USE_SLOT kiln_status* (*session_progress)(const kiln_session* session,
+                                                      kiln_progress* out);
   /* The latest record of `kind` (KILN_METRICS_*) into *out (caller-owned); out->kind is 0 when
    * there is none yet. Any thread, without waiting for a step in progress. */
-  kiln_status* (*session_last_metrics)(const kiln_session* session, int32_t kind,
-                                       kiln_metrics* out);
+  KILN_MUST_USE_SLOT kiln_status* (*session_last_metrics)(const kiln_session* session, int32_t kind,
+                                                          kiln_metrics* out);
 
   /* ---- plugins (any thread) ---- */
 
@@ -280,12 +284,13 @@ typedef struct kiln_api {
    * (borrowed; may be NULL when count is 0). *out is a new list the caller owns
    * (plugins_release). Libraries refused are listed by plugins_refused, not reported as an
    * error. */
-  kiln_status* (*plugins_list)(const char* const* extra_dirs, size_t extra_dir_count,
-                               kiln_plugin_list** out);
+  KILN_MUST_USE_SLOT kiln_status* (*plugins_list)(const char* const* extra_dirs,
+                                                  size_t extra_dir_count, kiln_plugin_list** out);
   /* Components in the list. */
   size_t (*plugins_count)(const kiln_plugin_list* list);
   /* Component `index` (< plugins_count) into *out (caller-owned). */
-  kiln_status* (*plugins_get)(const kiln_plugin_list* list, size_t index, kiln_plugin_info* out);
+  KILN_MUST_USE_SLOT kiln_status* (*plugins_get)(const kiln_plugin_list* list, size_t index,
+                                                 kiln_plugin_info* out);
   /* Refused libraries in the list. */
   size_t (*plugins_refused_count)(const kiln_plugin_list* list);
   /* Refusal `index`: "<path>: <reason>". Owned by the list, valid until plugins_release; NULL

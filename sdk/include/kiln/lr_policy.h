@@ -27,8 +27,8 @@ typedef struct kiln_lr_policy_vtable {
 
   /* Required. Creates an instance for `schedule` from validated options (both borrowed for the
    * call). `*out` receives plugin-owned state, released by `destroy`. */
-  kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
-                         const kiln_lr_schedule* schedule, void** out);
+  KILN_MUST_USE_SLOT kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
+                                            const kiln_lr_schedule* schedule, void** out);
 
   /* Required. Releases an instance. NULL is ignored. */
   void (*destroy)(void* instance);
@@ -41,9 +41,16 @@ typedef struct kiln_lr_policy_vtable {
    * per iteration train step `iter` at last_epoch = iter - 1.
    * Pure: the same iter gives the same value (so resume and `kiln lr-schedule` need no state).
    * Thread-safe for one instance. */
-  kiln_status* (*lr_at)(void* instance, int64_t iter, double* lr);
+  KILN_MUST_USE_SLOT kiln_status* (*lr_at)(void* instance, int64_t iter, double* lr);
 } kiln_lr_policy_vtable;
 
+/* The vtable with every slot named: KILN_LR_POLICY_VTABLE_INIT(create, destroy, lr_at). */
+#define KILN_LR_POLICY_VTABLE_INIT(create_, destroy_, lr_at_)                                    \
+  {                                                                                              \
+    KILN_FIELD_(struct_size)                                                                     \
+    sizeof(kiln_lr_policy_vtable), KILN_FIELD_(create)(create_), KILN_FIELD_(destroy)(destroy_), \
+        KILN_FIELD_(lr_at)(lr_at_)                                                               \
+  }
 #define KILN_LR_POLICY_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_lr_policy_vtable, lr_at)
 
 #ifdef __cplusplus

@@ -28,8 +28,8 @@ typedef struct kiln_model_vtable {
   /* Required. Builds the model. `*out` receives a new handle owned by the host, released with
    * `destroy`; it wraps a kiln::Model (kiln/torch.hpp). Norm layers come from
    * host->create_norm_layer. Called from one thread. */
-  kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
-                         const kiln_model_input* input, kiln_torch_module** out);
+  KILN_MUST_USE_SLOT kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
+                                            const kiln_model_input* input, kiln_torch_module** out);
 
   /* Required. Releases a handle from `create`. The module itself lives on while the host holds
    * references to it. NULL is ignored. */

@@ -123,22 +123,30 @@ typedef struct kiln_norm_vtable {
   size_t struct_size; /* sizeof(kiln_norm_vtable) as the plugin knows it */
 
   /* Required. Creates one layer's instance; fills `*layout`. `*out` is plugin-owned state. */
-  kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
-                         const kiln_norm_setup* setup, kiln_norm_layout* layout, void** out);
+  KILN_MUST_USE_SLOT kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
+                                            const kiln_norm_setup* setup, kiln_norm_layout* layout,
+                                            void** out);
 
   /* Required. Releases an instance. NULL is ignored. */
   void (*destroy)(void* instance);
 
   /* Required. Normalises (and activates when layout.fused_activation). `ctx` gives collectives.
    * Called from the thread running the model; never concurrently for one instance. */
-  kiln_status* (*forward)(void* instance, kiln_call_context* ctx,
-                          const kiln_norm_forward_args* args);
+  KILN_MUST_USE_SLOT kiln_status* (*forward)(void* instance, kiln_call_context* ctx,
+                                             const kiln_norm_forward_args* args);
 
   /* Required. Gradients for input, weight and bias. Same threading as forward. */
-  kiln_status* (*backward)(void* instance, kiln_call_context* ctx,
-                           const kiln_norm_backward_args* args);
+  KILN_MUST_USE_SLOT kiln_status* (*backward)(void* instance, kiln_call_context* ctx,
+                                              const kiln_norm_backward_args* args);
 } kiln_norm_vtable;
 
+/* The vtable with every slot named: KILN_NORM_VTABLE_INIT(create, destroy, forward, backward). */
+#define KILN_NORM_VTABLE_INIT(create_, destroy_, forward_, backward_)                       \
+  {                                                                                         \
+    KILN_FIELD_(struct_size)                                                                \
+    sizeof(kiln_norm_vtable), KILN_FIELD_(create)(create_), KILN_FIELD_(destroy)(destroy_), \
+        KILN_FIELD_(forward)(forward_), KILN_FIELD_(backward)(backward_)                    \
+  }
 #define KILN_NORM_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_norm_vtable, backward)
 #define KILN_NORM_LAYOUT_V1_0_SIZE KILN_SIZE_UP_TO(kiln_norm_layout, fused_activation)
 #define KILN_NORM_BACKWARD_ARGS_V1_2_SIZE KILN_SIZE_UP_TO(kiln_norm_backward_args, stream)

@@ -60,16 +60,25 @@ typedef struct kiln_optimizer_vtable {
 
   /* Required. Creates an instance from validated options (borrowed for the call). `*out`
    * receives instance state owned by the plugin, released by `destroy`. */
-  kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options, void** out);
+  KILN_MUST_USE_SLOT kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
+                                            void** out);
 
   /* Required. Releases an instance created by `create`. NULL is ignored. */
   void (*destroy)(void* instance);
 
   /* Required. Applies one update to every parameter of `group`. `ctx` identifies the group for
    * state_tensor. Called from the training thread; never concurrently for one instance. */
-  kiln_status* (*step)(void* instance, kiln_call_context* ctx, const kiln_param_group* group);
+  KILN_MUST_USE_SLOT kiln_status* (*step)(void* instance, kiln_call_context* ctx,
+                                          const kiln_param_group* group);
 } kiln_optimizer_vtable;
 
+/* The vtable with every slot named: KILN_OPTIMIZER_VTABLE_INIT(create, destroy, step). */
+#define KILN_OPTIMIZER_VTABLE_INIT(create_, destroy_, step_)                                     \
+  {                                                                                              \
+    KILN_FIELD_(struct_size)                                                                     \
+    sizeof(kiln_optimizer_vtable), KILN_FIELD_(create)(create_), KILN_FIELD_(destroy)(destroy_), \
+        KILN_FIELD_(step)(step_)                                                                 \
+  }
 #define KILN_OPTIMIZER_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_optimizer_vtable, step)
 
 #ifdef __cplusplus

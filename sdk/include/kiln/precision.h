@@ -50,29 +50,41 @@ typedef struct kiln_precision_vtable {
   size_t struct_size; /* sizeof(kiln_precision_vtable) as the plugin knows it */
 
   /* Required. Creates an instance for `device` from validated options (borrowed). */
-  kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options, DLDevice device,
-                         void** out);
+  KILN_MUST_USE_SLOT kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
+                                            DLDevice device, void** out);
 
   /* Required. Releases an instance. NULL is ignored. */
   void (*destroy)(void* instance);
 
   /* Required. Fills `*policy` (its struct_size set by the host). */
-  kiln_status* (*policy)(void* instance, kiln_precision_policy* policy);
+  KILN_MUST_USE_SLOT kiln_status* (*policy)(void* instance, kiln_precision_policy* policy);
 
   /* Optional (NULL: the scale never changes). Given whether the step's gradients were all
    * finite, updates `*scale` in place: the plugin owns the rule (growth, backoff, hysteresis,
    * bounds) and any counters it needs. Called exactly once per optimizer step (never per
    * micro-batch), from the training thread, before the next step's forward. */
-  kiln_status* (*update_scale)(void* instance, int32_t grads_finite, double* scale);
+  KILN_MUST_USE_SLOT kiln_status* (*update_scale)(void* instance, int32_t grads_finite,
+                                                  double* scale);
 
   /* Since ABI 1.1. Optional (NULL: the rule keeps no state beyond the scale, which the host
    * saves itself). The rule's counters as numbers, for checkpoints: get_state writes up to
    * `capacity` values to `values` (host-owned) and sets `*count` to how many there are (call
    * with capacity 0 to ask); set_state restores what get_state wrote (borrowed `values`). */
-  kiln_status* (*get_state)(void* instance, double* values, size_t capacity, size_t* count);
-  kiln_status* (*set_state)(void* instance, const double* values, size_t count);
+  KILN_MUST_USE_SLOT kiln_status* (*get_state)(void* instance, double* values, size_t capacity,
+                                               size_t* count);
+  KILN_MUST_USE_SLOT kiln_status* (*set_state)(void* instance, const double* values, size_t count);
 } kiln_precision_vtable;
 
+/* The vtable with every slot named: KILN_PRECISION_VTABLE_INIT(create, destroy, policy,
+ * update_scale, get_state, set_state). Optional slots may be NULL. */
+#define KILN_PRECISION_VTABLE_INIT(create_, destroy_, policy_, update_scale_, get_state_,        \
+                                   set_state_)                                                   \
+  {                                                                                              \
+    KILN_FIELD_(struct_size)                                                                     \
+    sizeof(kiln_precision_vtable), KILN_FIELD_(create)(create_), KILN_FIELD_(destroy)(destroy_), \
+        KILN_FIELD_(policy)(policy_), KILN_FIELD_(update_scale)(update_scale_),                  \
+        KILN_FIELD_(get_state)(get_state_), KILN_FIELD_(set_state)(set_state_)                   \
+  }
 #define KILN_PRECISION_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_precision_vtable, update_scale)
 
 #ifdef __cplusplus

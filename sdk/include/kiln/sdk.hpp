@@ -29,7 +29,7 @@ class Error : public std::runtime_error {
 
 // Runs `body` and converts any exception into a status made by `host`. Returns NULL on success.
 template <typename Body>
-kiln_status* guard(const kiln_host_api* host, Body&& body) noexcept {
+KILN_MUST_USE kiln_status* guard(const kiln_host_api* host, Body&& body) noexcept {
   try {
     body();
     return nullptr;

@@ -47,25 +47,18 @@ static kiln_status* exp_lr_at(void* instance, int64_t iter, double* lr) {
   return NULL;
 }
 
-static const kiln_lr_policy_vtable exp_vtable = {sizeof(kiln_lr_policy_vtable), exp_create,
-                                                 exp_destroy, exp_lr_at};
+static const kiln_lr_policy_vtable exp_vtable =
+    KILN_LR_POLICY_VTABLE_INIT(exp_create, exp_destroy, exp_lr_at);
 
 static const kiln_option_spec exp_options[] = {
-    {sizeof(kiln_option_spec), "gamma", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, NULL, NULL,
-     "factor applied every iteration, in (0, 1]"},
+    KILN_OPTION_RANGE_INIT("gamma", KILN_OPT_FLOAT, 0.0, 1.0, NULL,
+                           "factor applied every iteration, in (0, 1]"),
 };
 
-const kiln_component_descriptor kiln_lr_exp_component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_LR_POLICY,
-    0,
-    "exp",
-    {2, 0, 0},
+const kiln_component_descriptor kiln_lr_exp_component = KILN_COMPONENT_OPTIONS_INIT(
+    KILN_COMPONENT_LR_POLICY, "exp", KILN_VERSION_INIT(2, 0, 0),
     "PyTorch's ExponentialLR stepped every iteration (Caffe's exp): lr x gamma^(it - 1), the "
     "first iteration at the base lr, counting from the start of the run, warm-up included (so "
     "after warm-up the rate is what it would have been without it). Changed in 2.0: 1.x trained "
     "iteration it at lr x gamma^it, one iteration ahead of ExponentialLR",
-    &kiln_lr_capabilities,
-    sizeof exp_options / sizeof exp_options[0],
-    exp_options,
-    &exp_vtable};
+    &kiln_lr_capabilities, exp_options, &exp_vtable);

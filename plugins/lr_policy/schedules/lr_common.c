@@ -5,8 +5,8 @@
 #include <stdio.h>
 #include <stdlib.h>
 
-const kiln_capabilities kiln_lr_capabilities = {
-    sizeof(kiln_capabilities), KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA, 0, NULL};
+const kiln_capabilities kiln_lr_capabilities =
+    KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA);
 
 kiln_status* kiln_lr_invalid(const kiln_host_api* host, const char* policy, const char* format,
                              ...) {

@@ -95,34 +95,29 @@ static kiln_status* step_lr_at(void* instance, int64_t iter, double* lr) {
   return NULL;
 }
 
-static const kiln_lr_policy_vtable step_vtable = {sizeof(kiln_lr_policy_vtable), step_create,
-                                                  step_destroy, step_lr_at};
+static const kiln_lr_policy_vtable step_vtable =
+    KILN_LR_POLICY_VTABLE_INIT(step_create, step_destroy, step_lr_at);
 
 static const kiln_option_spec step_options[] = {
-    {sizeof(kiln_option_spec), "steps", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, "[]", NULL,
-     "Pet STEPS: iterations (epochs with by_epoch: s x iterations per epoch, the last iteration "
-     "of epoch s) from which on lr is multiplied by gamma once more; strictly increasing"},
-    {sizeof(kiln_option_spec), "step_size", KILN_OPT_INT, 1, 0, 0, 0.0, 0.0, "0", NULL,
-     "StepLR period: multiply by gamma every step_size iterations (epochs), first at iteration "
-     "step_size + 1 (the first of epoch step_size + 1); 0 = use steps"},
-    {sizeof(kiln_option_spec), "gamma", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.1", NULL,
-     "factor applied at each decay, in (0, 1]"},
-    {sizeof(kiln_option_spec), "by_epoch", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", NULL,
-     "steps and step_size are in epochs, converted with the iterations per epoch"},
+    KILN_OPTION_MIN_INIT(
+        "steps", KILN_OPT_INT_LIST, 1.0, "[]",
+        "Pet STEPS: iterations (epochs with by_epoch: s x iterations per epoch, the last iteration "
+        "of epoch s) from which on lr is multiplied by gamma once more; strictly increasing"),
+    KILN_OPTION_MIN_INIT(
+        "step_size", KILN_OPT_INT, 0.0, "0",
+        "StepLR period: multiply by gamma every step_size iterations (epochs), first at iteration "
+        "step_size + 1 (the first of epoch step_size + 1); 0 = use steps"),
+    KILN_OPTION_RANGE_INIT("gamma", KILN_OPT_FLOAT, 0.0, 1.0, "0.1",
+                           "factor applied at each decay, in (0, 1]"),
+    KILN_OPTION_INIT("by_epoch", KILN_OPT_BOOL, "false",
+                     "steps and step_size are in epochs, converted with the iterations per epoch"),
 };
 
-const kiln_component_descriptor kiln_lr_step_component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_LR_POLICY,
-    0,
-    "step",
-    {2, 0, 0},
+const kiln_component_descriptor kiln_lr_step_component = KILN_COMPONENT_OPTIONS_INIT(
+    KILN_COMPONENT_LR_POLICY, "step", KILN_VERSION_INIT(2, 0, 0),
     "with steps, Pet's STEP: lr x gamma^(how many steps are <= it), iteration s itself at the "
     "lower rate; with step_size, PyTorch's StepLR stepped every iteration (with by_epoch: every "
     "epoch): lr x gamma^floor((it - 1) / step_size). Both count from the start of the run, "
     "warm-up included. Changed in 2.0: 1.x decayed step_size at iteration step_size itself, one "
     "ahead of StepLR; steps are unchanged",
-    &kiln_lr_capabilities,
-    sizeof step_options / sizeof step_options[0],
-    step_options,
-    &step_vtable};
+    &kiln_lr_capabilities, step_options, &step_vtable);

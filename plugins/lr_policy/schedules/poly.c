@@ -59,27 +59,20 @@ static kiln_status* poly_lr_at(void* instance, int64_t iter, double* lr) {
   return NULL;
 }
 
-static const kiln_lr_policy_vtable poly_vtable = {sizeof(kiln_lr_policy_vtable), poly_create,
-                                                  poly_destroy, poly_lr_at};
+static const kiln_lr_policy_vtable poly_vtable =
+    KILN_LR_POLICY_VTABLE_INIT(poly_create, poly_destroy, poly_lr_at);
 
 static const kiln_option_spec poly_options[] = {
-    {sizeof(kiln_option_spec), "power", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 100.0, "0.9", NULL,
-     "exponent of the decay (Pet LR_POW), in (0, 100]"},
-    {sizeof(kiln_option_spec), "min_lr", KILN_OPT_FLOAT, 1, 0, 0, 0.0, 0.0, "0.0", NULL,
-     "floor of the decay, reached at max_iters + 1, in [0, base lr]"},
+    KILN_OPTION_RANGE_INIT("power", KILN_OPT_FLOAT, 0.0, 100.0, "0.9",
+                           "exponent of the decay (Pet LR_POW), in (0, 100]"),
+    KILN_OPTION_MIN_INIT("min_lr", KILN_OPT_FLOAT, 0.0, "0.0",
+                         "floor of the decay, reached at max_iters + 1, in [0, base lr]"),
 };
 
-const kiln_component_descriptor kiln_lr_poly_component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_LR_POLICY,
-    0,
-    "poly",
-    {1, 0, 0},
+const kiln_component_descriptor kiln_lr_poly_component = KILN_COMPONENT_OPTIONS_INIT(
+    KILN_COMPONENT_LR_POLICY, "poly", KILN_VERSION_INIT(1, 0, 0),
     "Pet's POLY with a floor: min_lr + (base lr - min_lr) x max(0, 1 - (it - W - 1) / (max - "
     "W))^power for warm-up W, the base lr at the first iteration after warm-up; with min_lr = 0 "
     "it equals PyTorch's PolynomialLR(total_iters = max - W, power) started after the warm-up "
     "(SequentialLR with milestone W)",
-    &kiln_lr_capabilities,
-    sizeof poly_options / sizeof poly_options[0],
-    poly_options,
-    &poly_vtable};
+    &kiln_lr_capabilities, poly_options, &poly_vtable);

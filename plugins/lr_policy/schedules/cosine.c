@@ -55,25 +55,18 @@ static kiln_status* cosine_lr_at(void* instance, int64_t iter, double* lr) {
   return NULL;
 }
 
-static const kiln_lr_policy_vtable cosine_vtable = {sizeof(kiln_lr_policy_vtable), cosine_create,
-                                                    cosine_destroy, cosine_lr_at};
+static const kiln_lr_policy_vtable cosine_vtable =
+    KILN_LR_POLICY_VTABLE_INIT(cosine_create, cosine_destroy, cosine_lr_at);
 
 static const kiln_option_spec cosine_options[] = {
-    {sizeof(kiln_option_spec), "min_lr", KILN_OPT_FLOAT, 1, 0, 0, 0.0, 0.0, "0.0", NULL,
-     "floor of the decay (eta_min), in [0, base lr]"},
+    KILN_OPTION_MIN_INIT("min_lr", KILN_OPT_FLOAT, 0.0, "0.0",
+                         "floor of the decay (eta_min), in [0, base lr]"),
 };
 
-const kiln_component_descriptor kiln_lr_cosine_component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_LR_POLICY,
-    0,
-    "cosine",
-    {1, 0, 0},
+const kiln_component_descriptor kiln_lr_cosine_component = KILN_COMPONENT_OPTIONS_INIT(
+    KILN_COMPONENT_LR_POLICY, "cosine", KILN_VERSION_INIT(1, 0, 0),
     "Pet's COSINE with a floor: min_lr + (base lr - min_lr) x (1 + cos(pi x (it - W - 1) / (max "
     "- W))) / 2 for warm-up W, the base lr at the first iteration after warm-up; equals "
     "PyTorch's CosineAnnealingLR(T_max = max - W, eta_min = min_lr) started after the warm-up "
     "(SequentialLR with milestone W)",
-    &kiln_lr_capabilities,
-    sizeof cosine_options / sizeof cosine_options[0],
-    cosine_options,
-    &cosine_vtable};
+    &kiln_lr_capabilities, cosine_options, &cosine_vtable);

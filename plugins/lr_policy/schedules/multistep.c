@@ -71,29 +71,23 @@ static kiln_status* multistep_lr_at(void* instance, int64_t iter, double* lr) {
   return NULL;
 }
 
-static const kiln_lr_policy_vtable multistep_vtable = {
-    sizeof(kiln_lr_policy_vtable), multistep_create, multistep_destroy, multistep_lr_at};
+static const kiln_lr_policy_vtable multistep_vtable =
+    KILN_LR_POLICY_VTABLE_INIT(multistep_create, multistep_destroy, multistep_lr_at);
 
 static const kiln_option_spec multistep_options[] = {
-    {sizeof(kiln_option_spec), "milestones", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, NULL, NULL,
-     "iterations (epochs with by_epoch) after which lr is multiplied by gamma: iteration m + 1 "
-     "(the first of epoch m + 1) is the first at the lower rate; non-decreasing"},
-    {sizeof(kiln_option_spec), "gamma", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.1", NULL,
-     "factor applied at each milestone, in (0, 1]"},
-    {sizeof(kiln_option_spec), "by_epoch", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", NULL,
-     "milestones are in epochs, converted with the iterations per epoch"},
+    KILN_OPTION_MIN_INIT(
+        "milestones", KILN_OPT_INT_LIST, 1.0, NULL,
+        "iterations (epochs with by_epoch) after which lr is multiplied by gamma: iteration m + 1 "
+        "(the first of epoch m + 1) is the first at the lower rate; non-decreasing"),
+    KILN_OPTION_RANGE_INIT("gamma", KILN_OPT_FLOAT, 0.0, 1.0, "0.1",
+                           "factor applied at each milestone, in (0, 1]"),
+    KILN_OPTION_INIT("by_epoch", KILN_OPT_BOOL, "false",
+                     "milestones are in epochs, converted with the iterations per epoch"),
 };
 
-const kiln_component_descriptor kiln_lr_multistep_component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_LR_POLICY,
-    0,
-    "multistep",
-    {2, 0, 0},
+const kiln_component_descriptor kiln_lr_multistep_component = KILN_COMPONENT_OPTIONS_INIT(
+    KILN_COMPONENT_LR_POLICY, "multistep", KILN_VERSION_INIT(2, 0, 0),
     "PyTorch's MultiStepLR stepped every iteration (with by_epoch: every epoch): lr x gamma^(how "
     "many milestones are < it), counting from the start of the run, warm-up included. Changed in "
     "2.0: 1.x decayed at iteration m itself, Pet's STEP, which step with steps still is",
-    &kiln_lr_capabilities,
-    sizeof multistep_options / sizeof multistep_options[0],
-    multistep_options,
-    &multistep_vtable};
+    &kiln_lr_capabilities, multistep_options, &multistep_vtable);

@@ -1,7 +1,7 @@
 /*
- * lr_common.h — what the learning-rate policies of kiln_step share: option validation that names
- * the offending value, epoch-to-iteration conversion, and the milestone search. Internal to the
- * library (the version script keeps these symbols local).
+ * lr_common.h — what the learning-rate policies of kiln_lr_schedules share: option validation that
+ * names the offending value, epoch-to-iteration conversion, and the milestone search. Internal to
+ * the library (the version script keeps these symbols local).
  */
 #ifndef KILN_PLUGINS_LR_COMMON_H_
 #define KILN_PLUGINS_LR_COMMON_H_

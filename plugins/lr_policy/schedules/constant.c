@@ -31,17 +31,10 @@ static kiln_status* constant_lr_at(void* instance, int64_t iter, double* lr) {
   return NULL;
 }
 
-static const kiln_lr_policy_vtable constant_vtable = {
-    sizeof(kiln_lr_policy_vtable), constant_create, constant_destroy, constant_lr_at};
+static const kiln_lr_policy_vtable constant_vtable =
+    KILN_LR_POLICY_VTABLE_INIT(constant_create, constant_destroy, constant_lr_at);
 
-const kiln_component_descriptor kiln_lr_constant_component = {
-    sizeof(kiln_component_descriptor),
-    KILN_COMPONENT_LR_POLICY,
-    0,
-    "constant",
-    {1, 0, 0},
-    "the base lr after warm-up (Pet's and PyTorch's constant rate)",
-    &kiln_lr_capabilities,
-    0,
-    NULL,
-    &constant_vtable};
+const kiln_component_descriptor kiln_lr_constant_component =
+    KILN_COMPONENT_INIT(KILN_COMPONENT_LR_POLICY, "constant", KILN_VERSION_INIT(1, 0, 0),
+                        "the base lr after warm-up (Pet's and PyTorch's constant rate)",
+                        &kiln_lr_capabilities, &constant_vtable);

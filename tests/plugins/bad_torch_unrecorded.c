@@ -1,0 +1,15 @@
+/* An optimizer library built for the current ABI that links LibTorch (the build links it) but
+ * records no LibTorch version: since ABI 1.6 the host refuses it. */
+#include "tiny_optimizer.h"
+
+static const kiln_optimizer_vtable vtable =
+    KILN_OPTIMIZER_VTABLE_INIT(tiny_create, tiny_destroy, tiny_step);
+static const kiln_component_descriptor component =
+    KILN_COMPONENT_INIT(KILN_COMPONENT_OPTIMIZER, "unrecorded_torch_opt",
+                        KILN_VERSION_INIT(1, 0, 0), NULL, &tiny_caps, &vtable);
+static const kiln_component_descriptor* const components[] = {&component};
+static const kiln_plugin_descriptor descriptor = KILN_PLUGIN_DESCRIPTOR_INIT(
+    "bad-torch-unrecorded", KILN_VERSION_INIT(1, 0, 0), components, NULL);
+
+KILN_DEFINE_PLUGIN_PROBE()
+const kiln_plugin_descriptor* kiln_plugin_get(void) { return &descriptor; }
