@@ -2,7 +2,6 @@
 
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
-#include "plugin/host_api.hpp"
 #include "plugin/norm_layer.hpp"
 #include "plugin/norm_window.hpp"
 
@@ -10,20 +9,15 @@ namespace kiln::engine {
 
 std::shared_ptr<kiln::Model> build_model(const config::Pipeline& p, const kiln_model_input& input,
                                          int32_t world_size,
-                                         std::shared_ptr<plugin::NormWindow> window) {
-  plugin::set_norm_factory([&](const kiln_norm_request& request) {
+                                         std::shared_ptr<plugin::NormWindow> window,
+                                         dist::ProcessGroup* group) {
+  // Reached only through this model's create call (its context), so runs built side by side
+  // never take each other's norm plugin.
+  const plugin::NormFactory norms = [&](const kiln_norm_request& request) {
     return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request,
-                                                     world_size, window);
-  });
-  try {
-    std::shared_ptr<kiln::Model> model =
-        plugin::create_model(*p.model.component, p.model.options, input);
-    plugin::set_norm_factory(nullptr);
-    return model;
-  } catch (...) {
-    plugin::set_norm_factory(nullptr);
-    throw;
-  }
+                                                     world_size, window, group);
+  };
+  return plugin::create_model(*p.model.component, p.model.options, input, &norms);
 }
 
 std::shared_ptr<plugin::NormWindow> norm_window_for(const config::Pipeline& p) {

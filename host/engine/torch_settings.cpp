@@ -2,6 +2,9 @@
 
 #include <ATen/Context.h>
 #include <ATen/Parallel.h>
+#include <spdlog/spdlog.h>
+
+#include <string>
 
 namespace kiln::engine {
 
@@ -15,6 +18,24 @@ void apply_torch_settings(const config::OptionSet& run) {
   // Training shapes are static batch after batch: one timing pass per shape buys the fastest
   // convolution algorithm for the whole run.
   at::globalContext().setBenchmarkCuDNN(run.get_bool("cudnn_benchmark"));
+}
+
+}  // namespace kiln::engine
+
+namespace kiln::engine {
+
+void report_torch_settings_left(const config::OptionSet& run) {
+  std::string left;
+  if (run.get_int("threads") > 0) left += "run.threads = " + std::to_string(run.get_int("threads"));
+  if (run.get_string("tf32") != "default") {
+    left +=
+        (left.empty() ? "" : ", ") + std::string("run.tf32 = \"") + run.get_string("tf32") + "\"";
+  }
+  if (left.empty()) return;
+  spdlog::info(
+      "{} not applied: they change the whole process, which this session was not allowed to "
+      "(kiln_session_options.process_settings)",
+      left);
 }
 
 }  // namespace kiln::engine

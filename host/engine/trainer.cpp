@@ -141,14 +141,6 @@ std::string join(const std::vector<std::string>& names) {
   return out;
 }
 
-// Plugins' collectives (synced norm layers) run on the run's group while it trains.
-struct GroupForPlugins {
-  explicit GroupForPlugins(dist::ProcessGroup* g) { plugin::set_collective_group(g); }
-  ~GroupForPlugins() { plugin::set_collective_group(nullptr); }
-  GroupForPlugins(const GroupForPlugins&) = delete;
-  GroupForPlugins& operator=(const GroupForPlugins&) = delete;
-};
-
 }  // namespace
 
 // Everything a run holds, in the order it is built (and torn down in reverse): the process
@@ -160,7 +152,6 @@ struct Trainer::Impl {
   at::Device device{at::kCPU};
   std::unique_ptr<dist::ProcessGroup> group;  // null in a single-process run
   std::unique_ptr<dist::Heartbeat> heartbeat;
-  std::optional<GroupForPlugins> group_for_plugins;
   int rank = 0, world = 1;
   uint64_t seed = 0;
 
@@ -193,7 +184,6 @@ struct Trainer::Impl {
   int64_t checkpoint_every = 0, checkpointed_step = -1, log_interval = 1;
   // The gradient pass on every step (run.grad_check), else on logged steps only.
   bool check_every_step = true;
-  std::optional<StopSignals> signals;
   std::unique_ptr<io::TensorBoardWriter> tensorboard;
   std::optional<io::MetricsWriter> metrics;
 
@@ -223,7 +213,7 @@ struct Trainer::Impl {
   // Erases the progress bar, when one is shown: the run's end and the caller's lines after it
   // start on a clean line. (Log lines erase it themselves: io/log.)
   void clear_bar() {
-    if (bar) io::terminal_status_line().clear();
+    if (bar) options.status_line->clear();
   }
   void end_epoch();
   void finish();
@@ -237,8 +227,12 @@ struct Trainer::Impl {
 Trainer::Impl::Impl(const config::Pipeline& pipeline, const RunOptions& run_options)
     : p(pipeline), options(run_options) {
   // Before any tensor the run keeps: the metrics' tensor_* fields come from this counter.
-  io::count_cpu_tensor_memory();
-  apply_torch_settings(p.run);
+  if (options.process.count_cpu_memory) io::count_cpu_tensor_memory();
+  if (options.process.torch_settings) {
+    apply_torch_settings(p.run);
+  } else {
+    report_torch_settings_left(p.run);
+  }
   // What the configuration cannot do is refused before the process group forms; a component's
   // refusal of its options while the run is built is a configuration error too.
   as_config_errors(p, [&] {
@@ -246,12 +240,11 @@ Trainer::Impl::Impl(const config::Pipeline& pipeline, const RunOptions& run_opti
     check_pipeline(p, device, options.launch ? options.launch->world_size : 1);
   });
   join_group();
-  if (group) group_for_plugins.emplace(group.get());
   blame([&] { as_config_errors(p, [&] { build(); }); });
   // Once the set-up is done, not before: its large buffers (the decoded test split) are then
   // mapped apart instead of lying among the small blocks every step frees and takes again, which
   // cost a tiny model's steps 9 % more malloc work (callgrind; docs/speed.md).
-  io::tune_heap_for_training();
+  if (options.process.tune_heap) io::tune_heap_for_training();
 }
 
 // Every rank of a distributed run joins the process group before anything else.
@@ -317,7 +310,8 @@ void Trainer::Impl::build() {
   input.height = train_set.images.size(2);
   input.width = train_set.images.size(3);
   input.num_classes = train_set.num_classes;
-  model = build_model(p, input, world, norm_window);
+  // Synced norm layers and the optimizer reach the run's group through their calls' contexts.
+  model = build_model(p, input, world, norm_window, group.get());
   if (const std::string& init = p.model.core.get_string("init"); !init.empty()) {
     try {
       load_weights(*model, init);
@@ -340,7 +334,7 @@ void Trainer::Impl::build() {
 
   // Optimizer, schedule, loss scale.
   groups = build_param_groups(*model, group_rules(p));
-  optimizer.emplace(*p.optimizer.component, p.optimizer.options);
+  optimizer.emplace(*p.optimizer.component, p.optimizer.options, group.get());
   epochs = run.get_int("epochs");
   accumulation = run.get_int("accumulation_steps");
   batches_per_epoch = train_loader->batches_per_epoch();
@@ -448,7 +442,6 @@ void Trainer::Impl::build() {
   check_every_step = run.get_string("grad_check") == "every_step" ||
                      plan.loss_scaling != KILN_SCALE_NONE || plan.half_model() || ddp != nullptr ||
                      clip.any();
-  if (options.handle_signals) signals.emplace();
   if (writer && run.get_bool("tensorboard")) {
     tensorboard = std::make_unique<io::TensorBoardWriter>(written_run_dir() + "/tensorboard");
     // What the interrupted run logged after its checkpoint is redone here: TensorBoard drops it.
@@ -489,7 +482,7 @@ void Trainer::Impl::build() {
   result.test_accuracy = NAN;
   result.steps = position.step;
   start = window_start = Clock::now();
-  bar = writer && io::stderr_is_terminal();
+  bar = writer && options.status_line != nullptr && io::stderr_is_terminal();
   // A run resumed at its very end (or with nothing to do) has no step left.
   if (position.step >= frame.max_iters || position.epoch > epochs) {
     state = TrainerState::kFinished;
@@ -645,7 +638,7 @@ void Trainer::Impl::step() {
 
   double samples_total = static_cast<double>(samples);
   double loss_total = micro == 1 ? outcome.check.loss * samples_total : outcome.check.loss;
-  int stop_signal = signals ? StopSignals::received() : 0;
+  int stop_signal = options.signals != nullptr ? options.signals->received() : 0;
   bool cancel = cancel_requested.load();
   if (group) {
     // One small all-reduce: the loss over every rank for the log, and a signal or a cancel any
@@ -681,9 +674,12 @@ void Trainer::Impl::step() {
   // read on logged steps. CUDA's is the caching allocator's count, read every step.
   record.memory_mb = device.is_cpu() && !logged(step) ? std::nan("") : io::peak_memory_mib(device);
   const io::TensorMemory tensors = io::tensor_memory(device);
-  record.tensor_mb = mib(tensors.current_bytes);
-  record.tensor_peak_mb = mib(tensors.peak_bytes);
-  record.activation_mb = mib(tensors.peak_bytes - resting_bytes);
+  // The CPU's tensors are counted only by Kiln's allocator (ProcessSettings::count_cpu_memory):
+  // without it they are unknown (NaN, null in the metrics file), not zero.
+  const bool counted = !device.is_cpu() || io::cpu_tensor_memory_counted();
+  record.tensor_mb = counted ? mib(tensors.current_bytes) : NAN;
+  record.tensor_peak_mb = counted ? mib(tensors.peak_bytes) : NAN;
+  record.activation_mb = counted ? mib(tensors.peak_bytes - resting_bytes) : NAN;
   record.allreduces = ddp ? ddp->allreduce_calls() - allreduces_before : 0;
   metrics->write(record);
   // A stop asked for during the step (by the observer too) ends a one-process run after it;
@@ -753,7 +749,7 @@ void Trainer::Impl::step() {
   // Not after the epoch's or the run's last step, whose end clears the bar at once.
   if (bar && !epoch_ended && step < max_steps) {
     const auto now = Clock::now();
-    io::StatusLine& line = io::terminal_status_line();
+    io::StatusLine& line = *options.status_line;
     if (!line.shown() || now - bar_drawn_at >= std::chrono::milliseconds(100)) {
       line.draw(io::format_progress_bar(s, io::terminal_width() - 1));
       bar_drawn_at = now;

@@ -73,17 +73,16 @@ struct Rig {
                              model_keys + sections;
     p = kiln::config::load_pipeline_text(text, "rig.toml", {}, registry());
     at::manual_seed(0);
-    plugin::set_norm_factory([&](const kiln_norm_request& request) {
+    const plugin::NormFactory norms = [&](const kiln_norm_request& request) {
       return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request);
-    });
+    };
     kiln_model_input input{};
     input.struct_size = sizeof(input);
     input.channels = 1;
     input.height = 4;
     input.width = 4;
     input.num_classes = 5;
-    model = plugin::create_model(*p.model.component, p.model.options, input);
-    plugin::set_norm_factory(nullptr);
+    model = plugin::create_model(*p.model.component, p.model.options, input, &norms);
     precision = std::make_unique<plugin::PrecisionAdapter>(*p.precision.component,
                                                            p.precision.options, c10::kCPU);
     plan = plan_precision(precision->policy(), precision->name());

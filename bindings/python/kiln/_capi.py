@@ -35,6 +35,13 @@ SESSION_FAILED = 4
 METRICS_STEP = 1
 METRICS_EVAL = 2
 
+# kiln_session_options.process_settings bits (KILN_PROCESS_*)
+PROCESS_COUNT_CPU_MEMORY = 1
+PROCESS_TORCH_SETTINGS = 2
+PROCESS_TUNE_HEAP = 4
+PROCESS_SIGNALS = 8
+PROCESS_ALL = 15
+
 c_size_t = ctypes.c_size_t
 c_int32 = ctypes.c_int32
 c_uint32 = ctypes.c_uint32
@@ -60,6 +67,7 @@ class kiln_session_options(ctypes.Structure):
         ("resume", c_char_p),
         ("log_level", c_int32),
         ("distributed", c_int32),
+        ("process_settings", c_uint32),
     ]
 
 
