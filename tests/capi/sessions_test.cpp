@@ -120,9 +120,13 @@ TEST(Sessions, TwoSessionsSteppedInTurnEachEndWithTheWeightsTheyGetAlone) {
   ASSERT_NE(b, nullptr);
   // The program draws from the generator between the steps too, as a Python loop may.
   while (ready(a) || ready(b)) {
-    if (ready(a)) ASSERT_EQ(message(api()->session_step(a)), "");
+    if (ready(a)) {
+      ASSERT_EQ(message(api()->session_step(a)), "");
+    }
     (void)at::rand({5});
-    if (ready(b)) ASSERT_EQ(message(api()->session_step(b)), "");
+    if (ready(b)) {
+      ASSERT_EQ(message(api()->session_step(b)), "");
+    }
   }
   EXPECT_TRUE(weights(a) == a_alone) << "session a's weights changed with b beside it";
   EXPECT_TRUE(weights(b) == b_alone) << "session b's weights changed with a beside it";

@@ -14,6 +14,7 @@
 #include "kiln_test_paths.h"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
+#include "plugin/status.hpp"
 
 namespace {
 

@@ -67,8 +67,9 @@ class kiln_session_options(ctypes.Structure):
         ("resume", c_char_p),
         ("log_level", c_int32),
         ("distributed", c_int32),
-        ("process_settings", c_uint32),
+        ("process_settings", c_uint32),  # appended after version 1
     ]
+    _v1_last_ = "distributed"
 
 
 class kiln_progress(ctypes.Structure):
@@ -169,8 +170,9 @@ class kiln_api(ctypes.Structure):
 
 
 def v1_size(struct):
-    """KILN_SIZE_UP_TO(struct, <last field>): the smallest struct_size the library accepts."""
-    name = struct._fields_[-1][0]
+    """KILN_SIZE_UP_TO(struct, <last version-1 field>): the smallest struct_size the library
+    accepts. Fields appended later follow the one a struct names in `_v1_last_`."""
+    name = getattr(struct, "_v1_last_", struct._fields_[-1][0])
     field = getattr(struct, name)
     return field.offset + field.size
 
