@@ -28,8 +28,9 @@ kiln_status* guarded(int32_t fallback, F&& f) noexcept {
   }
 }
 
-// Serializes the calls that create, train, evaluate, checkpoint or destroy sessions (LibTorch's
-// random generator and the host's plugin hooks are per process).
+// Serializes the calls that create, train, evaluate, checkpoint or destroy sessions: LibTorch's
+// default generators are per process (each session swaps its own state in for its calls), and
+// so are the settings a session may be allowed to make (KILN_PROCESS_*).
 std::mutex& training_lock();
 
 // True on the thread that is inside a metrics callback: serialized calls from there would

@@ -1,5 +1,7 @@
 #include "capi/session.hpp"
 
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/Tensor.h>
 #include <spdlog/spdlog.h>
 
 #include <atomic>
@@ -17,14 +19,19 @@
 #include "config/pipeline.hpp"
 #include "dist/launch_env.hpp"
 #include "engine/checks.hpp"
+#include "engine/stop_signal.hpp"
 #include "engine/trainer.hpp"
 #include "io/log.hpp"
-#include "io/memory.hpp"
+#include "io/status_line.hpp"
 
 struct kiln_session {
   std::shared_ptr<const kiln::capi::PluginSet> plugins;
   kiln::config::Pipeline pipeline;
+  // KILN_PROCESS_SIGNALS: the handlers the session installed, alive as long as the trainer.
+  std::unique_ptr<kiln::engine::StopSignals> signals;
   std::unique_ptr<kiln::engine::Trainer> trainer;
+  // The session's state of LibTorch's CPU generator while the program's is in place (OwnRandom).
+  at::Tensor cpu_rng;
   kiln_metrics_callback callback = nullptr;  // set and read under the training lock
   void* user_data = nullptr;
   std::string failure;  // the error that failed the session; empty while it is usable
@@ -128,10 +135,20 @@ void update_snapshot(kiln_session* s, const engine::TrainerProgress& p) {
   s->last_checkpoint = s->keep(r.last_checkpoint);
 }
 
+// The line sessions draw their progress bar on when stderr is a terminal, erased by every log
+// line. One per process, as the console logger that erases it; never destroyed, since the
+// logger may still write during static destruction.
+io::StatusLine& terminal_line() {
+  static auto* line = new io::StatusLine(stderr);
+  return *line;
+}
+
 void set_log_level(int32_t level) {
   // Once per process: logs go to stderr, so a program's stdout stays its own.
   static std::once_flag once;
-  std::call_once(once, [] { kiln::io::install_console_logger(kiln::io::ConsoleStream::kStderr); });
+  std::call_once(once, [] {
+    kiln::io::install_console_logger(kiln::io::ConsoleStream::kStderr, &terminal_line());
+  });
   switch (level) {
     case KILN_SESSION_LOG_DEBUG:
       spdlog::set_level(spdlog::level::debug);
@@ -173,6 +190,41 @@ kiln_status* strings_of(const char* const* items, size_t count, const char* what
   return nullptr;
 }
 
+// For the length of one training call: the session's state of LibTorch's CPU generator in
+// place of the program's, which is put back after. A session's dropout masks and initial
+// weights then never depend on another session's steps or on the program's own draws.
+class OwnRandom {
+ public:
+  explicit OwnRandom(kiln_session* s)
+      : s_(s), cpu_(at::detail::getDefaultCPUGenerator()), program_(cpu_.get_state()) {
+    if (s_->cpu_rng.defined()) cpu_.set_state(s_->cpu_rng);
+  }
+  ~OwnRandom() {
+    try {
+      s_->cpu_rng = cpu_.get_state();
+      cpu_.set_state(program_);
+    } catch (...) {
+      // Only out of memory: the program's state may be lost, nothing else is at stake.
+    }
+  }
+  OwnRandom(const OwnRandom&) = delete;
+  OwnRandom& operator=(const OwnRandom&) = delete;
+
+ private:
+  kiln_session* s_;
+  at::Generator cpu_;  // a handle on the default generator
+  at::Tensor program_;
+};
+
+// The process-wide settings a session's options ask for (KILN_PROCESS_*).
+engine::ProcessSettings process_settings_of(uint32_t bits) {
+  engine::ProcessSettings p;
+  p.count_cpu_memory = (bits & KILN_PROCESS_COUNT_CPU_MEMORY) != 0;
+  p.torch_settings = (bits & KILN_PROCESS_TORCH_SETTINGS) != 0;
+  p.tune_heap = (bits & KILN_PROCESS_TUNE_HEAP) != 0;
+  return p;
+}
+
 // Builds a session from TOML text; `file` is the path it came from, or empty.
 kiln_status* create(const std::string& text, const std::string& name, const std::string& file,
                     const kiln_session_options* options, kiln_session** out) {
@@ -189,10 +241,13 @@ kiln_status* create(const std::string& text, const std::string& name, const std:
       return s;
     std::memcpy(&o, options, std::min(options->struct_size, sizeof(o)));
   }
+  if ((o.process_settings & ~static_cast<uint32_t>(KILN_PROCESS_ALL)) != 0) {
+    return make_status(KILN_ERR_INVALID_ARGUMENT,
+                       "kiln_session_options.process_settings has unknown bits: " +
+                           std::to_string(o.process_settings));
+  }
   std::lock_guard<std::mutex> lock(training_lock());
   set_log_level(o.log_level);
-  // Tensor memory is counted from the start (the heap is tuned by the Trainer: io/heap.hpp).
-  io::count_cpu_tensor_memory();
 
   std::vector<std::string> overrides, dirs;
   if (kiln_status* s = strings_of(o.overrides, o.override_count, "overrides", overrides)) return s;
@@ -218,13 +273,27 @@ kiln_status* create(const std::string& text, const std::string& name, const std:
   engine::RunOptions run;
   run.metrics_path = o.metrics_path != nullptr ? o.metrics_path : "";
   run.resume = o.resume != nullptr ? o.resume : "";
-  run.handle_signals = false;
+  run.process = process_settings_of(o.process_settings);
+  run.status_line = &terminal_line();
   if (o.distributed != 0) run.launch = dist::read_launch_env();
+  if ((o.process_settings & KILN_PROCESS_SIGNALS) != 0) {
+    try {
+      session->signals = std::make_unique<engine::StopSignals>();
+    } catch (const std::logic_error&) {
+      return make_status(KILN_ERR_FAILED_PRECONDITION,
+                         "session_create: KILN_PROCESS_SIGNALS: another session of this process "
+                         "holds the signal handlers");
+    }
+    run.signals = session->signals.get();
+  }
   kiln_session* s = session.get();
   run.on_step = [s](const io::StepRecord& r) { return publish(s, to_metrics(r)); };
   run.on_eval = [s](const io::EvalRecord& r) { return publish(s, to_metrics(r)); };
   run.on_progress = [s](const engine::TrainerProgress& p) { update_snapshot(s, p); };
-  session->trainer = std::make_unique<engine::Trainer>(session->pipeline, run);
+  {
+    const OwnRandom random(s);
+    session->trainer = std::make_unique<engine::Trainer>(session->pipeline, run);
+  }
   update_snapshot(s, session->trainer->progress());
   *out = session.release();
   return nullptr;
@@ -253,6 +322,7 @@ kiln_status* train_call(kiln_session* s, const char* call, F&& f) {
     if (kiln_status* st = usable(s, call)) return st;
     std::lock_guard<std::mutex> lock(training_lock());
     try {
+      const OwnRandom random(s);
       return f();
     } catch (...) {
       kiln_status* st = status_from_exception(KILN_ERR_RUN_FAILED);

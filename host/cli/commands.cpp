@@ -13,6 +13,7 @@
 #include "engine/lr_schedule.hpp"
 #include "engine/plan.hpp"
 #include "engine/preflight.hpp"
+#include "engine/stop_signal.hpp"
 #include "engine/trainer.hpp"
 #include "io/checkpoint.hpp"
 #include "io/metrics_plot.hpp"
@@ -60,7 +61,7 @@ bool resolve(const PipelineArgs& args, Plugins& plugins, config::Pipeline& pipel
     pipeline = config::load_pipeline(args.file, args.overrides, plugins.registry);
     if (preflight_world > 0) {
       engine::as_config_errors(pipeline, [&] {
-        engine::preflight(pipeline, engine::resolve_device(pipeline.run.get_string("device")),
+        engine::preflight(pipeline, engine::resolve_device(pipeline.settings.run.device),
                           preflight_world);
       });
     }
@@ -117,7 +118,8 @@ const char* type_text(int32_t type) {
 
 }  // namespace
 
-int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume) {
+int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume,
+        io::StatusLine& terminal) {
   Plugins plugins;
   config::Pipeline pipeline;
   int code = 0;
@@ -134,6 +136,14 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
   try {
     options.metrics_path = metrics_path;
     options.resume = resume;
+    options.status_line = &terminal;
+    // `kiln run` owns its process: the counting allocator, torch's settings, the heap's tuning,
+    // and the signals, which stop the run after a whole step with a checkpoint.
+    options.process.count_cpu_memory = true;
+    options.process.torch_settings = true;
+    options.process.tune_heap = true;
+    const engine::StopSignals signals;
+    options.signals = &signals;
     engine::RunResult r = engine::train(pipeline, options);
     if (r.signal != 0) {
       fmt::print(stderr, "stopped by signal {} after step {}; checkpoint: {}\n", r.signal, r.steps,

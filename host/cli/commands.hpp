@@ -6,6 +6,10 @@
 #include <string>
 #include <vector>
 
+namespace kiln::io {
+class StatusLine;
+}
+
 namespace kiln::cli {
 
 struct PipelineArgs {
@@ -22,7 +26,11 @@ int export_weights(const std::string& from, const std::string& to, const std::st
 // `kiln plot METRICS -o PNG`: loss, accuracy, lr and loss-scale curves.
 int plot(const std::string& metrics, const std::string& png);
 
-int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume);
+// `terminal`: the status line the progress bar is drawn on (the CLI's, erased by its logger).
+// The run owns the process: it installs the SIGINT/SIGTERM handlers for its length and makes
+// every process-wide setting (engine::ProcessSettings).
+int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume,
+        io::StatusLine& terminal);
 // Creates every component as a run over `world_size` ranks would, and reports what it refuses.
 int validate(const PipelineArgs& args, int64_t world_size);
 int plan(const PipelineArgs& args);

@@ -12,6 +12,7 @@
 #include "cli/commands.hpp"
 #include "dist/launcher.hpp"
 #include "io/log.hpp"
+#include "io/status_line.hpp"
 #include "kiln/abi.h"
 #include "plugin/plugin_call.hpp"
 
@@ -194,10 +195,13 @@ int dispatch(int argc, char** argv) {
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }
-  kiln::io::setup_logging(verbose);
+  // The terminal's status line (the progress bar of `kiln run`), which every log line erases
+  // first; the command's logger and the trainer use it while this call lasts.
+  kiln::io::StatusLine terminal(stderr);
+  const kiln::io::CliLogging logging(verbose, terminal);
 
   if (*launch_cmd) return launch_ranks(launch_options, launch_run_args, verbose);
-  if (*run) return kiln::cli::run(args, metrics, resume);
+  if (*run) return kiln::cli::run(args, metrics, resume, terminal);
   if (*plot_cmd) return kiln::cli::plot(plot_metrics_file, plot_png);
   if (*export_cmd) return kiln::cli::export_weights(export_from, export_to, export_dtype);
   if (*validate) return kiln::cli::validate(args, validate_world);

@@ -2,7 +2,6 @@
 
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
-#include "plugin/host_api.hpp"
 #include "plugin/norm_layer.hpp"
 #include "plugin/norm_window.hpp"
 
@@ -10,26 +9,21 @@ namespace kiln::engine {
 
 std::shared_ptr<kiln::Model> build_model(const config::Pipeline& p, const kiln_model_input& input,
                                          int32_t world_size,
-                                         std::shared_ptr<plugin::NormWindow> window) {
-  plugin::set_norm_factory([&](const kiln_norm_request& request) {
+                                         std::shared_ptr<plugin::NormWindow> window,
+                                         dist::ProcessGroup* group) {
+  // Reached only through this model's create call (its context), so runs built side by side
+  // never take each other's norm plugin.
+  const plugin::NormFactory norms = [&](const kiln_norm_request& request) {
     return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request,
-                                                     world_size, window);
-  });
-  try {
-    std::shared_ptr<kiln::Model> model =
-        plugin::create_model(*p.model.component, p.model.options, input);
-    plugin::set_norm_factory(nullptr);
-    return model;
-  } catch (...) {
-    plugin::set_norm_factory(nullptr);
-    throw;
-  }
+                                                     world_size, window, group);
+  };
+  return plugin::create_model(*p.model.component, p.model.options, input, &norms);
 }
 
 std::shared_ptr<plugin::NormWindow> norm_window_for(const config::Pipeline& p) {
   const plugin::RunningStatsUpdate mode =
-      plugin::parse_running_stats_update(p.norm.core.get_string("running_stats_update"));
-  if (p.run.get_int("accumulation_steps") <= 1 || mode == plugin::RunningStatsUpdate::kMicroBatch) {
+      plugin::parse_running_stats_update(p.settings.norm.running_stats_update);
+  if (p.settings.run.accumulation_steps <= 1 || mode == plugin::RunningStatsUpdate::kMicroBatch) {
     return nullptr;
   }
   return std::make_shared<plugin::NormWindow>(mode);
@@ -38,11 +32,12 @@ std::shared_ptr<plugin::NormWindow> norm_window_for(const config::Pipeline& p) {
 kiln_model_input described_input(const config::Pipeline& p) {
   kiln_model_input input{};
   input.struct_size = sizeof(input);
-  const bool synthetic = p.data.get_string("dataset") == "synthetic";
-  input.channels = synthetic ? p.data.get_int("channels") : 1;
-  input.height = synthetic ? p.data.get_int("height") : 28;
-  input.width = synthetic ? p.data.get_int("width") : 28;
-  input.num_classes = synthetic ? p.data.get_int("synthetic_classes") : 10;
+  const config::DataSettings& d = p.settings.data;
+  const bool synthetic = d.dataset == "synthetic";
+  input.channels = synthetic ? d.channels : 1;
+  input.height = synthetic ? d.height : 28;
+  input.width = synthetic ? d.width : 28;
+  input.num_classes = synthetic ? d.synthetic_classes : 10;
   return input;
 }
 

@@ -14,6 +14,9 @@ class Model;
 namespace kiln::plugin {
 class NormWindow;
 }
+namespace kiln::dist {
+class ProcessGroup;
+}
 
 namespace kiln::engine {
 
@@ -21,10 +24,12 @@ namespace kiln::engine {
 // layers check their grouping against it). Throws plugin::OptionsRefused when the model or the
 // norm plugin refuses its options, plugin::ComponentError for other failures.
 // `window`: the run's window of micro-batches for norm.running_stats_update (norm_window_for),
-// or nullptr.
+// or nullptr. `group`: the run's process group, which the norm layers' collectives use (it must
+// outlive the model); nullptr for a single process.
 std::shared_ptr<kiln::Model> build_model(const config::Pipeline& pipeline,
                                          const kiln_model_input& input, int32_t world_size = 1,
-                                         std::shared_ptr<plugin::NormWindow> window = nullptr);
+                                         std::shared_ptr<plugin::NormWindow> window = nullptr,
+                                         dist::ProcessGroup* group = nullptr);
 
 // The window a run's norm layers report their batch statistics to: under gradient accumulation
 // with a norm.running_stats_update other than micro_batch; nullptr otherwise.

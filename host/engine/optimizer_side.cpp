@@ -16,9 +16,9 @@ ClipSettings clip_settings(const config::OptimizerSettings& o) {
 
 OptimizerSide::OptimizerSide(const config::Pipeline& p, torch::nn::Module& model,
                              const PrecisionPlan& plan, plugin::PrecisionAdapter& precision,
-                             const ScheduleFrame& frame)
+                             const ScheduleFrame& frame, dist::ProcessGroup* group)
     : groups_(build_param_groups(model, group_rules(p))),
-      optimizer_(*p.optimizer.component, p.optimizer.options),
+      optimizer_(*p.optimizer.component, p.optimizer.options, group),
       lr_policy_(*p.lr_policy.component, p.lr_policy.options, to_policy_schedule(frame)),
       lr_(frame, lr_policy_),
       scaler_(plan, precision, p.settings.run.max_nonfinite_steps),

@@ -22,10 +22,11 @@ namespace kiln::engine {
 class OptimizerSide {
  public:
   // Groups the model's trainable parameters by the pipeline's rules and creates the optimizer,
-  // the LR policy over `frame` and the loss scaler. `precision` must outlive this object.
+  // the LR policy over `frame` and the loss scaler. The optimizer's collectives run on `group`
+  // (null: one process). `precision` and `group` must outlive this object.
   OptimizerSide(const config::Pipeline& pipeline, torch::nn::Module& model,
                 const PrecisionPlan& plan, plugin::PrecisionAdapter& precision,
-                const ScheduleFrame& frame);
+                const ScheduleFrame& frame, dist::ProcessGroup* group);
   OptimizerSide(const OptimizerSide&) = delete;
   OptimizerSide& operator=(const OptimizerSide&) = delete;
 

@@ -67,7 +67,8 @@ ModelSide build_model_side(const config::Pipeline& p, const data::Dataset& data,
   input.height = data.images.size(2);
   input.width = data.images.size(3);
   input.num_classes = data.num_classes;
-  m.model = build_model(p, input, ranks.world, m.norm_window);
+  // Synced norm layers and the optimizer reach the run's group through their calls' contexts.
+  m.model = build_model(p, input, ranks.world, m.norm_window, ranks.group.get());
   if (const std::string& init = p.settings.model.init; !init.empty()) {
     try {
       load_weights(*m.model, init);

@@ -43,9 +43,12 @@ void StepMeter::fill(io::StepRecord& r, bool read_process_peak) const {
   r.memory_mb =
       device_.is_cpu() && !read_process_peak ? std::nan("") : io::peak_memory_mib(device_);
   const io::TensorMemory tensors = io::tensor_memory(device_);
-  r.tensor_mb = mib(tensors.current_bytes);
-  r.tensor_peak_mb = mib(tensors.peak_bytes);
-  r.activation_mb = mib(tensors.peak_bytes - resting_bytes_);
+  // The CPU's tensors are counted only by Kiln's allocator (ProcessSettings::count_cpu_memory):
+  // without it they are unknown (NaN, null in the metrics file), not zero.
+  const bool counted = !device_.is_cpu() || io::cpu_tensor_memory_counted();
+  r.tensor_mb = counted ? mib(tensors.current_bytes) : NAN;
+  r.tensor_peak_mb = counted ? mib(tensors.peak_bytes) : NAN;
+  r.activation_mb = counted ? mib(tensors.peak_bytes - resting_bytes_) : NAN;
   r.allreduces = ddp_ ? ddp_->allreduce_calls() - allreduces_before_ : 0;
 }
 

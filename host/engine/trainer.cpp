@@ -28,7 +28,6 @@
 #include "io/memory.hpp"
 #include "io/status_line.hpp"
 #include "plugin/adapters.hpp"
-#include "plugin/host_api.hpp"
 
 namespace kiln::engine {
 namespace {
@@ -38,14 +37,6 @@ using Clock = std::chrono::steady_clock;
 double seconds_since(Clock::time_point t) {
   return std::chrono::duration<double>(Clock::now() - t).count();
 }
-
-// Plugins' collectives (synced norm layers) run on the run's group while it trains.
-struct GroupForPlugins {
-  explicit GroupForPlugins(dist::ProcessGroup* g) { plugin::set_collective_group(g); }
-  ~GroupForPlugins() { plugin::set_collective_group(nullptr); }
-  GroupForPlugins(const GroupForPlugins&) = delete;
-  GroupForPlugins& operator=(const GroupForPlugins&) = delete;
-};
 
 }  // namespace
 
@@ -57,7 +48,6 @@ struct Trainer::Impl {
   std::atomic<bool> cancel_requested{false};  // cancel(), an observer
   at::Device device{at::kCPU};
   Ranks ranks;
-  std::optional<GroupForPlugins> group_for_plugins;
   std::optional<plugin::PrecisionAdapter> precision;
   PrecisionPlan plan;
   std::unique_ptr<RunData> data;
@@ -68,7 +58,6 @@ struct Trainer::Impl {
   std::unique_ptr<GraphedStep> graph;  // run.cuda_graph, where the run allows it
   std::unique_ptr<WindowPass> window;  // forward and backward: eager or graphed
   std::unique_ptr<Checkpointer> checkpointer;
-  std::optional<StopSignals> signals;
   Sinks sinks;
   // The gradient pass on every step (run.grad_check), else on logged steps only.
   bool check_every_step = true;
@@ -113,8 +102,12 @@ struct Trainer::Impl {
 Trainer::Impl::Impl(const config::Pipeline& pipeline, const RunOptions& run_options)
     : p(pipeline), s(pipeline.settings), options(run_options) {
   // Before any tensor the run keeps: the metrics' tensor_* fields come from this counter.
-  io::count_cpu_tensor_memory();
-  apply_torch_settings(p.run);
+  if (options.process.count_cpu_memory) io::count_cpu_tensor_memory();
+  if (options.process.torch_settings) {
+    apply_torch_settings(s.run);
+  } else {
+    report_torch_settings_left(s.run);
+  }
   // What the configuration cannot do is refused before the process group forms; a component's
   // refusal of its options while the run is built is a configuration error too.
   as_config_errors(p, [&] {
@@ -122,12 +115,11 @@ Trainer::Impl::Impl(const config::Pipeline& pipeline, const RunOptions& run_opti
     check_pipeline(p, device, options.launch ? options.launch->world_size : 1);
   });
   ranks = join_ranks(s.dist, options.launch ? &*options.launch : nullptr, device);
-  if (ranks.group) group_for_plugins.emplace(ranks.group.get());
   blame([&] { as_config_errors(p, [&] { build(); }); });
   // Once the set-up is done, not before: its large buffers (the decoded test split) are then
   // mapped apart instead of lying among the small blocks every step frees and takes again, which
   // cost a tiny model's steps 9 % more malloc work (callgrind; docs/speed.md).
-  io::tune_heap_for_training();
+  if (options.process.tune_heap) io::tune_heap_for_training();
 }
 
 template <typename F>
@@ -151,7 +143,8 @@ void Trainer::Impl::build() {
   data = load_run_data(p, device, ranks);
   model = build_model_side(p, data->train_set, ranks, device, plan);
   frame = schedule_frame(p, data->batches_per_epoch);
-  optimizer = std::make_unique<OptimizerSide>(p, *model.model, plan, *precision, frame);
+  optimizer =
+      std::make_unique<OptimizerSide>(p, *model.model, plan, *precision, frame, ranks.group.get());
 
   const io::RunFolder folder = io::choose_run_folder(output_dir(p), options.resume);
   if (ranks.rank == 0) tidy_run_folder(folder);
@@ -176,7 +169,6 @@ void Trainer::Impl::build() {
   // losses.
   check_every_step = s.run.grad_check_every_step || plan.loss_scaling != KILN_SCALE_NONE ||
                      plan.half_model() || ddp != nullptr || optimizer->clip().any();
-  if (options.handle_signals) signals.emplace();
 
   log_run_summary(p, device, plan, *optimizer, frame);
   result.test_accuracy = NAN;
@@ -213,9 +205,9 @@ void Trainer::Impl::subscribe_sinks(int64_t resumed_at) {
   sinks.add(observer_sink(options.on_step, options.on_eval, cancel_requested));
   sinks.add(heartbeat_sink(ranks.heartbeat.get()));
   sinks.add(checkpoint_sink(*checkpointer, s.run.checkpoint_every));
-  ProgressFrame progress{s.run.epochs, frame.max_iters, resumed_at, start,
-                         writer && io::stderr_is_terminal()};
-  sinks.add(progress_sink(progress));
+  const bool bar = writer && options.status_line != nullptr && io::stderr_is_terminal();
+  sinks.add(progress_sink(
+      {s.run.epochs, frame.max_iters, resumed_at, start, bar ? options.status_line : nullptr}));
   checkpointer->set_flush([this] { sinks.flush(); });
 }
 
@@ -262,7 +254,7 @@ void Trainer::Impl::step() {
 
   const StepOutcome outcome = optimizer->step(step, w, check_every_step || logged(step));
   const double loss = w.micro_batches == 1 ? outcome.check.loss * w.samples : outcome.check.loss;
-  const int signal = signals ? StopSignals::received() : 0;
+  const int signal = options.signals != nullptr ? options.signals->received() : 0;
   RankVote vote = agree(ranks.group.get(), {loss, double(w.samples), signal, cancel_requested});
   const StepReport report = report_step(w, outcome, vote, meter, started);
   last = position;

@@ -14,7 +14,13 @@
 #include "dist/launch_env.hpp"
 #include "io/metrics.hpp"
 
+namespace kiln::io {
+class StatusLine;
+}
+
 namespace kiln::engine {
+
+class StopSignals;
 
 // Where a trainer stands.
 enum class TrainerState {
@@ -36,15 +42,33 @@ struct TrainerProgress {
   int rank = 0, world_size = 1;
 };
 
+// What a run may change in the whole process, beyond its own objects. `kiln run` owns its
+// process and asks for all of it; a library's session (the C API) only for what its caller
+// opts into, so that it leaves the program that loaded it as it found it.
+struct ProcessSettings {
+  // c10's CPU allocator becomes Kiln's counting one (io/memory) before the run's tensors: the
+  // metrics' tensor_* fields on the CPU, which are NaN without it.
+  bool count_cpu_memory = false;
+  // run.threads, run.tf32 and run.cudnn_benchmark on torch's global context (torch_settings).
+  bool torch_settings = false;
+  // glibc's malloc thresholds for training (io/heap), once the run is built.
+  bool tune_heap = false;
+};
+
 struct RunOptions {
   std::string metrics_path;  // JSON-lines metrics; empty: none
   std::string resume;        // "auto" (newest usable checkpoint), a checkpoint folder, or ""
   // This process's place in a distributed run (from the launcher's environment); nullopt: a
   // single-process run. With it, the run joins a c10d process group and trains data-parallel.
   std::optional<dist::LaunchEnv> launch;
-  // SIGINT/SIGTERM stop the run after a whole step (with a checkpoint). Off for a library's
-  // session: the program owns its signals.
-  bool handle_signals = true;
+  ProcessSettings process;  // nothing process-wide unless asked
+  // The caller's SIGINT/SIGTERM handlers (`kiln run`: the CLI's), which stop the run after a
+  // whole step (with a checkpoint); they outlive the trainer. nullptr: the program owns its
+  // signals (a C API session, unless its options ask).
+  const StopSignals* signals = nullptr;
+  // The terminal line the progress bar is drawn on when stderr is a terminal (the caller's,
+  // whose log lines erase it first; io/log); it outlives the trainer. nullptr: no bar.
+  io::StatusLine* status_line = nullptr;
   // Called with every record the metrics file gets; returning true stops the run after this
   // step, as a signal does. Empty: none.
   std::function<bool(const io::StepRecord&)> on_step;

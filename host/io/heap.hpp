@@ -10,7 +10,8 @@ namespace kiln::io {
 // mappings, and keeps up to 1 GiB of freed heap top instead of trimming it. Does nothing when
 // the user set any MALLOC_MMAP_THRESHOLD_ / MALLOC_TRIM_THRESHOLD_ / MALLOC_TOP_PAD_ or
 // GLIBC_TUNABLES (their choice wins), or with another libc. Returns whether it applied. The
-// Trainer calls it once its set-up is built, before the first step.
+// Trainer calls it once its set-up is built, before the first step, when it may change the
+// process (engine::ProcessSettings::tune_heap: `kiln run`, a C API session that asks).
 bool tune_heap_for_training();
 
 }  // namespace kiln::io

@@ -38,7 +38,7 @@ std::shared_ptr<spdlog::sinks::sink> below_status_line(std::shared_ptr<spdlog::s
   return std::make_shared<BelowStatusLine>(std::move(inner), line);
 }
 
-void install_console_logger(ConsoleStream stream) {
+void install_console_logger(ConsoleStream stream, StatusLine* line) {
   std::shared_ptr<spdlog::sinks::sink> console;
   if (stream == ConsoleStream::kStdout) {
     console = std::make_shared<spdlog::sinks::stdout_color_sink_mt>();
@@ -46,16 +46,25 @@ void install_console_logger(ConsoleStream stream) {
     console = std::make_shared<spdlog::sinks::stderr_color_sink_mt>();
   }
   const spdlog::level::level_enum level = spdlog::default_logger()->level();
-  auto logger =
-      std::make_shared<spdlog::logger>("kiln", below_status_line(console, terminal_status_line()));
+  auto logger = std::make_shared<spdlog::logger>(
+      "kiln", line != nullptr ? below_status_line(console, *line) : console);
   logger->set_level(level);
   spdlog::set_default_logger(logger);
   spdlog::set_pattern("[%H:%M:%S] %^%l%$ %v");
 }
 
-void setup_logging(bool verbose) {
-  install_console_logger(ConsoleStream::kStdout);
+CliLogging::CliLogging(bool verbose, StatusLine& line) {
+  install_console_logger(ConsoleStream::kStdout, &line);
   spdlog::set_level(verbose ? spdlog::level::debug : spdlog::level::info);
+}
+
+// Lines logged later (static destruction) must not reach the line, which goes with its owner.
+CliLogging::~CliLogging() {
+  try {
+    install_console_logger(ConsoleStream::kStdout, nullptr);
+  } catch (...) {
+    spdlog::drop_all();  // out of memory: no logger at all rather than one with a dangling line
+  }
 }
 
 }  // namespace kiln::io

@@ -15,11 +15,19 @@ class StatusLine;
 enum class ConsoleStream { kStdout, kStderr };
 
 // Makes the default logger a colour console logger on `stream` with Kiln's pattern, whose
-// lines first erase terminal_status_line(). Its level is left to the caller.
-void install_console_logger(ConsoleStream stream);
+// lines first erase `line` (nullptr: no status line to erase). `line` must outlive the logger:
+// its owner installs another logger before it goes. The level is left to the caller.
+void install_console_logger(ConsoleStream stream, StatusLine* line);
 
-// The CLI's logging: install_console_logger(kStdout); `verbose` enables debug lines.
-void setup_logging(bool verbose);
+// The CLI's logging for as long as it lives: install_console_logger(kStdout, &line), `verbose`
+// enabling debug lines; on destruction a logger without the line, which goes with it.
+class CliLogging {
+ public:
+  CliLogging(bool verbose, StatusLine& line);
+  ~CliLogging();
+  CliLogging(const CliLogging&) = delete;
+  CliLogging& operator=(const CliLogging&) = delete;
+};
 
 // A sink that hands each line to `inner` after erasing `line`, with no redraw in between,
 // whichever thread logs. `line` must outlive the sink.

@@ -29,12 +29,6 @@ void StatusLine::erase_locked() {
   shown_ = false;
 }
 
-StatusLine& terminal_status_line() {
-  // Never destroyed: loggers may still write during static destruction.
-  static auto* line = new StatusLine(stderr);
-  return *line;
-}
-
 bool stderr_is_terminal() { return isatty(STDERR_FILENO) == 1; }
 
 int terminal_width() {

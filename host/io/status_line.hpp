@@ -1,5 +1,7 @@
 // The terminal's status line: one line redrawn in place (the progress bar), which every log
-// line erases first, from any thread, so that no log line is printed over it.
+// line erases first, from any thread, so that no log line is printed over it. Owned by the
+// program that owns the terminal (`kiln run`: the CLI), which hands it to its console logger
+// (io/log) and to the trainer (RunOptions::status_line).
 #pragma once
 
 #include <cstdio>
@@ -39,10 +41,6 @@ class StatusLine {
   std::FILE* out_;
   bool shown_ = false;
 };
-
-// The process's status line, on stderr: the trainer's progress bar draws there, and the console
-// loggers (io/log) erase it before each line.
-StatusLine& terminal_status_line();
 
 // Whether stderr is a terminal (isatty), i.e. whether an in-place line makes sense.
 bool stderr_is_terminal();

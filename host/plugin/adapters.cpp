@@ -70,10 +70,12 @@ std::string capability_problem(const Component& component, c10::DeviceType devic
 
 // ---- optimizer --------------------------------------------------------------------------------
 
-OptimizerAdapter::OptimizerAdapter(const Component& component, const config::OptionSet& options)
+OptimizerAdapter::OptimizerAdapter(const Component& component, const config::OptionSet& options,
+                                   dist::ProcessGroup* group)
     : name_(component.name()),
       library_(component.library_path),
-      vtable_(vtable_of<kiln_optimizer_vtable>(component)) {
+      vtable_(vtable_of<kiln_optimizer_vtable>(component)),
+      group_(group) {
   // A plugin built before 1.4 never reads lr_tensor or found_inf, whatever bits it sets.
   capturable_ = component.plugin->abi_minor >= 4 &&
                 (component.descriptor->capabilities->flags & KILN_CAP_CAPTURABLE) != 0;
@@ -158,7 +160,7 @@ void OptimizerAdapter::step(const GroupStep& group) {
   kiln_call_context ctx;
   ctx.params = &live.params;
   ctx.state = &live.state;
-  ctx.group = collective_group();
+  ctx.group = group_;
   // Hot paths build the error's context only when there is an error.
   kiln_status* status = call_plugin([&] { return where("step"); },
                                     [&] { return vtable_->step(instance_, &ctx, &view); });
@@ -281,13 +283,22 @@ std::string PrecisionAdapter::where(const char* entry) const {
 
 std::shared_ptr<kiln::Model> create_model(const Component& component,
                                           const config::OptionSet& options,
-                                          const kiln_model_input& input) {
+                                          const kiln_model_input& input,
+                                          const NormFactory* norm_factory) {
   const auto* vt = vtable_of<kiln_model_vtable>(component);
+  kiln_call_context ctx;
+  ctx.norm_factory = norm_factory;
+  kiln_model_input with_ctx = input;
+  with_ctx.struct_size = sizeof(with_ctx);
+  with_ctx.ctx = &ctx;
   kiln_torch_module* handle = nullptr;
-  check_options(
-      call_plugin([&] { return entry_of(component, "create"); },
-                  [&] { return vt->create(host_api(), options.c_view(), &input, &handle); }),
-      context(component, "could not be built"), kind_name(component.kind()));
+  {
+    const ModelCreateBinding binding(&ctx);  // for models that ask without the context (< 1.6)
+    check_options(
+        call_plugin([&] { return entry_of(component, "create"); },
+                    [&] { return vt->create(host_api(), options.c_view(), &with_ctx, &handle); }),
+        context(component, "could not be built"), kind_name(component.kind()));
+  }
   if (handle == nullptr) {
     throw ComponentError(KILN_ERR_INTERNAL, context(component, "returned no module"));
   }

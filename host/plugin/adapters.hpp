@@ -44,7 +44,10 @@ struct GroupStep {
 
 class OptimizerAdapter {
  public:
-  OptimizerAdapter(const Component& component, const config::OptionSet& options);
+  // `group`: the run's process group, behind the collectives of the plugin's steps (it must
+  // outlive the adapter); nullptr for a single process.
+  OptimizerAdapter(const Component& component, const config::OptionSet& options,
+                   dist::ProcessGroup* group = nullptr);
   ~OptimizerAdapter();
   OptimizerAdapter(const OptimizerAdapter&) = delete;
   OptimizerAdapter& operator=(const OptimizerAdapter&) = delete;
@@ -68,6 +71,7 @@ class OptimizerAdapter {
   const kiln_optimizer_vtable* vtable_;
   void* instance_ = nullptr;
   bool capturable_ = false;
+  dist::ProcessGroup* group_;
   StateStore state_;
   uint64_t state_epoch_ = 0;  // bumped whenever state() hands out the store
   uint64_t last_token_ = 0;   // the last kiln_param_group.reuse_token handed out
@@ -139,8 +143,12 @@ class PrecisionAdapter {
 };
 
 // Builds a model from its plugin. The returned module keeps working after the handle is gone.
+// `norm_factory` builds every norm layer the model asks for, through the create call's context
+// (kiln_model_input.ctx) or, for a model built before ABI 1.6, through the binding of this
+// thread to that context for the call (ModelCreateBinding); nullptr: the model may ask for none.
 std::shared_ptr<kiln::Model> create_model(const Component& component,
                                           const config::OptionSet& options,
-                                          const kiln_model_input& input);
+                                          const kiln_model_input& input,
+                                          const NormFactory* norm_factory = nullptr);
 
 }  // namespace kiln::plugin

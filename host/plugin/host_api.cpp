@@ -8,8 +8,6 @@
 #include <c10/cuda/CUDAStream.h>
 #include <spdlog/spdlog.h>
 
-#include <atomic>
-#include <mutex>
 #include <string_view>
 
 #include "dist/process_group.hpp"
@@ -182,24 +180,22 @@ kiln_status* allgather(kiln_call_context* ctx, const DLTensor* in, DLTensor* out
   }
 }
 
-std::mutex g_norm_mutex;
-NormFactory g_norm_factory;
+// The model create call in progress on this thread (ModelCreateBinding): thread-local, so two
+// runs built at once on two threads each reach their own.
+thread_local kiln_call_context* t_model_create = nullptr;
 
-kiln_status* create_norm_layer(const kiln_norm_request* request, kiln_torch_module** out) {
+kiln_status* create_norm_layer_in(kiln_call_context* ctx, const kiln_norm_request* request,
+                                  kiln_torch_module** out) {
   try {
     if (request == nullptr || out == nullptr) {
       return make_status(KILN_ERR_INVALID_ARGUMENT, "create_norm_layer: NULL argument");
     }
-    NormFactory factory;
-    {
-      std::lock_guard<std::mutex> lock(g_norm_mutex);
-      factory = g_norm_factory;
-    }
-    if (!factory) {
+    if (ctx == nullptr || ctx->norm_factory == nullptr || !*ctx->norm_factory) {
       return make_status(KILN_ERR_FAILED_PRECONDITION,
-                         "create_norm_layer: no norm plugin is configured for this model");
+                         "create_norm_layer: no norm plugin is configured for this model "
+                         "(call it from the model's create function)");
     }
-    *out = kiln::release_norm_layer(factory(*request));
+    *out = kiln::release_norm_layer((*ctx->norm_factory)(*request));
     return nullptr;
   } catch (const std::exception& e) {
     // The status carries the reason to the model, whose error repeats it (kiln::make_norm_layer);
@@ -209,37 +205,48 @@ kiln_status* create_norm_layer(const kiln_norm_request* request, kiln_torch_modu
   }
 }
 
+// The 1.x slot: the model create call bound to this thread.
+kiln_status* create_norm_layer(const kiln_norm_request* request, kiln_torch_module** out) {
+  return create_norm_layer_in(t_model_create, request, out);
+}
+
 const kiln_host_api kTable = {
-    sizeof(kiln_host_api), KILN_ABI_MAJOR, KILN_ABI_MINOR, make_status, log_line,  state_tensor,
-    current_stream,        rank,           world_size,     allreduce,   broadcast, allgather,
-    create_norm_layer,     status_code,    status_message, free_status,
+    sizeof(kiln_host_api),
+    KILN_ABI_MAJOR,
+    KILN_ABI_MINOR,
+    make_status,
+    log_line,
+    state_tensor,
+    current_stream,
+    rank,
+    world_size,
+    allreduce,
+    broadcast,
+    allgather,
+    create_norm_layer,
+    status_code,
+    status_message,
+    free_status,
+    create_norm_layer_in,
 };
 
 }  // namespace
 
 const kiln_host_api* host_api() { return &kTable; }
 
-namespace {
-std::atomic<dist::ProcessGroup*> g_collective_group{nullptr};
-}  // namespace
-
-void set_collective_group(dist::ProcessGroup* group) { g_collective_group.store(group); }
-
-dist::ProcessGroup* collective_group() { return g_collective_group.load(); }
-
-void set_norm_factory(NormFactory factory) {
-  std::lock_guard<std::mutex> lock(g_norm_mutex);
-  g_norm_factory = std::move(factory);
+ModelCreateBinding::ModelCreateBinding(kiln_call_context* ctx) : previous_(t_model_create) {
+  t_model_create = ctx;
 }
+
+ModelCreateBinding::~ModelCreateBinding() { t_model_create = previous_; }
 
 kiln_status* make_status(int32_t code, const char* message) noexcept {
   try {
     return new kiln_status{code, message != nullptr ? message : ""};
   } catch (...) {
     // Out of memory while reporting an error: a static status would be freed by the host, so
-    // the best we can do is an empty message.
-    static kiln_status oom{KILN_ERR_OUT_OF_MEMORY, {}};
-    return new (std::nothrow) kiln_status{oom};
+    // the best we can do is one without a message.
+    return new (std::nothrow) kiln_status{KILN_ERR_OUT_OF_MEMORY, {}};
   }
 }
 

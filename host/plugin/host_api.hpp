@@ -30,28 +30,42 @@ using StateStore = std::map<std::string, ParamState>;
 
 }  // namespace kiln::plugin
 
-// What a kiln_call_context* points to. Filled by an adapter for one call.
+namespace kiln::plugin {
+
+// Builds the run's norm layer for a model's request (model_build: the pipeline's norm plugin).
+using NormFactory = std::function<std::shared_ptr<kiln::NormLayer>(const kiln_norm_request&)>;
+
+}  // namespace kiln::plugin
+
+// What a kiln_call_context* points to. Filled by an adapter for one call; what a run owns (its
+// process group, its norm plugin) reaches plugins only through it.
 struct kiln_call_context {
   const std::vector<at::Tensor>* params = nullptr;  // optimizer calls: the group's parameters
   // optimizer calls: each parameter's entry of the adapter's StateStore (same positions)
   const std::vector<kiln::plugin::ParamState*>* state = nullptr;
   kiln::dist::ProcessGroup* group = nullptr;  // collectives: NULL for a single process
+  // model create calls: the run's norm layers (create_norm_layer_in); NULL elsewhere
+  const kiln::plugin::NormFactory* norm_factory = nullptr;
 };
 
 namespace kiln::plugin {
 
-// The table handed to plugins; valid for the life of the process.
+// The table handed to plugins; valid for the life of the process, and the same for every run:
+// it holds no run's state.
 const kiln_host_api* host_api();
 
-// Builds the pipeline's norm layer for a model's request (set by the engine before it creates
-// the model; cleared after). Used by kiln_host_api.create_norm_layer.
-using NormFactory = std::function<std::shared_ptr<kiln::NormLayer>(const kiln_norm_request&)>;
-void set_norm_factory(NormFactory factory);
+// Binds `ctx` to the calling thread for the length of one model create call, for models built
+// before ABI 1.6, which ask through create_norm_layer(request, out) without a context: that
+// slot reaches the innermost binding of its own thread, never another run's. Nests.
+class ModelCreateBinding {
+ public:
+  explicit ModelCreateBinding(kiln_call_context* ctx);
+  ~ModelCreateBinding();
+  ModelCreateBinding(const ModelCreateBinding&) = delete;
+  ModelCreateBinding& operator=(const ModelCreateBinding&) = delete;
 
-// The run's process group, behind the collectives (rank, world_size, allreduce, broadcast,
-// allgather) of optimizer and norm-layer calls; nullptr (the default) for a single process.
-// Set by the engine for the length of a distributed run.
-void set_collective_group(kiln::dist::ProcessGroup* group);
-kiln::dist::ProcessGroup* collective_group();
+ private:
+  kiln_call_context* previous_;
+};
 
 }  // namespace kiln::plugin

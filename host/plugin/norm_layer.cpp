@@ -104,7 +104,7 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
       args.batch_stats = &report;
     }
     kiln_call_context call;
-    call.group = collective_group();  // synced norm layers reduce over the run's ranks
+    call.group = layer->group();  // synced norm layers reduce over the run's ranks
     kiln_status* status =
         call_plugin([&] { return layer->where("forward"); },
                     [&] { return layer->vtable()->forward(layer->instance(), &call, &args); });
@@ -190,7 +190,7 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
       args.grad_bias_result = want_bias ? &results[2] : nullptr;
     }
     kiln_call_context call;
-    call.group = collective_group();  // synced norm layers reduce over the run's ranks
+    call.group = layer->group();  // synced norm layers reduce over the run's ranks
     kiln_status* status =
         call_plugin([&] { return layer->where("backward"); },
                     [&] { return layer->vtable()->backward(layer->instance(), &call, &args); });
@@ -216,14 +216,15 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
 
 PluginNormLayer::PluginNormLayer(const Component& component, const config::OptionSet& options,
                                  const kiln_norm_request& request, int32_t world_size,
-                                 std::shared_ptr<NormWindow> window)
+                                 std::shared_ptr<NormWindow> window, dist::ProcessGroup* group)
     : name_(component.name()),
       library_(component.library_path),
       vtable_(static_cast<const kiln_norm_vtable*>(component.descriptor->vtable)),
       activation_(request.activation),
       activation_param_(request.activation_param),
       may_overwrite_input_(KILN_HAS_FIELD(&request, kiln_norm_request, may_overwrite_input) &&
-                           request.may_overwrite_input != 0) {
+                           request.may_overwrite_input != 0),
+      group_(group) {
   kiln_norm_setup setup{};
   setup.struct_size = sizeof(setup);
   setup.num_features = request.num_features;

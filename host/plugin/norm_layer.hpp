@@ -11,6 +11,10 @@
 #include "plugin/norm_window.hpp"
 #include "plugin/registry.hpp"
 
+namespace kiln::dist {
+class ProcessGroup;
+}
+
 namespace kiln::plugin {
 
 class PluginNormLayer : public kiln::NormLayer {
@@ -20,9 +24,12 @@ class PluginNormLayer : public kiln::NormLayer {
   // running-statistics update to the host (norm_window.hpp); nullptr: the plugin updates them
   // on every training forward, as PyTorch. Throws for a plugin that cannot report its batch
   // statistics (built for ABI < 1.5) when the window's mode needs them.
+  // `group`: the run's process group, behind the collectives of the plugin's forward and
+  // backward (synced layers); it must outlive the layer. nullptr: a single process.
   PluginNormLayer(const Component& component, const config::OptionSet& options,
                   const kiln_norm_request& request, int32_t world_size = 1,
-                  std::shared_ptr<NormWindow> window = nullptr);
+                  std::shared_ptr<NormWindow> window = nullptr,
+                  dist::ProcessGroup* group = nullptr);
   ~PluginNormLayer() override;
 
   at::Tensor forward(const at::Tensor& input) override;
@@ -34,6 +41,8 @@ class PluginNormLayer : public kiln::NormLayer {
   const std::string& plugin_name() const { return name_; }
   // "norm '<name>' <entry> (<library>)": where an escaped exception came from.
   std::string where(const char* entry) const;
+  // The process group of the plugin's collectives (nullptr: a single process).
+  dist::ProcessGroup* group() const { return group_; }
   // Whether the model allowed an in-place layer to overwrite its input.
   bool may_overwrite_input() const { return may_overwrite_input_; }
   // The window to report training statistics to now, or nullptr when the plugin updates its
@@ -50,6 +59,7 @@ class PluginNormLayer : public kiln::NormLayer {
   int32_t activation_;
   double activation_param_;
   bool may_overwrite_input_;
+  dist::ProcessGroup* group_;
   std::shared_ptr<NormWindow> window_;  // nullptr when the layer has no running statistics to move
   at::Tensor weight_, bias_;            // undefined without affine
   at::Tensor no_affine_;                // without affine: the autograd function's weight and bias

@@ -446,6 +446,24 @@ class BindingTest(unittest.TestCase):
         self.assertTrue(os.path.isdir(p.last_checkpoint), p)
         self.assertIs(signal.getsignal(signal.SIGINT), signal.default_int_handler)
 
+    def test_process_settings_reach_the_library(self):
+        # By default a session changes nothing process-wide: the CPU's tensor memory is then
+        # unknown (NaN) unless an earlier session in this process installed the counter, which
+        # this test's own asking session does only afterwards.
+        with self.session() as quiet:
+            m = quiet.step()
+            self.assertTrue(math.isnan(m.tensor_mb), m)
+        # Asked, the signal handlers go to one session at a time; unknown bits are refused.
+        asking = kiln.PROCESS_SIGNALS | kiln.PROCESS_COUNT_CPU_MEMORY
+        with self.session(process_settings=asking) as s:
+            with self.assertRaises(kiln.KilnError) as held:
+                self.session(process_settings=kiln.PROCESS_SIGNALS)
+            self.assertEqual(held.exception.code, kiln.KilnError.FAILED_PRECONDITION)
+            self.assertGreater(s.step().tensor_mb, 0.0)
+        with self.assertRaises(kiln.KilnError) as bad:
+            self.session(process_settings=1 << 20)
+        self.assertEqual(bad.exception.code, kiln.KilnError.INVALID_ARGUMENT)
+
     def test_resume_auto_continues_after_cancel(self):
         with self.session(overrides={"run.checkpoints": True}) as s:
             s.on_metrics(lambda m: m.step == 3)

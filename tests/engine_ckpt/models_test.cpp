@@ -70,17 +70,17 @@ std::shared_ptr<kiln::Model> build(const std::string& name, const OptionSet& opt
   bn.set("affine", bool_value(true));
   bn.set("track_running_stats", bool_value(true));
   const plugin::Component& norm = *registry().find(KILN_COMPONENT_NORM, norm_name);
-  plugin::set_norm_factory([&](const kiln_norm_request& request) {
+  const plugin::NormFactory norms = [&](const kiln_norm_request& request) {
     return std::make_shared<plugin::PluginNormLayer>(norm, bn, request);
-  });
+  };
   kiln_model_input input{};
   input.struct_size = sizeof(input);
   input.channels = c;
   input.height = hw;
   input.width = hw;
   input.num_classes = 5;
-  auto model = plugin::create_model(*registry().find(KILN_COMPONENT_MODEL, name), options, input);
-  plugin::set_norm_factory(nullptr);
+  auto model =
+      plugin::create_model(*registry().find(KILN_COMPONENT_MODEL, name), options, input, &norms);
   model->train();
   return model;
 }

@@ -9,10 +9,12 @@
 
 #include <exception>
 #include <string>
+#include <thread>
 
 #include "kiln_test_paths.h"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
+#include "plugin/status.hpp"
 
 namespace {
 
@@ -277,6 +279,60 @@ TEST(NormLayer, AHandedOverGradientOfTheWrongShapeIsRefusedAndReleased) {
     EXPECT_NE(what.find("[3]"), std::string::npos) << what;
   }
   EXPECT_EQ(g_released, 1) << "the refused tensor must be released once";
+}
+
+// The run's norm factory reaches a model only through its create call: the context
+// (create_norm_layer_in, ABI 1.6), or for an older model the binding of the calling thread to
+// that context for the call (create_norm_layer). No other thread and no other run sees it.
+TEST(NormLayer, TheFactoryIsReachedThroughTheCreateContextOrThisThreadsBinding) {
+  const kiln_host_api* host = kiln::plugin::host_api();
+  auto factory_of = [](int& calls) -> kiln::plugin::NormFactory {
+    return [&calls](const kiln_norm_request& request) {
+      ++calls;
+      return std::make_shared<kiln::plugin::PluginNormLayer>(batchnorm(), options(0.1, 1e-5),
+                                                             request);
+    };
+  };
+  int calls_a = 0, calls_b = 0;
+  const kiln::plugin::NormFactory a = factory_of(calls_a), b = factory_of(calls_b);
+  kiln_call_context ctx_a, ctx_b;
+  ctx_a.norm_factory = &a;
+  ctx_b.norm_factory = &b;
+  kiln_norm_request request{};
+  request.struct_size = sizeof(request);
+  request.num_features = 3;
+  auto take = [](kiln_status* status, kiln_torch_module* handle) {
+    if (status != nullptr) return kiln::plugin::take_message(status);
+    delete reinterpret_cast<kiln::ModuleBox<kiln::NormLayer>*>(handle);
+    return std::string("ok");
+  };
+  kiln_torch_module* handle = nullptr;
+  ASSERT_TRUE(KILN_HAS_FIELD(host, kiln_host_api, create_norm_layer_in));
+  EXPECT_EQ(take(host->create_norm_layer_in(&ctx_a, &request, &handle), handle), "ok");
+  EXPECT_EQ(calls_a, 1);
+  // Without a binding, the 1.x slot has no run to build for.
+  std::string unbound = take(host->create_norm_layer(&request, &handle), handle);
+  EXPECT_NE(unbound.find("no norm plugin"), std::string::npos) << unbound;
+  {
+    const kiln::plugin::ModelCreateBinding outer(&ctx_a);
+    {
+      const kiln::plugin::ModelCreateBinding inner(&ctx_b);
+      EXPECT_EQ(take(host->create_norm_layer(&request, &handle), handle), "ok");
+      EXPECT_EQ(calls_b, 1);
+      // Another thread, meanwhile, reaches nothing.
+      std::string elsewhere;
+      std::thread other([&] {
+        kiln_torch_module* h = nullptr;
+        elsewhere = take(host->create_norm_layer(&request, &h), h);
+      });
+      other.join();
+      EXPECT_NE(elsewhere.find("no norm plugin"), std::string::npos) << elsewhere;
+    }
+    EXPECT_EQ(take(host->create_norm_layer(&request, &handle), handle), "ok");
+    EXPECT_EQ(calls_a, 2);
+  }
+  EXPECT_NE(take(host->create_norm_layer(&request, &handle), handle), "ok");
+  EXPECT_EQ(calls_a + calls_b, 3);
 }
 
 }  // namespace

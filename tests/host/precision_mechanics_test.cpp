@@ -73,17 +73,16 @@ struct Rig {
                              model_keys + sections;
     p = kiln::config::load_pipeline_text(text, "rig.toml", {}, registry());
     at::manual_seed(0);
-    plugin::set_norm_factory([&](const kiln_norm_request& request) {
+    const plugin::NormFactory norms = [&](const kiln_norm_request& request) {
       return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request);
-    });
+    };
     kiln_model_input input{};
     input.struct_size = sizeof(input);
     input.channels = 1;
     input.height = 4;
     input.width = 4;
     input.num_classes = 5;
-    model = plugin::create_model(*p.model.component, p.model.options, input);
-    plugin::set_norm_factory(nullptr);
+    model = plugin::create_model(*p.model.component, p.model.options, input, &norms);
     precision = std::make_unique<plugin::PrecisionAdapter>(*p.precision.component,
                                                            p.precision.options, c10::kCPU);
     plan = plan_precision(precision->policy(), precision->name());
@@ -500,11 +499,12 @@ TEST(TorchSettings, RunTableSetsCudnnBenchmarkAndTf32) {
   at::Context& ctx = at::globalContext();
   const bool benchmark = ctx.benchmarkCuDNN();
   const bool tf32_cublas = ctx.allowTF32CuBLAS(), tf32_cudnn = ctx.allowTF32CuDNN();
-  apply_torch_settings(Rig("", "cudnn_benchmark = false\ntf32 = \"on\"\n").p.run);
+  apply_torch_settings(Rig("", "cudnn_benchmark = false\ntf32 = \"on\"\n").p.settings.run);
   EXPECT_FALSE(ctx.benchmarkCuDNN());
   EXPECT_TRUE(ctx.allowTF32CuBLAS());
   EXPECT_TRUE(ctx.allowTF32CuDNN());
-  apply_torch_settings(Rig("", "tf32 = \"off\"\n").p.run);  // cudnn_benchmark's default: on
+  apply_torch_settings(
+      Rig("", "tf32 = \"off\"\n").p.settings.run);  // cudnn_benchmark's default: on
   EXPECT_TRUE(ctx.benchmarkCuDNN());
   EXPECT_FALSE(ctx.allowTF32CuBLAS());
   EXPECT_FALSE(ctx.allowTF32CuDNN());

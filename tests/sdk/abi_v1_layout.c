@@ -26,12 +26,13 @@ PIN_SIZE(kiln_options, 24);
 
 PIN_SIZE(kiln_norm_request, 32);
 PIN_OFFSET(kiln_norm_request, may_overwrite_input, 20); /* 1.2: was `reserved` (zero) */
-PIN_SIZE(kiln_host_api, 120);
+PIN_SIZE(kiln_host_api, 128); /* 1.6: create_norm_layer_in appended */
 PIN_OFFSET(kiln_host_api, make_status, 16);
 PIN_OFFSET(kiln_host_api, state_tensor, 32);
 PIN_OFFSET(kiln_host_api, allreduce, 64);
 PIN_OFFSET(kiln_host_api, create_norm_layer, 88);
 _Static_assert(KILN_HOST_API_V1_SIZE == 120, "host api v1 size");
+PIN_OFFSET(kiln_host_api, create_norm_layer_in, 120);
 
 PIN_SIZE(kiln_component_descriptor, 80);
 PIN_OFFSET(kiln_component_descriptor, name, 16);
@@ -80,6 +81,7 @@ PIN_OFFSET(kiln_precision_policy, at_min_scale, 48);
 PIN_SIZE(kiln_precision_vtable, 56); /* 1.1: get_state, set_state appended */
 PIN_OFFSET(kiln_precision_vtable, get_state, 40);
 _Static_assert(KILN_PRECISION_VTABLE_V1_SIZE == 40, "precision vtable v1 size");
-PIN_SIZE(kiln_model_input, 40);
+PIN_SIZE(kiln_model_input, 48); /* 1.6: ctx appended */
+PIN_OFFSET(kiln_model_input, ctx, 40);
 PIN_SIZE(kiln_model_vtable, 24);
 _Static_assert(KILN_MODEL_VTABLE_V1_SIZE == 24, "model vtable v1 size");

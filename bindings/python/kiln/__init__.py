@@ -30,7 +30,14 @@ __all__ = [
     "KilnError", "ConfigError", "PluginRefusedError", "RunFailedError",
     "Session", "Metrics", "Progress", "PluginInfo", "PluginScan",
     "READY", "FINISHED", "CANCELLED", "STOPPED", "FAILED",
+    "PROCESS_COUNT_CPU_MEMORY", "PROCESS_TORCH_SETTINGS", "PROCESS_TUNE_HEAP", "PROCESS_SIGNALS",
+    "PROCESS_ALL",
 ]
+
+# What a session may change in the whole process (Session.from_file/from_string's
+# process_settings, bits to combine with |): nothing unless asked; PROCESS_ALL as `kiln run`.
+from ._capi import (PROCESS_ALL, PROCESS_COUNT_CPU_MEMORY, PROCESS_SIGNALS,  # noqa: E402
+                    PROCESS_TORCH_SETTINGS, PROCESS_TUNE_HEAP)
 
 # ---- errors ------------------------------------------------------------------------------------
 
@@ -347,7 +354,8 @@ def _log_level(level):
     return _LOG_LEVELS[key]
 
 
-def _options(overrides, plugin_paths, metrics_path, resume, log_level, distributed):
+def _options(overrides, plugin_paths, metrics_path, resume, log_level, distributed,
+             process_settings):
     """kiln_session_options plus the ctypes objects it points into (kept alive by the caller
     for the length of the create call)."""
     opts = _capi.kiln_session_options()
@@ -371,6 +379,7 @@ def _options(overrides, plugin_paths, metrics_path, resume, log_level, distribut
         opts.resume = rs
     opts.log_level = _log_level(log_level)
     opts.distributed = 1 if distributed else 0
+    opts.process_settings = process_settings
     return opts, keep
 
 
@@ -425,13 +434,16 @@ class Session:
 
     @classmethod
     def from_file(cls, path, overrides=None, plugin_paths=None, metrics_path=None, resume=None,
-                  log_level=None, distributed=False):
+                  log_level=None, distributed=False, process_settings=0):
         """Reads the pipeline file `path`, applies `overrides` (a dict of key -> Python value,
         or a list of "dotted.key=value" strings as `kiln run --set`), loads plugins and builds
-        everything. Raises ConfigError / PluginRefusedError / KilnError."""
+        everything. `process_settings` (kiln.PROCESS_* bits) says what the session may change
+        in the whole process (the CPU allocator, torch's threads and flags, malloc's tuning,
+        SIGINT/SIGTERM handlers); 0 leaves the process as it is. Raises ConfigError /
+        PluginRefusedError / KilnError."""
         lib = _capi.library()
         opts, keep = _options(overrides, plugin_paths, metrics_path, resume, log_level,
-                              distributed)
+                              distributed, process_settings)
         handle = ctypes.c_void_p()
         status = lib.session_create_from_file(os.fsencode(path), ctypes.byref(opts),
                                               ctypes.byref(handle))
@@ -441,12 +453,13 @@ class Session:
 
     @classmethod
     def from_string(cls, toml, name="inline", overrides=None, plugin_paths=None,
-                    metrics_path=None, resume=None, log_level=None, distributed=False):
+                    metrics_path=None, resume=None, log_level=None, distributed=False,
+                    process_settings=0):
         """As from_file, from TOML text; `name` stands for the file in messages and in the
         default output folder runs/<name>."""
         lib = _capi.library()
         opts, keep = _options(overrides, plugin_paths, metrics_path, resume, log_level,
-                              distributed)
+                              distributed, process_settings)
         handle = ctypes.c_void_p()
         status = lib.session_create_from_string(toml.encode("utf-8"), name.encode("utf-8"),
                                                 ctypes.byref(opts), ctypes.byref(handle))

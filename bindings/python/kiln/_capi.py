@@ -35,6 +35,13 @@ SESSION_FAILED = 4
 METRICS_STEP = 1
 METRICS_EVAL = 2
 
+# kiln_session_options.process_settings bits (KILN_PROCESS_*)
+PROCESS_COUNT_CPU_MEMORY = 1
+PROCESS_TORCH_SETTINGS = 2
+PROCESS_TUNE_HEAP = 4
+PROCESS_SIGNALS = 8
+PROCESS_ALL = 15
+
 c_size_t = ctypes.c_size_t
 c_int32 = ctypes.c_int32
 c_uint32 = ctypes.c_uint32
@@ -60,7 +67,9 @@ class kiln_session_options(ctypes.Structure):
         ("resume", c_char_p),
         ("log_level", c_int32),
         ("distributed", c_int32),
+        ("process_settings", c_uint32),  # appended after version 1
     ]
+    _v1_last_ = "distributed"
 
 
 class kiln_progress(ctypes.Structure):
@@ -161,8 +170,9 @@ class kiln_api(ctypes.Structure):
 
 
 def v1_size(struct):
-    """KILN_SIZE_UP_TO(struct, <last field>): the smallest struct_size the library accepts."""
-    name = struct._fields_[-1][0]
+    """KILN_SIZE_UP_TO(struct, <last version-1 field>): the smallest struct_size the library
+    accepts. Fields appended later follow the one a struct names in `_v1_last_`."""
+    name = getattr(struct, "_v1_last_", struct._fields_[-1][0])
     field = getattr(struct, name)
     return field.offset + field.size
 

@@ -49,7 +49,7 @@ class ProgressSink final : public RunSink {
   // shorter.
   void draw(const io::ProgressState& s) {
     const auto now = Clock::now();
-    io::StatusLine& line = io::terminal_status_line();
+    io::StatusLine& line = *frame_.bar;
     if (!line.shown() || now - drawn_at_ >= std::chrono::milliseconds(100)) {
       line.draw(io::format_progress_bar(s, io::terminal_width() - 1));
       drawn_at_ = now;
@@ -58,7 +58,7 @@ class ProgressSink final : public RunSink {
   // The run's end and the caller's lines after it start on a clean line. (Log lines erase the
   // bar themselves: io/log.)
   void clear() {
-    if (frame_.bar) io::terminal_status_line().clear();
+    if (frame_.bar) frame_.bar->clear();
   }
 
   ProgressFrame frame_;

@@ -15,6 +15,9 @@
 namespace kiln::dist {
 class Heartbeat;
 }
+namespace kiln::io {
+class StatusLine;
+}
 
 namespace kiln::engine {
 
@@ -52,7 +55,7 @@ struct ProgressFrame {
   int64_t max_steps = 0;
   int64_t first_step = 0;  // steps done before this process began (a resume): the ETA's base
   std::chrono::steady_clock::time_point start;
-  bool bar = false;  // a progress bar on the terminal's status line
+  io::StatusLine* bar = nullptr;  // the terminal line a progress bar is drawn on; null: none
 };
 // A progress line every logged step; on a terminal, a bar in between.
 std::unique_ptr<RunSink> progress_sink(const ProgressFrame& frame);

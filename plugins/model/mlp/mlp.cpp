@@ -22,13 +22,13 @@ Linear::Linear(int64_t in_features, int64_t out_features) {
 
 at::Tensor Linear::forward(const at::Tensor& input) { return at::linear(input, weight_, bias_); }
 
-HiddenLayer::HiddenLayer(const kiln_host_api* host, int64_t in_features, int64_t out_features,
+HiddenLayer::HiddenLayer(const kiln::NormSource& norms, int64_t in_features, int64_t out_features,
                          bool norm, double dropout)
     : dropout_(dropout) {
   linear_ = register_module("linear", std::make_shared<Linear>(in_features, out_features));
   if (norm) {
     // The norm layer applies the relu itself, so a fusing norm plugin can do both in one pass.
-    norm_ = register_module("norm", kiln::make_norm_layer(host, out_features, KILN_ACT_RELU));
+    norm_ = register_module("norm", kiln::make_norm_layer(norms, out_features, KILN_ACT_RELU));
   }
 }
 
@@ -39,11 +39,11 @@ at::Tensor HiddenLayer::forward(const at::Tensor& input) {
   return x;
 }
 
-Mlp::Mlp(const kiln_host_api* host, const MlpConfig& config) {
+Mlp::Mlp(const kiln::NormSource& norms, const MlpConfig& config) {
   layers_ = register_module("layers", std::make_shared<kiln::BlockChain>());
   int64_t in = config.in_features;
   for (int64_t width : config.hidden) {
-    layers_->add(std::make_shared<HiddenLayer>(host, in, width, config.norm, config.dropout));
+    layers_->add(std::make_shared<HiddenLayer>(norms, in, width, config.norm, config.dropout));
     in = width;
   }
   const int64_t last = config.hidden.empty() ? config.in_features : config.hidden.back();

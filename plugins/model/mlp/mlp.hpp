@@ -37,7 +37,7 @@ class Linear : public torch::nn::Module {
 // One hidden layer; a block the host may checkpoint.
 class HiddenLayer : public torch::nn::Module {
  public:
-  HiddenLayer(const kiln_host_api* host, int64_t in_features, int64_t out_features, bool norm,
+  HiddenLayer(const kiln::NormSource& norms, int64_t in_features, int64_t out_features, bool norm,
               double dropout);
   at::Tensor forward(const at::Tensor& input);
 
@@ -49,7 +49,7 @@ class HiddenLayer : public torch::nn::Module {
 
 class Mlp : public kiln::Model {
  public:
-  Mlp(const kiln_host_api* host, const MlpConfig& config);
+  Mlp(const kiln::NormSource& norms, const MlpConfig& config);
   at::Tensor forward(const at::Tensor& input) override;
 
  private:

@@ -60,7 +60,8 @@ kiln_status* create(const kiln_host_api* host, const kiln_options* options,
       throw Error(KILN_ERR_INVALID_ARGUMENT, "mlp: create needs an input and an out pointer");
     }
     *out = nullptr;
-    auto model = std::make_shared<kiln_mlp::Mlp>(host, parse_config(options, *input));
+    auto model = std::make_shared<kiln_mlp::Mlp>(kiln::NormSource(host, input),
+                                                 parse_config(options, *input));
     *out = kiln::release_model(std::move(model));
   });
 }

@@ -19,7 +19,7 @@ at::Tensor Activation::apply_(at::Tensor& x) const {
 
 std::shared_ptr<kiln::NormLayer> BlockSetup::norm(int64_t features, bool activate,
                                                   bool overwrites) const {
-  return kiln::make_norm_layer(host, features, activate ? activation.kind : KILN_ACT_NONE,
+  return kiln::make_norm_layer(norms, features, activate ? activation.kind : KILN_ACT_NONE,
                                activate ? activation.param : 0.0, overwrites);
 }
 

@@ -24,7 +24,7 @@ struct Activation {
 
 // What every block of a network shares.
 struct BlockSetup {
-  const kiln_host_api* host = nullptr;
+  kiln::NormSource norms;  // where norm layers come from (the create call's host and context)
   Activation activation;
   // A norm layer; `overwrites` says the model never reads its input afterwards.
   std::shared_ptr<kiln::NormLayer> norm(int64_t features, bool activate, bool overwrites) const;

@@ -128,7 +128,8 @@ kiln_status* create(const kiln_host_api* host, const kiln_options* options,
       throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: create needs an input and an out pointer");
     }
     *out = nullptr;
-    auto model = std::make_shared<kiln_resnet::ResNet>(host, resolve_config(options, *input));
+    auto model = std::make_shared<kiln_resnet::ResNet>(kiln::NormSource(host, input),
+                                                       resolve_config(options, *input));
     *out = kiln::release_model(std::move(model));
   });
 }

@@ -17,9 +17,9 @@ at::Tensor Stem::forward(const at::Tensor& input) {
   return maxpool_ ? at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1}) : x;
 }
 
-ResNet::ResNet(const kiln_host_api* host, const ResNetConfig& config) {
+ResNet::ResNet(const kiln::NormSource& norms, const ResNetConfig& config) {
   BlockSetup setup;
-  setup.host = host;
+  setup.norms = norms;
   setup.activation = config.activation;
   const bool bare_stem = config.preact && !config.imagenet_stem;
   stem_ =

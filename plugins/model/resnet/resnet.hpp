@@ -46,7 +46,7 @@ class Stem : public torch::nn::Module {
 
 class ResNet : public kiln::Model {
  public:
-  ResNet(const kiln_host_api* host, const ResNetConfig& config);
+  ResNet(const kiln::NormSource& norms, const ResNetConfig& config);
   at::Tensor forward(const at::Tensor& input) override;
 
  private:

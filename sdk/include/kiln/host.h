@@ -1,7 +1,8 @@
 /*
  * kiln/host.h — services the host offers to plugins. The host fills one kiln_host_api and
  * passes it to plugin init and to every create function; the table and the functions in it stay
- * valid for the life of the process.
+ * valid for the life of the process. The table holds no run's state: what belongs to a run (its
+ * process group, its norm plugin) reaches a plugin through the kiln_call_context of a call.
  *
  * Thread-safety and blocking are stated per slot. "call context" arguments are the opaque
  * kiln_call_context* the host passed into the plugin function being executed; they are valid
@@ -108,7 +109,10 @@ typedef struct kiln_host_api {
   /* For torch-bound components (models) only: builds the pipeline's norm layer (from the norm
    * plugin, wrapped as a module with autograd) for `request`. `*out` receives a new handle owned
    * by the caller, taken over by kiln::make_norm_layer (kiln/torch.hpp). Not
-   * thread-safe; call from the model's create function. */
+   * thread-safe; call from the model's create function, on the thread that called it.
+   * Since ABI 1.6 this is the compatibility path of create_norm_layer_in: it reaches the run
+   * whose model create is in progress on the calling thread (one binding per thread, for the
+   * length of that create call). */
   KILN_MUST_USE_SLOT kiln_status* (*create_norm_layer)(const kiln_norm_request* request,
                                                        kiln_torch_module** out);
 
@@ -120,6 +124,15 @@ typedef struct kiln_host_api {
   /* Destroys a status the plugin received from a host service and does not pass back to the
    * host. NULL is ignored. Thread-safe. */
   void (*free_status)(kiln_status* status);
+
+  /* Since ABI 1.6 (read only when struct_size covers it). create_norm_layer for the model being
+   * built: `ctx` is kiln_model_input.ctx of the model's create call in progress, and names the
+   * run whose norm plugin builds the layer, so two runs in one process never take each other's.
+   * Same ownership as create_norm_layer. Not thread-safe for one ctx; call from the model's
+   * create function (kiln::make_norm_layer picks this slot when it has a ctx). */
+  KILN_MUST_USE_SLOT kiln_status* (*create_norm_layer_in)(kiln_call_context* ctx,
+                                                          const kiln_norm_request* request,
+                                                          kiln_torch_module** out);
 } kiln_host_api;
 
 #define KILN_HOST_API_V1_SIZE KILN_SIZE_UP_TO(kiln_host_api, free_status)

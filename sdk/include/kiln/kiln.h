@@ -33,10 +33,11 @@
  *  - version, plugin_abi, the status_* functions and the plugins_* functions may be called from
  *    any thread at any time.
  *  - Calls that create, train, evaluate, checkpoint or destroy sessions are serialized by one
- *    process-wide lock (LibTorch's random generator and Kiln's plugin hooks are per process):
- *    they may come from any thread, and two sessions may live at once, but their calls run one
- *    after another. Two sessions stepping in turn share the random generator, so their results
- *    depend on the interleaving; use one session at a time for reproducible runs.
+ *    process-wide lock (LibTorch's random generators are per process): they may come from any
+ *    thread, and two sessions may live at once, but their calls run one after another. Each
+ *    session keeps its own state of LibTorch's CPU random generator, put in place for its calls
+ *    and taken back after, so two one-process sessions on the CPU stepping in turn each train
+ *    as they would alone.
  *  - session_progress and session_last_metrics do not take that lock: they may be called from
  *    any thread while another thread trains, and see the state after the latest whole step.
  *  - session_cancel may be called from any thread (not from a signal handler) at any time
@@ -45,9 +46,13 @@
  *    only session_progress, session_last_metrics and session_cancel may be called on its
  *    session; any other session call returns KILN_ERR_FAILED_PRECONDITION.
  *
- * SIGNALS AND LOGS
- *  A session installs no signal handlers (the program owns them; call session_cancel from its
- *  handler thread instead). Kiln logs to stderr; kiln_session_options.log_level sets how much.
+ * PROCESS-WIDE SETTINGS, SIGNALS AND LOGS
+ *  A session changes nothing in the process that loaded libkiln unless its options ask
+ *  (kiln_session_options.process_settings, KILN_PROCESS_*): c10's CPU allocator, malloc's
+ *  tuning, torch's threads and flags and the signal handlers stay as the program set them.
+ *  Without KILN_PROCESS_SIGNALS a session installs no signal handlers (the program owns them;
+ *  call session_cancel from its handler thread instead). Kiln logs to stderr;
+ *  kiln_session_options.log_level sets how much.
  */
 #ifndef KILN_KILN_H_
 #define KILN_KILN_H_
@@ -109,8 +114,33 @@ typedef struct kiln_session_options {
   int32_t distributed;             /* nonzero: join the data-parallel run the environment
                                       describes (torchrun's or Slurm's variables, or `kiln
                                       launch`); zero: one process, whatever the environment */
+  uint32_t process_settings;       /* appended (read only when struct_size covers it):
+                                      KILN_PROCESS_* bits, what the session may change in the
+                                      whole process; 0: nothing (see PROCESS-WIDE SETTINGS) */
 } kiln_session_options;
 #define KILN_SESSION_OPTIONS_V1_SIZE KILN_SIZE_UP_TO(kiln_session_options, distributed)
+
+/* What a session may change in the whole process (kiln_session_options.process_settings, bits).
+ * `kiln run` makes all of them; a session makes none unless asked. */
+enum {
+  /* c10's CPU allocator becomes Kiln's counting one before the session's tensors, so that the
+   * metrics' tensor_mb, tensor_peak_mb and activation_mb are known on the CPU (without it they
+   * are NaN there, unless another session installed it). It stays for the life of the process. */
+  KILN_PROCESS_COUNT_CPU_MEMORY = 1,
+  /* The pipeline's run.threads, run.tf32 and run.cudnn_benchmark are applied to torch's global
+   * context (without it they are left as the program set them, and a set run.threads or
+   * run.tf32 is logged as not applied). They stay after the session. */
+  KILN_PROCESS_TORCH_SETTINGS = 2,
+  /* glibc's malloc thresholds are tuned for training (mallopt) once the session is built, unless
+   * the environment sets any MALLOC_*_ or GLIBC_TUNABLES. They stay after the session. */
+  KILN_PROCESS_TUNE_HEAP = 4,
+  /* SIGINT and SIGTERM stop the session after a whole step, with its checkpoint, as they stop
+   * `kiln run` (a second one exits at once); the program's handlers are put back at
+   * session_destroy. One session at a time: another asking while it lives is refused
+   * (KILN_ERR_FAILED_PRECONDITION). */
+  KILN_PROCESS_SIGNALS = 8,
+  KILN_PROCESS_ALL = 15 /* all of the above, as `kiln run` */
+};
 
 /* Where a session is (kiln_progress.state, int32_t). */
 enum {

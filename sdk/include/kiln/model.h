@@ -19,6 +19,9 @@ typedef struct kiln_model_input {
   int64_t height;      /* input height in pixels */
   int64_t width;       /* input width in pixels */
   int64_t num_classes; /* output logits per sample */
+  /* Since ABI 1.6 (read only when struct_size covers it): the create call's context, borrowed
+   * for the call; pass it to kiln_host_api.create_norm_layer_in (kiln::make_norm_layer does). */
+  kiln_call_context* ctx;
 } kiln_model_input;
 
 /* The model vtable (kiln_component_descriptor.vtable for KILN_COMPONENT_MODEL). */
@@ -27,7 +30,8 @@ typedef struct kiln_model_vtable {
 
   /* Required. Builds the model. `*out` receives a new handle owned by the host, released with
    * `destroy`; it wraps a kiln::Model (kiln/torch.hpp). Norm layers come from
-   * host->create_norm_layer. Called from one thread. */
+   * host->create_norm_layer_in(input->ctx, ...) (kiln::make_norm_layer). Called from one
+   * thread. */
   KILN_MUST_USE_SLOT kiln_status* (*create)(const kiln_host_api* host, const kiln_options* options,
                                             const kiln_model_input* input, kiln_torch_module** out);
 

@@ -19,6 +19,7 @@
 #include <utility>
 #include <vector>
 
+#include "kiln/model.h"
 #include "kiln/sdk.hpp"
 
 #define KILN_TORCH_VERSION TORCH_VERSION
@@ -129,13 +130,30 @@ inline std::shared_ptr<Model> model_from_handle(kiln_torch_module* handle) {
   return reinterpret_cast<ModuleBox<Model>*>(handle)->module;
 }
 
+// Model plugin side: where a model's norm layers come from, the host's table and the context of
+// the model's create call (kiln_model_input.ctx, ABI 1.6), which names the run being built.
+// Built from the host alone (ctx NULL), or from a host before 1.6, it asks through
+// create_norm_layer, the thread-bound compatibility path (kiln/host.h).
+struct NormSource {
+  const kiln_host_api* host = nullptr;
+  kiln_call_context* ctx = nullptr;
+
+  NormSource() = default;
+  NormSource(const kiln_host_api* h) : host(h) {}  // NOLINT: a host alone converts
+  NormSource(const kiln_host_api* h, const kiln_model_input* input)
+      : host(h),
+        ctx(input != nullptr && KILN_HAS_FIELD(input, kiln_model_input, ctx) ? input->ctx
+                                                                             : nullptr) {}
+};
+
 // Model plugin side: asks the host for the pipeline's norm layer and takes ownership of it.
 // Pass `may_overwrite_input` = true only when the model never reads the layer's input after the
 // layer ran (an in-place layer may then overwrite it instead of taking a copy).
-inline std::shared_ptr<NormLayer> make_norm_layer(const kiln_host_api* host, int64_t features,
+inline std::shared_ptr<NormLayer> make_norm_layer(const NormSource& source, int64_t features,
                                                   int32_t activation = KILN_ACT_NONE,
                                                   double activation_param = 0.0,
                                                   bool may_overwrite_input = false) {
+  const kiln_host_api* host = source.host;
   kiln_norm_request request{};
   request.struct_size = sizeof(request);
   request.num_features = features;
@@ -143,10 +161,15 @@ inline std::shared_ptr<NormLayer> make_norm_layer(const kiln_host_api* host, int
   request.may_overwrite_input = may_overwrite_input ? 1 : 0;
   request.activation_param = activation_param;
   kiln_torch_module* handle = nullptr;
-  if (host->create_norm_layer == nullptr) {
+  const bool in_ctx = source.ctx != nullptr &&
+                      KILN_HAS_FIELD(host, kiln_host_api, create_norm_layer_in) &&
+                      host->create_norm_layer_in != nullptr;
+  if (!in_ctx && host->create_norm_layer == nullptr) {
     throw Error(KILN_ERR_UNSUPPORTED, "host offers no create_norm_layer");
   }
-  if (kiln_status* status = host->create_norm_layer(&request, &handle)) {
+  kiln_status* status = in_ctx ? host->create_norm_layer_in(source.ctx, &request, &handle)
+                               : host->create_norm_layer(&request, &handle);
+  if (status != nullptr) {
     // Carry code and message into the exception (the guard turns it back into a status).
     Error error(host->status_code(status), host->status_message(status));
     host->free_status(status);

@@ -400,6 +400,24 @@ pub struct Options {
     pub log_level: LogLevel,
     /// Join the data-parallel run the environment describes (torchrun, Slurm, `kiln launch`).
     pub distributed: bool,
+    /// What the session may change in the whole process (`process::*` bits): 0, the default,
+    /// leaves the process as it is; `process::ALL` does what `kiln run` does.
+    pub process_settings: u32,
+}
+
+/// Bits of `Options::process_settings` (`KILN_PROCESS_*`).
+pub mod process {
+    use crate::sys;
+    /// c10's CPU allocator becomes Kiln's counting one: the CPU's tensor_* metrics (else NaN).
+    pub const COUNT_CPU_MEMORY: u32 = sys::KILN_PROCESS_COUNT_CPU_MEMORY;
+    /// run.threads, run.tf32 and run.cudnn_benchmark on torch's global context.
+    pub const TORCH_SETTINGS: u32 = sys::KILN_PROCESS_TORCH_SETTINGS;
+    /// glibc's malloc thresholds tuned for training.
+    pub const TUNE_HEAP: u32 = sys::KILN_PROCESS_TUNE_HEAP;
+    /// SIGINT/SIGTERM stop the session after a whole step, while it lives (one at a time).
+    pub const SIGNALS: u32 = sys::KILN_PROCESS_SIGNALS;
+    /// All of the above, as `kiln run`.
+    pub const ALL: u32 = sys::KILN_PROCESS_ALL;
 }
 
 impl Options {
@@ -429,6 +447,10 @@ impl Options {
     }
     pub fn distributed(mut self, on: bool) -> Options {
         self.distributed = on;
+        self
+    }
+    pub fn process_settings(mut self, bits: u32) -> Options {
+        self.process_settings = bits;
         self
     }
 }
@@ -482,6 +504,7 @@ impl RawOptions {
         raw.plugin_path_count = plugin_paths.len();
         raw.log_level = o.log_level.raw();
         raw.distributed = i32::from(o.distributed);
+        raw.process_settings = o.process_settings;
         Ok(RawOptions {
             raw,
             _strings: strings,

@@ -30,6 +30,13 @@ pub const KILN_LOG_WARN: i32 = 3;
 pub const KILN_LOG_ERROR: i32 = 4;
 pub const KILN_LOG_OFF: i32 = 5;
 
+// kiln_session_options.process_settings (bits)
+pub const KILN_PROCESS_COUNT_CPU_MEMORY: u32 = 1;
+pub const KILN_PROCESS_TORCH_SETTINGS: u32 = 2;
+pub const KILN_PROCESS_TUNE_HEAP: u32 = 4;
+pub const KILN_PROCESS_SIGNALS: u32 = 8;
+pub const KILN_PROCESS_ALL: u32 = 15;
+
 // kiln_progress.state
 pub const KILN_SESSION_READY: i32 = 0;
 pub const KILN_SESSION_FINISHED: i32 = 1;
@@ -93,6 +100,7 @@ pub struct KilnSessionOptions {
     pub resume: *const c_char,
     pub log_level: i32,
     pub distributed: i32,
+    pub process_settings: u32,
 }
 
 /// `kiln_progress`.

@@ -70,6 +70,7 @@ fn all_fields() -> Vec<Field> {
             resume,
             log_level,
             distributed,
+            process_settings,
         ]
     ));
     v.extend(fields!(
@@ -194,7 +195,7 @@ fn offset_of(fields: &[Field], name: &str) -> usize {
 #[cfg(target_pointer_width = "64")]
 fn layout_matches_hand_computed_lp64_values() {
     assert_eq!(size_of::<KilnVersion>(), 12);
-    assert_eq!(size_of::<KilnSessionOptions>(), 64);
+    assert_eq!(size_of::<KilnSessionOptions>(), 72); // process_settings appended
     assert_eq!(size_of::<KilnProgress>(), 88);
     assert_eq!(size_of::<KilnMetrics>(), 120);
     assert_eq!(size_of::<KilnPluginInfo>(), 64);
@@ -211,6 +212,7 @@ fn layout_matches_hand_computed_lp64_values() {
         ("kiln_session_options.resume", 48),
         ("kiln_session_options.log_level", 56),
         ("kiln_session_options.distributed", 60),
+        ("kiln_session_options.process_settings", 64),
         ("kiln_progress.state", 8),
         ("kiln_progress.epoch_ended", 12),
         ("kiln_progress.step", 16),
