@@ -57,8 +57,8 @@ static kiln_status* aimd_update(void* instance, int32_t grads_finite, double* sc
   return NULL;
 }
 
-static const kiln_precision_vtable aimd_vtable = {sizeof(kiln_precision_vtable), aimd_create,
-                                                  aimd_destroy, aimd_policy, aimd_update, NULL, NULL};
+static const kiln_precision_vtable aimd_vtable = {
+    sizeof(kiln_precision_vtable), aimd_create, aimd_destroy, aimd_policy, aimd_update, NULL, NULL};
 
 static const kiln_capabilities aimd_caps = {
     sizeof(kiln_capabilities),

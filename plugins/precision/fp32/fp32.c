@@ -40,8 +40,8 @@ static kiln_status* fp32_policy(void* instance, kiln_precision_policy* policy) {
   return NULL;
 }
 
-static const kiln_precision_vtable fp32_vtable = {sizeof(kiln_precision_vtable), fp32_create,
-                                                  fp32_destroy, fp32_policy, NULL, NULL, NULL};
+static const kiln_precision_vtable fp32_vtable = {
+    sizeof(kiln_precision_vtable), fp32_create, fp32_destroy, fp32_policy, NULL, NULL, NULL};
 
 static const kiln_capabilities fp32_caps = {
     sizeof(kiln_capabilities), KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA | KILN_CAP_DTYPE_F32, 0,
