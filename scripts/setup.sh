@@ -9,6 +9,8 @@ VENV="$KILN_CACHE/venv"
 PACKAGES=(build-essential cmake ninja-build ccache pkg-config zlib1g-dev
           libboost-dev libboost-filesystem-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
           libgtest-dev libcli11-dev libdlpack-dev libgloo-dev libcairo2-dev dataset-fashion-mnist python3-venv
+          nlohmann-json3-dev         # JSON: safetensors headers, metrics lines (read and written)
+          clang-format clang-tidy    # scripts/format.sh (CI's format check), scripts/tidy.sh
           clang libclang-rt-14-dev   # clang + libFuzzer: the fuzz targets (scripts/fuzz.sh)
           abigail-tools)             # abidw/abidiff: libkiln's ABI report (scripts/abi_report.sh)
 # The Rust binding's test needs cargo: rustup's when present, else Debian's.

@@ -95,27 +95,6 @@ std::string caps_text(uint64_t f) {
   return fmt::format("{}", fmt::join(parts, ", "));
 }
 
-const char* type_text(int32_t type) {
-  switch (type) {
-    case KILN_OPT_BOOL:
-      return "bool";
-    case KILN_OPT_INT:
-      return "int";
-    case KILN_OPT_FLOAT:
-      return "float";
-    case KILN_OPT_STRING:
-      return "string";
-    case KILN_OPT_INT_LIST:
-      return "int list";
-    case KILN_OPT_FLOAT_LIST:
-      return "float list";
-    case KILN_OPT_STRING_LIST:
-      return "string list";
-    default:
-      return "?";
-  }
-}
-
 }  // namespace
 
 int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume,
@@ -317,7 +296,7 @@ int plugins_describe(const std::string& name, const std::vector<std::string>& ex
     std::string range = config::bounds_text(o);
     if (!range.empty()) range = " " + range;
     if (o.choices != nullptr) range += fmt::format(" one of: {}", o.choices);
-    fmt::print("    {:<18} {:<11} default {:<10}{}  {}\n", o.name, type_text(o.type),
+    fmt::print("    {:<18} {:<11} default {:<10}{}  {}\n", o.name, config::option_type_name(o.type),
                o.default_value != nullptr ? o.default_value : "(required)", range,
                o.doc != nullptr ? o.doc : "");
   }

@@ -26,39 +26,39 @@ std::string int_text(const int64_t& v) { return std::to_string(v); }
 std::string float_text(const double& v) { return format_toml_float(v); }
 std::string string_text(const std::string& v) { return quote_toml_string(v); }
 
-const char* type_word(int32_t type) {
-  switch (type) {
-    case KILN_OPT_BOOL:
-      return "a boolean";
-    case KILN_OPT_INT:
-      return "an integer";
-    case KILN_OPT_FLOAT:
-      return "a float";
-    case KILN_OPT_STRING:
-      return "a string";
-    case KILN_OPT_INT_LIST:
-      return "an integer list";
-    case KILN_OPT_FLOAT_LIST:
-      return "a float list";
-    case KILN_OPT_STRING_LIST:
-      return "a string list";
-    default:
-      return "of an unknown type";
-  }
-}
-
 // Typed getters are only reached through host code that knows the schema, so a mismatch is a
 // programming error rather than a user error.
 const Value& typed(const OptionSet& set, const std::string& name, int32_t type) {
   const Value& v = set.get(name);
   if (v.type != type) {
-    throw std::logic_error("option '" + name + "' is " + type_word(v.type) + ", not " +
-                           type_word(type));
+    throw std::logic_error("option '" + name + "' is " + option_type_name(v.type) + ", not " +
+                           option_type_name(type));
   }
   return v;
 }
 
 }  // namespace
+
+const char* option_type_name(int32_t option_type) {
+  switch (option_type) {
+    case KILN_OPT_BOOL:
+      return "bool";
+    case KILN_OPT_INT:
+      return "int";
+    case KILN_OPT_FLOAT:
+      return "float";
+    case KILN_OPT_STRING:
+      return "string";
+    case KILN_OPT_INT_LIST:
+      return "int list";
+    case KILN_OPT_FLOAT_LIST:
+      return "float list";
+    case KILN_OPT_STRING_LIST:
+      return "string list";
+    default:
+      return "?";
+  }
+}
 
 std::string Value::to_toml() const {
   switch (type) {

@@ -28,6 +28,10 @@ class ConfigError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// An option type's short name, as `kiln plugins describe` and docs/config.md list it: bool, int,
+// float, string, int list, float list, string list.
+const char* option_type_name(int32_t option_type);
+
 // One validated value (typed per KILN_OPT_*).
 struct Value {
   int32_t type = 0;  // KILN_OPT_*

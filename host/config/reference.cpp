@@ -9,27 +9,6 @@
 namespace kiln::config {
 namespace {
 
-const char* type_name(int32_t type) {
-  switch (type) {
-    case KILN_OPT_BOOL:
-      return "bool";
-    case KILN_OPT_INT:
-      return "int";
-    case KILN_OPT_FLOAT:
-      return "float";
-    case KILN_OPT_STRING:
-      return "string";
-    case KILN_OPT_INT_LIST:
-      return "int list";
-    case KILN_OPT_FLOAT_LIST:
-      return "float list";
-    case KILN_OPT_STRING_LIST:
-      return "string list";
-    default:
-      return "?";
-  }
-}
-
 std::string bound(double v) {
   // The schemas express "> 0" as ">= the smallest positive double".
   return format_number(v);
@@ -64,7 +43,7 @@ std::string table(const kiln_option_spec* specs, size_t count) {
   std::string out = "| key | type | default | allowed | description |\n|---|---|---|---|---|\n";
   for (size_t i = 0; i < count; ++i) {
     const kiln_option_spec& s = specs[i];
-    out += "| `" + std::string(s.name) + "` | " + type_name(s.type) + " | " +
+    out += "| `" + std::string(s.name) + "` | " + option_type_name(s.type) + " | " +
            (s.default_value != nullptr ? "`" + cell(s.default_value) + "`" : "required") + " | " +
            cell(range(s)) + " | " + cell(s.doc != nullptr ? s.doc : "") + " |\n";
   }

@@ -112,6 +112,8 @@ Dataset make_synthetic(const SyntheticSpec& spec) {
           const double fx = gx - double(x0);
           const double top = grid[y0][x0] * (1 - fx) + grid[y0][x0 + 1] * fx;
           const double bottom = grid[y0 + 1][x0] * (1 - fx) + grid[y0 + 1][x0 + 1] * fx;
+          // + 0.5 and truncation, not lround: the synthetic images stay the bytes they were.
+          // NOLINTNEXTLINE(bugprone-incorrect-roundings)
           plane[y * spec.width + x] = static_cast<uint8_t>(top * (1 - fy) + bottom * fy + 0.5);
         }
       }

@@ -3,11 +3,12 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include <boost/crc.hpp>
 #include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
+
+#include "io/crc.hpp"
 
 namespace kiln::engine {
 namespace {
@@ -68,9 +69,7 @@ ConfigKeys config_identity(const config::Pipeline& p) { return identity_lines(p)
 
 std::string config_hash(const config::Pipeline& p) {
   const std::string kept = identity_lines(p).hashed;
-  boost::crc_32_type crc;
-  crc.process_bytes(kept.data(), kept.size());
-  return fmt::format("crc32:{:08x}", crc.checksum());
+  return fmt::format("crc32:{:08x}", io::crc_of<io::Crc32>(kept.data(), kept.size()));
 }
 
 std::string config_difference(const ConfigKeys& checkpoint, const ConfigKeys& here) {

@@ -6,13 +6,13 @@
 #include <unistd.h>
 
 #include <algorithm>
-#include <boost/crc.hpp>
 #include <boost/filesystem.hpp>
 #include <charconv>
 #include <fstream>
 #include <iterator>
 #include <sstream>
 
+#include "io/crc.hpp"
 #include "io/safetensors.hpp"
 
 namespace kiln::io {
@@ -27,7 +27,7 @@ std::string step_name(int64_t step) { return fmt::format("step-{:09d}", step); }
 std::pair<int64_t, uint32_t> size_and_crc(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) throw CheckpointError(path + ": missing");
-  boost::crc_32_type crc;
+  Crc32 crc;
   int64_t size = 0;
   char buffer[1 << 16];
   while (in.read(buffer, sizeof buffer) || in.gcount() > 0) {

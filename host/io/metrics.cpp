@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstring>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 #include <string>
 #include <string_view>
@@ -86,29 +87,11 @@ class Line {
   size_t start_;  // where this line begins in b_
 };
 
-// `text` as a JSON string literal (group names come from regular expressions: quotes and
-// backslashes are common).
-std::string json_string(std::string_view text) {
-  std::string out = "\"";
-  for (const char c : text) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<unsigned>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
-}
-
 }  // namespace
 
 void MetricsWriter::set_lr_groups(const std::vector<std::string>& names) {
-  lr_groups_ = "[";
-  for (size_t i = 0; i < names.size(); ++i) lr_groups_ += (i ? "," : "") + json_string(names[i]);
-  lr_groups_ += "]";
+  // Group names come from regular expressions: quotes and backslashes are common.
+  lr_groups_ = nlohmann::json(names).dump();
 }
 
 MetricsWriter::MetricsWriter(const std::string& path, bool append) {

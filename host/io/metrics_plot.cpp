@@ -1,20 +1,15 @@
-// PropertyTree's JSON parser includes the old boost/bind.hpp, which otherwise prints a
-// deprecation note in every build.
-#define BOOST_BIND_GLOBAL_PLACEHOLDERS
 #include "io/metrics_plot.hpp"
 
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <boost/optional.hpp>
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
 #include <cerrno>
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <stdexcept>
 
@@ -23,7 +18,7 @@
 namespace kiln::io {
 namespace {
 
-namespace pt = boost::property_tree;
+using Json = nlohmann::json;
 
 constexpr double kNaN = std::numeric_limits<double>::quiet_NaN();
 
@@ -36,24 +31,22 @@ struct LineContext {
   }
 };
 
-// PropertyTree keeps every JSON scalar as text: null arrives as "null".
-double parse_number(const LineContext& where, const std::string& key, const std::string& text) {
-  if (text == "null") return kNaN;
-  const char* begin = text.c_str();
-  char* end = nullptr;
-  const double v = std::strtod(begin, &end);
-  if (text.empty() || end != begin + text.size()) {
-    where.fail(fmt::format("\"{}\" is not a number: {}", key, text));
+// A number, or NaN for a null (the writer's non-finite values) or an absent field.
+double number_of(const LineContext& where, const std::string& key, const Json& value) {
+  if (value.is_null()) return kNaN;
+  if (!value.is_number()) {
+    where.fail(fmt::format("\"{}\" is not a number: {}", key,
+                           value.is_string() ? value.get<std::string>() : value.dump()));
   }
-  return v;
+  return value.get<double>();
 }
 
-double number(const LineContext& where, const pt::ptree& obj, const std::string& key) {
-  const auto child = obj.get_child_optional(key);
-  return child ? parse_number(where, key, child->data()) : kNaN;
+double number(const LineContext& where, const Json& obj, const std::string& key) {
+  const auto it = obj.find(key);
+  return it == obj.end() ? kNaN : number_of(where, key, *it);
 }
 
-int64_t integer(const LineContext& where, const pt::ptree& obj, const std::string& key) {
+int64_t integer(const LineContext& where, const Json& obj, const std::string& key) {
   const double v = number(where, obj, key);
   if (!std::isfinite(v) || v != std::floor(v)) {
     where.fail(fmt::format("\"{}\" must be an integer", key));
@@ -61,24 +54,22 @@ int64_t integer(const LineContext& where, const pt::ptree& obj, const std::strin
   return static_cast<int64_t>(v);
 }
 
-std::vector<std::string> strings(const pt::ptree& obj, const std::string& key) {
+std::vector<std::string> strings(const Json& obj, const std::string& key) {
   std::vector<std::string> out;
-  const auto child = obj.get_child_optional(key);
-  if (!child) return out;
-  for (const auto& item : *child) out.push_back(item.second.data());
+  const auto it = obj.find(key);
+  if (it == obj.end() || !it->is_array()) return out;
+  for (const Json& item : *it)
+    out.push_back(item.is_string() ? item.get<std::string>() : item.dump());
   return out;
 }
 
-std::vector<double> numbers(const LineContext& where, const pt::ptree& obj,
-                            const std::string& key) {
+// An array of numbers; a single number where an array was expected is one group.
+std::vector<double> numbers(const LineContext& where, const Json& obj, const std::string& key) {
   std::vector<double> out;
-  const auto child = obj.get_child_optional(key);
-  if (!child) return out;
-  if (child->empty()) {  // a scalar where an array was expected: one group
-    if (!child->data().empty()) out.push_back(parse_number(where, key, child->data()));
-    return out;
-  }
-  for (const auto& item : *child) out.push_back(parse_number(where, key, item.second.data()));
+  const auto it = obj.find(key);
+  if (it == obj.end()) return out;
+  if (!it->is_array()) return {number_of(where, key, *it)};
+  for (const Json& item : *it) out.push_back(number_of(where, key, item));
   return out;
 }
 
@@ -115,32 +106,32 @@ MetricsLog read_metrics(const std::string& path) {
     if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
 
     const LineContext where{path, line_no};
-    pt::ptree obj;
+    Json obj;
     try {
-      std::istringstream line_in(line);
-      pt::read_json(line_in, obj);
-    } catch (const pt::json_parser_error& e) {
+      obj = Json::parse(line);
+    } catch (const Json::parse_error& e) {
       if (!complete) break;  // the trainer is still writing it
-      where.fail("bad JSON: " + e.message());
+      where.fail(std::string("bad JSON: ") + e.what());
     }
-    const auto type = obj.get_optional<std::string>("type");
-    if (!type) where.fail("no \"type\"");
-    if (*type == "step") {
+    const auto type_field = obj.find("type");
+    if (type_field == obj.end() || !type_field->is_string()) where.fail("no \"type\"");
+    const std::string type = type_field->get<std::string>();
+    if (type == "step") {
       MetricsStep s;
       s.step = integer(where, obj, "step");
-      s.epoch = obj.get_child_optional("epoch") ? integer(where, obj, "epoch") : 0;
+      s.epoch = obj.contains("epoch") ? integer(where, obj, "epoch") : 0;
       s.loss = number(where, obj, "loss");
       s.lr = numbers(where, obj, "lr");
       s.loss_scale = number(where, obj, "loss_scale");
       s.grad_norm = number(where, obj, "grad_norm");
-      s.skipped = obj.get<std::string>("skipped", "false") == "true";
+      s.skipped = obj.value("skipped", Json(false)) == true;
       std::vector<std::string> names = strings(obj, "lr_groups");
       if (!names.empty()) log.lr_groups = std::move(names);
       // A resumed run repeats the steps after its checkpoint, and the evaluations among them.
       while (!log.steps.empty() && log.steps.back().step >= s.step) log.steps.pop_back();
       while (!log.evals.empty() && log.evals.back().step >= s.step) log.evals.pop_back();
       log.steps.push_back(std::move(s));
-    } else if (*type == "eval") {
+    } else if (type == "eval") {
       MetricsEval e;
       e.epoch = integer(where, obj, "epoch");
       e.step = integer(where, obj, "step");

@@ -29,7 +29,7 @@ double eta_seconds(const ProgressState& s) {
 
 std::string format_duration(double seconds) {
   if (!std::isfinite(seconds) || seconds < 0) return "?";
-  auto total = static_cast<int64_t>(seconds + 0.5);
+  const int64_t total = std::llround(seconds);
   int64_t h = total / 3600, m = (total / 60) % 60, s = total % 60;
   return h > 0 ? fmt::format("{}:{:02}:{:02}", h, m, s) : fmt::format("{}:{:02}", m, s);
 }

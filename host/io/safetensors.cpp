@@ -8,6 +8,7 @@
 #include <cerrno>
 #include <cstring>
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <stdexcept>
 
 #include "io/safetensors_layout.hpp"
@@ -28,21 +29,6 @@ const char* dtype_code(at::ScalarType t) {
     if (dtype == t) return code;
   }
   throw std::runtime_error(std::string("safetensors: no code for dtype ") + c10::toString(t));
-}
-
-std::string json_string(const std::string& s) {
-  std::string out = "\"";
-  for (char c : s) {
-    if (c == '"' || c == '\\') {
-      out += '\\';
-      out += c;
-    } else if (static_cast<unsigned char>(c) < 0x20) {
-      out += fmt::format("\\u{:04x}", static_cast<int>(c));
-    } else {
-      out += c;
-    }
-  }
-  return out + "\"";
 }
 
 // Writes all of `size` bytes or throws.
@@ -95,15 +81,9 @@ void write_safetensors(const std::string& path,
                        const std::map<std::string, std::string>& metadata) {
   std::vector<at::Tensor> data;
   std::string header = "{";
-  if (!metadata.empty()) {
-    header += "\"__metadata__\":{";
-    bool first = true;
-    for (const auto& [k, v] : metadata) {
-      header += (first ? "" : ",") + json_string(k) + ":" + json_string(v);
-      first = false;
-    }
-    header += "}";
-  }
+  // Names and metadata escaped by nlohmann-json; text that is not UTF-8 throws (no reader
+  // could take it).
+  if (!metadata.empty()) header += "\"__metadata__\":" + nlohmann::json(metadata).dump();
   size_t offset = 0;
   for (const auto& [name, tensor] : tensors) {
     at::Tensor t = tensor.detach().to(at::kCPU).contiguous();
@@ -111,7 +91,7 @@ void write_safetensors(const std::string& path,
     std::string shape;
     for (int64_t d = 0; d < t.dim(); ++d) shape += (d ? "," : "") + std::to_string(t.size(d));
     header += fmt::format("{}{}:{{\"dtype\":\"{}\",\"shape\":[{}],\"data_offsets\":[{},{}]}}",
-                          header.size() > 1 ? "," : "", json_string(name),
+                          header.size() > 1 ? "," : "", nlohmann::json(name).dump(),
                           dtype_code(t.scalar_type()), shape, offset, offset + bytes);
     offset += bytes;
     data.push_back(std::move(t));

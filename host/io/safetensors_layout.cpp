@@ -1,19 +1,18 @@
 #include "io/safetensors_layout.hpp"
 
 #include <algorithm>
-#include <boost/property_tree/json_parser.hpp>
-#include <boost/property_tree/ptree.hpp>
-#include <charconv>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <set>
-#include <sstream>
+#include <type_traits>
 
 #include "io/untrusted.hpp"
 
 namespace kiln::io {
 namespace {
 
-namespace pt = boost::property_tree;
+using Json = nlohmann::json;
 
 // The dtypes io/safetensors.cpp maps to torch types, with their sizes.
 const std::pair<const char*, size_t> kDtypeSizes[] = {
@@ -26,59 +25,27 @@ std::string known_dtypes() {
   return out;
 }
 
-// A header is an object of tensors (objects) whose shapes and offsets are arrays: three levels.
-// Boost's JSON parser recurses once per level, so deeper text is refused before it is parsed.
+// A header is an object of tensors (objects) whose shapes and offsets are arrays: three levels,
+// as safetensors allows; deeper text is refused while it is parsed, before it is built.
 constexpr int kMaxDepth = 3;
 
-int nesting_depth(std::string_view text) {
-  int depth = 0, deepest = 0;
-  bool in_string = false, escaped = false;
-  for (const char c : text) {
-    if (in_string) {
-      if (escaped) {
-        escaped = false;
-      } else if (c == '\\') {
-        escaped = true;
-      } else if (c == '"') {
-        in_string = false;
-      }
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      deepest = std::max(deepest, ++depth);
-      if (deepest > kMaxDepth) return deepest;
-    } else if (c == '}' || c == ']') {
-      --depth;
-    }
-  }
-  return deepest;
-}
-
-// The parser keeps numbers as their text, and an array as children with empty keys.
-bool is_leaf(const pt::ptree& node) { return node.empty(); }
-bool is_array(const pt::ptree& node) {
-  return node.data().empty() &&
-         std::all_of(node.begin(), node.end(), [](const auto& kid) { return kid.first.empty(); });
-}
-// An empty {} reads like [] and "": those pass as an empty object.
-bool is_object(const pt::ptree& node) {
-  return node.data().empty() &&
-         std::none_of(node.begin(), node.end(), [](const auto& kid) { return kid.first.empty(); });
-}
-
-// A JSON integer's text as T; nullopt for anything else (fractions, exponents, strings of
-// letters) or a value outside T.
+// A JSON integer as T; nullopt for anything else (fractions, exponents, strings such as "4") or
+// a value outside T. The parser keeps integers >= 0 as unsigned, negative ones as signed.
 template <class T>
-std::optional<T> integer_of(const pt::ptree& node) {
-  if (!is_leaf(node)) return std::nullopt;
-  const std::string& text = node.data();
-  T value{};
-  const auto [end, error] = std::from_chars(text.data(), text.data() + text.size(), value);
-  if (text.empty() || error != std::errc() || end != text.data() + text.size()) {
-    return std::nullopt;
+std::optional<T> integer_of(const Json& node) {
+  if (node.is_number_unsigned()) {
+    const auto v = node.get<uint64_t>();
+    if (v > static_cast<uint64_t>(std::numeric_limits<T>::max())) return std::nullopt;
+    return static_cast<T>(v);
   }
-  return value;
+  if constexpr (std::is_signed_v<T>) {
+    if (node.is_number_integer()) return static_cast<T>(node.get<int64_t>());
+  }
+  return std::nullopt;
 }
+
+// A value from the header for a message: strings in JSON's quotes, so "4" and 4 differ.
+std::string json_text(const Json& node) { return quote_name(node.dump()); }
 
 class HeaderReader {
  public:
@@ -89,24 +56,24 @@ class HeaderReader {
     fail("tensor " + quote_name(tensor) + ": " + why);
   }
 
-  SafetensorsEntry entry(const std::string& name, const pt::ptree& node) const {
-    if (!is_object(node)) fail(name, "is not an object of dtype, shape, data_offsets");
+  SafetensorsEntry entry(const std::string& name, const Json& node) const {
+    if (!node.is_object()) fail(name, "is not an object of dtype, shape, data_offsets");
     SafetensorsEntry e;
     e.name = name;
-    const auto dtype = node.get_child_optional("dtype");
-    if (!dtype || !is_leaf(*dtype)) fail(name, "has no dtype");
-    e.dtype = dtype->data();
+    const auto dtype = node.find("dtype");
+    if (dtype == node.end()) fail(name, "has no dtype");
+    e.dtype = dtype->is_string() ? dtype->get<std::string>() : dtype->dump();
     const size_t element_size = safetensors_element_size(e.dtype);
     if (element_size == 0) {
       fail(name, "dtype " + quote_name(e.dtype) + " is not one of " + known_dtypes());
     }
 
-    const auto shape = node.get_child_optional("shape");
-    if (!shape || !is_array(*shape)) fail(name, "shape is not a list of integers");
-    for (const auto& [unused, dim] : *shape) {
+    const auto shape = node.find("shape");
+    if (shape == node.end() || !shape->is_array()) fail(name, "shape is not a list of integers");
+    for (const Json& dim : *shape) {
       const std::optional<int64_t> d = integer_of<int64_t>(dim);
       if (!d || *d < 0) {
-        fail(name, "shape has " + quote_name(dim.data()) + ", not an integer >= 0 below 2^63");
+        fail(name, "shape has " + json_text(dim) + ", not an integer >= 0 below 2^63");
       }
       e.shape.push_back(*d);
     }
@@ -118,10 +85,10 @@ class HeaderReader {
                      " needs more than 2^63 bytes (overflows 64 bits)");
     }
 
-    const auto offsets = node.get_child_optional("data_offsets");
+    const auto offsets = node.find("data_offsets");
     std::vector<std::optional<uint64_t>> range;
-    if (offsets && is_array(*offsets)) {
-      for (const auto& [unused, offset] : *offsets) range.push_back(integer_of<uint64_t>(offset));
+    if (offsets != node.end() && offsets->is_array()) {
+      for (const Json& offset : *offsets) range.push_back(integer_of<uint64_t>(offset));
     }
     if (range.size() != 2 || !range[0] || !range[1]) {
       fail(name, "data_offsets is not [begin, end], two integers >= 0");
@@ -211,28 +178,38 @@ SafetensorsLayout read_safetensors_layout(std::istream& in, uint64_t file_size,
   if (first == std::string::npos || header[first] != '{') {
     throw fail("header is not a JSON object");
   }
-  if (nesting_depth(header) > kMaxDepth) {
-    throw fail("header nests deeper than safetensors' " + std::to_string(kMaxDepth) + " levels");
-  }
-  pt::ptree root;
+  // A JSON object keeps one value per key: a tensor named twice is caught as it is parsed.
+  std::set<std::string> names;
+  std::optional<std::string> twice;
+  const auto check = [&](int depth, Json::parse_event_t event, Json& parsed) {
+    const bool opens =
+        event == Json::parse_event_t::object_start || event == Json::parse_event_t::array_start;
+    if (opens && depth >= kMaxDepth) {  // the container opened at `depth` is level depth + 1
+      throw fail("header nests deeper than safetensors' " + std::to_string(kMaxDepth) + " levels");
+    }
+    if (event == Json::parse_event_t::key && depth == 1 && !twice &&
+        !names.insert(parsed.get<std::string>()).second) {
+      twice = parsed.get<std::string>();
+    }
+    return true;
+  };
+  Json root;
   try {
-    std::istringstream text(header);
-    pt::read_json(text, root);
-  } catch (const pt::ptree_error& e) {
+    root = Json::parse(header, check);
+  } catch (const Json::exception& e) {
     throw fail(std::string("header is not JSON: ") + e.what());
   }
 
   SafetensorsLayout layout;
   layout.data_start = 8 + length;
   const HeaderReader reader(path, file_size - layout.data_start);
-  std::set<std::string> names;
-  for (const auto& [name, node] : root) {
-    if (!names.insert(name).second) reader.fail(name, "appears twice in the header");
+  if (twice) reader.fail(*twice, "appears twice in the header");
+  for (const auto& [name, node] : root.items()) {
     if (name == "__metadata__") {
-      if (!is_object(node)) reader.fail("__metadata__ is not an object");
-      for (const auto& [key, value] : node) {
-        if (!is_leaf(value)) reader.fail("__metadata__ " + quote_name(key) + " is not a string");
-        layout.metadata[key] = value.data();
+      if (!node.is_object()) reader.fail("__metadata__ is not an object");
+      for (const auto& [key, value] : node.items()) {
+        if (!value.is_string()) reader.fail("__metadata__ " + quote_name(key) + " is not a string");
+        layout.metadata[key] = value.get<std::string>();
       }
       continue;
     }

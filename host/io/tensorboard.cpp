@@ -4,40 +4,19 @@
 #include <limits.h>
 #include <unistd.h>
 
-#include <array>
 #include <boost/filesystem/operations.hpp>
 #include <cerrno>
 #include <cstring>
 #include <stdexcept>
 
+#include "io/crc.hpp"
+
 namespace kiln::io {
 namespace {
 
-// CRC32C (Castagnoli, reflected polynomial 0x82F63B78), as TFRecord framing requires. Debian
-// ships no C/C++ CRC32C library (no libcrc32c-dev), and a byte-wise table is fast enough for
-// a few records per step.
-constexpr std::array<uint32_t, 256> make_crc32c_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t crc = i;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1u) ? 0x82F63B78u : 0u);
-    table[i] = crc;
-  }
-  return table;
-}
-constexpr std::array<uint32_t, 256> kCrc32cTable = make_crc32c_table();
-
-uint32_t crc32c(const char* data, size_t size) {
-  uint32_t crc = 0xFFFFFFFFu;
-  for (size_t i = 0; i < size; ++i) {
-    crc = kCrc32cTable[(crc ^ static_cast<uint8_t>(data[i])) & 0xFFu] ^ (crc >> 8);
-  }
-  return crc ^ 0xFFFFFFFFu;
-}
-
 // TFRecord stores CRCs masked, so that a CRC of data that itself holds CRCs stays well mixed.
 uint32_t masked_crc32c(const std::string& bytes) {
-  const uint32_t crc = crc32c(bytes.data(), bytes.size());
+  const uint32_t crc = crc_of<Crc32c>(bytes.data(), bytes.size());
   return ((crc >> 15) | (crc << 17)) + 0xA282EAD8u;
 }
 

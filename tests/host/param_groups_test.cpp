@@ -1,9 +1,10 @@
 // Parameter groups: Pet's bias and norm rules, mmengine-style custom keys (longest match wins),
 // frozen parameters, and the resulting lr scales and weight decays.
+#include "engine/param_groups.hpp"
+
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
 
-#include "engine/param_groups.hpp"
 #include "kiln_test_paths.h"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
@@ -68,7 +69,8 @@ TEST(ParamGroups, DefaultsPutEverythingAtBaseLrAndDecay) {
   auto groups = build_param_groups(net, rules);
   ASSERT_EQ(groups.size(), 3u);  // default, norm, bias: same settings, separate for `kiln plan`
   EXPECT_EQ(groups[0].name, "default");
-  EXPECT_EQ(groups[0].names, (std::vector<std::string>{"conv", "backbone.fc.weight", "head.weight"}));
+  EXPECT_EQ(groups[0].names,
+            (std::vector<std::string>{"conv", "backbone.fc.weight", "head.weight"}));
   EXPECT_EQ(find(groups, "norm")->names, (std::vector<std::string>{"bn.weight", "bn.bias"}));
   EXPECT_EQ(find(groups, "bias")->names,
             (std::vector<std::string>{"backbone.fc.bias", "head.bias"}));
@@ -82,8 +84,8 @@ TEST(ParamGroups, PetBiasAndNormRules) {
   Net net;
   GroupRules rules;
   rules.weight_decay = 5e-4;
-  rules.bias_lr_mult = 2.0;     // BIAS_DOUBLE_LR
-  rules.bias_decay_mult = 0.0;  // BIAS_WEIGHT_DECAY = False
+  rules.bias_lr_mult = 2.0;       // BIAS_DOUBLE_LR
+  rules.bias_decay_mult = 0.0;    // BIAS_WEIGHT_DECAY = False
   rules.norm_weight_decay = 0.0;  // WEIGHT_DECAY_NORM = 0
   auto groups = build_param_groups(net, rules);
   const ParamGroup* bias = find(groups, "bias");
@@ -102,8 +104,8 @@ TEST(ParamGroups, CustomKeysLongestMatchWinsOverBiasAndNormRules) {
   GroupRules rules;
   rules.weight_decay = 1e-2;
   rules.bias_lr_mult = 2.0;
-  rules.custom = {{"backbone", 0.1, 1.0, {}}, {"backbone\\.fc\\.b", 0.5, 0.0, {}},
-                  {"^bn\\.", 3.0, 2.0, {}}};
+  rules.custom = {
+      {"backbone", 0.1, 1.0, {}}, {"backbone\\.fc\\.b", 0.5, 0.0, {}}, {"^bn\\.", 3.0, 2.0, {}}};
   auto groups = build_param_groups(net, rules);
   const ParamGroup* backbone = find(groups, "custom_keys[\"backbone\"]");
   ASSERT_NE(backbone, nullptr);

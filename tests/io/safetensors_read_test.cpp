@@ -128,6 +128,11 @@ TEST_F(SafetensorsRead, MalformedFieldsAreRefusedNamingTheTensor) {
                {"tensor 'w'", "'-1', not an integer >= 0"});
   expect_error(R"({"w":{"dtype":"F32","shape":[1.5],"data_offsets":[0,4]}})", "abcd",
                {"tensor 'w'", "'1.5'"});
+  // Numbers in strings are strings, as the reference reader has them: "1" is not a dimension.
+  expect_error(R"({"w":{"dtype":"F32","shape":["1"],"data_offsets":[0,4]}})", "abcd",
+               {"tensor 'w'", "shape has '\"1\"', not an integer"});
+  expect_error(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":["0","4"]}})", "abcd",
+               {"tensor 'w'", "data_offsets is not [begin, end]"});
   expect_error(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[-1,4]}})", "abcd",
                {"tensor 'w'", "data_offsets is not [begin, end]"});
   expect_error(R"({"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4,8]}})", "abcd",
@@ -138,6 +143,7 @@ TEST_F(SafetensorsRead, MalformedFieldsAreRefusedNamingTheTensor) {
                R"("w":{"dtype":"U8","shape":[1],"data_offsets":[1,2]}})",
                "ab", {"tensor 'w'", "appears twice"});
   expect_error(R"({"__metadata__":{"a":{"b":"c"}}})", "", {"__metadata__ 'a' is not a string"});
+  expect_error(R"({"__metadata__":{"step":7}})", "", {"__metadata__ 'step' is not a string"});
   // Control characters in a name are escaped in the message.
   expect_error("{\"w\\u001b[2J\":{\"dtype\":\"F99\",\"shape\":[],\"data_offsets\":[0,0]}}", "",
                {"tensor 'w\\x1b[2J'"});
@@ -147,7 +153,7 @@ TEST_F(SafetensorsRead, HeadersThatAreNotAJsonObjectAreRefused) {
   expect_error("[]", "", {"not a JSON object"});
   expect_error("{\"w\": ", "", {"not JSON"});
   expect_error("{} trailing", "", {"not JSON"});
-  // Boost's parser recurses per level: deep nesting must not reach it.
+  // Refused while parsing, at the fourth level: deep nesting is never built.
   expect_error("{\"a\":" + std::string(100000, '['), "", {"deeper than safetensors' 3 levels"});
   const std::string path = write("short.safetensors", "abc");
   EXPECT_THROW(kiln::io::read_safetensors(path), BadFileError);

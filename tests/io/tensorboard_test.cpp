@@ -18,6 +18,7 @@
 #include <string>
 #include <vector>
 
+#include "io/crc.hpp"
 #include "scratch.hpp"
 
 namespace kiln::io {
@@ -303,6 +304,14 @@ TEST(TensorBoardWriter, RefusalsNameThePath) {
   expect_refusal(scratch.path("plain"), "a regular file");
   expect_refusal(scratch.path("plain/tb"), "below a regular file");
   EXPECT_THROW(TensorBoardWriter(""), std::runtime_error);
+}
+
+// io/crc.hpp's two CRCs (Boost.CRC) against the check values of their catalogue entries.
+TEST(Crc, CheckValuesOfTheStandardTestVector) {
+  const char nine[] = "123456789";
+  EXPECT_EQ(crc_of<Crc32c>(nine, 9), 0xE3069283u);  // CRC-32C (iSCSI), TFRecord framing
+  EXPECT_EQ(crc_of<Crc32>(nine, 9), 0xCBF43926u);   // CRC-32 (zlib), checkpoint manifests
+  EXPECT_EQ(crc_of<Crc32c>(nine, 0), 0u);
 }
 
 }  // namespace
