@@ -716,8 +716,8 @@ TEST(CliPrecision, PlanShowsStaticMemoryPerPrecisionMode) {
   EXPECT_TRUE(std::regex_search(
       r.output, std::regex(R"(#   float32 +0\.194 +0\.194 +0\.000 +0\.194 +0\.582\n)")))
       << r.output;
-  EXPECT_TRUE(std::regex_search(r.output,
-                                std::regex(R"(#   half +0\.097 +0\.097 +0\.000 +0\.097 +0\.291\n)")))
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(#   half +0\.097 +0\.097 +0\.000 +0\.097 +0\.291\n)")))
       << r.output;
 }
 

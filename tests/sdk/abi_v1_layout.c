@@ -26,7 +26,7 @@ PIN_SIZE(kiln_options, 24);
 
 PIN_SIZE(kiln_norm_request, 32);
 PIN_OFFSET(kiln_norm_request, may_overwrite_input, 20); /* 1.2: was `reserved` (zero) */
-PIN_SIZE(kiln_host_api, 128); /* 1.6: create_norm_layer_in appended */
+PIN_SIZE(kiln_host_api, 128);                           /* 1.6: create_norm_layer_in appended */
 PIN_OFFSET(kiln_host_api, make_status, 16);
 PIN_OFFSET(kiln_host_api, state_tensor, 32);
 PIN_OFFSET(kiln_host_api, allreduce, 64);

@@ -48,8 +48,7 @@ static kiln_status* lr_at(void* instance, int64_t iter, double* lr) {
   return NULL;
 }
 
-static const kiln_lr_policy_vtable vtable = {sizeof(kiln_lr_policy_vtable), create, destroy,
-                                             lr_at};
+static const kiln_lr_policy_vtable vtable = {sizeof(kiln_lr_policy_vtable), create, destroy, lr_at};
 
 static const kiln_capabilities caps = {sizeof(kiln_capabilities),
                                        KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA, 0, NULL};
