@@ -119,6 +119,12 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
                                  "(kiln_norm_forward_args.batch_stats, ABI 1.5), which "
                                  "norm.running_stats_update needs under accumulation");
       }
+      if (report.reserved != 0) {  // ABI 1.6: a later minor may give the field a meaning
+        throw ComponentError(KILN_ERR_INTERNAL, "norm '" + layer->plugin_name() +
+                                                    "' forward: kiln_norm_batch_stats field "
+                                                    "'reserved' is " +
+                                                    std::to_string(report.reserved) + ", not zero");
+      }
       batch.count = report.count;
       batch.momentum = report.momentum;
       window->record(layer, layer->running_mean, layer->running_var, std::move(batch));
