@@ -255,7 +255,8 @@ void Trainer::Impl::step() {
   const StepOutcome outcome = optimizer->step(step, w, check_every_step || logged(step));
   const double loss = w.micro_batches == 1 ? outcome.check.loss * w.samples : outcome.check.loss;
   const int signal = options.signals != nullptr ? options.signals->received() : 0;
-  RankVote vote = agree(ranks.group.get(), {loss, double(w.samples), signal, cancel_requested});
+  const double samples = static_cast<double>(w.samples);
+  RankVote vote = agree(ranks.group.get(), {loss, samples, signal, cancel_requested.load()});
   const StepReport report = report_step(w, outcome, vote, meter, started);
   last = position;
   result.steps = step;
