@@ -48,6 +48,24 @@ at::Tensor adopt(const at::Tensor& handed, const at::Tensor& like, const std::st
   return handed;
 }
 
+// The batch statistics a norm plugin reported in a training forward (ABI 1.5), which the host
+// needs when it moves the running statistics itself.
+void check_report(const kiln_norm_batch_stats& report, const std::string& plugin) {
+  if (report.reported == 0) {
+    throw ComponentError(KILN_ERR_INTERNAL,
+                         "norm '" + plugin +
+                             "' forward: reported no batch statistics "
+                             "(kiln_norm_forward_args.batch_stats, ABI 1.5), which "
+                             "norm.running_stats_update needs under accumulation");
+  }
+  if (report.reserved != 0) {  // ABI 1.6: a later minor may give the field a meaning
+    throw ComponentError(KILN_ERR_INTERNAL, "norm '" + plugin +
+                                                "' forward: kiln_norm_batch_stats field "
+                                                "'reserved' is " +
+                                                std::to_string(report.reserved) + ", not zero");
+  }
+}
+
 // x → plugin forward → y; backward → plugin backward. weight/bias are inputs so autograd routes
 // their gradients to the module's parameters.
 struct NormFunction : public torch::autograd::Function<NormFunction> {
@@ -112,19 +130,7 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
       check(status, "norm '" + layer->plugin_name() + "' forward");  // the context only on errors
     }
     if (window != nullptr) {
-      if (report.reported == 0) {
-        throw ComponentError(KILN_ERR_INTERNAL,
-                             "norm '" + layer->plugin_name() +
-                                 "' forward: reported no batch statistics "
-                                 "(kiln_norm_forward_args.batch_stats, ABI 1.5), which "
-                                 "norm.running_stats_update needs under accumulation");
-      }
-      if (report.reserved != 0) {  // ABI 1.6: a later minor may give the field a meaning
-        throw ComponentError(KILN_ERR_INTERNAL, "norm '" + layer->plugin_name() +
-                                                    "' forward: kiln_norm_batch_stats field "
-                                                    "'reserved' is " +
-                                                    std::to_string(report.reserved) + ", not zero");
-      }
+      check_report(report, layer->plugin_name());
       batch.count = report.count;
       batch.momentum = report.momentum;
       window->record(layer, layer->running_mean, layer->running_var, std::move(batch));
