@@ -25,7 +25,7 @@ struct OptimizerStateCost {
 OptimizerStateCost measure_optimizer_state(const config::Pipeline& pipeline);
 
 struct MemoryEstimate {
-  std::string mode;  // "fp32", "amp", ...
+  std::string mode;  // the plan's name: the precision plugin's, or a shape ("float32", "half")
   int64_t weights = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
   int64_t total() const { return weights + gradients + master_weights + optimizer_state; }
 };
