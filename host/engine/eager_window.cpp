@@ -12,8 +12,12 @@
 
 namespace kiln::engine {
 
+at::Tensor on_device(const at::Tensor& t, const c10::Device& device) {
+  return t.device() == device ? t : t.to(device, /*non_blocking=*/true);
+}
+
 at::Tensor model_input(const at::Tensor& images, const WindowInputs& in) {
-  at::Tensor x = images.to(in.device, /*non_blocking=*/true);
+  at::Tensor x = on_device(images, in.device);
   if (in.plan.half_model()) x = x.to(in.plan.model_dtype);
   return in_model_layout(x, in.channels_last);
 }
@@ -49,7 +53,7 @@ class EagerWindow final : public WindowPass {
   at::Tensor forward_backward(const data::Batch& batch, int64_t micro, int64_t window,
                               double scale) {
     const at::Tensor x = model_input(batch.images, in_);
-    const at::Tensor y = batch.labels.to(in_.device, /*non_blocking=*/true);
+    const at::Tensor y = on_device(batch.labels, in_.device);
     // The window's last backward all-reduces (the Reducer averages over the ranks); the ones
     // before only accumulate, as under DDP's no_sync().
     const bool sync = sync_every_ || micro == window - 1;

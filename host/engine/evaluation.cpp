@@ -9,19 +9,9 @@
 
 #include "data/loader.hpp"
 #include "dist/process_group.hpp"
-#include "engine/memory_format.hpp"
 #include "kiln/torch.hpp"
 
 namespace kiln::engine {
-
-namespace {
-
-// A tensor already on the device is taken as it is, without a call through the dispatcher.
-at::Tensor on_device(const at::Tensor& t, const c10::Device& device) {
-  return t.device() == device ? t : t.to(device, /*non_blocking=*/true);
-}
-
-}  // namespace
 
 Evaluation evaluate_model(const WindowInputs& in, dist::ProcessGroup* group) {
   at::NoGradGuard no_grad;
@@ -32,10 +22,8 @@ Evaluation evaluate_model(const WindowInputs& in, dist::ProcessGroup* group) {
   at::Tensor loss_total, correct_total;
   int64_t seen = 0;
   while (auto batch = in.loader->next()) {
-    at::Tensor x = on_device(batch->images, in.device);
-    at::Tensor y = on_device(batch->labels, in.device);
-    if (in.plan.half_model()) x = x.to(in.plan.model_dtype);
-    x = in_model_layout(x, in.channels_last);
+    const at::Tensor x = model_input(batch->images, in);
+    const at::Tensor y = on_device(batch->labels, in.device);
     at::Tensor logits;
     {
       AutocastScope autocast(in.device.type(), in.plan.autocast_dtype, in.plan.autocast);

@@ -80,7 +80,7 @@ struct Trainer::Impl {
   void place_loop();
   void step();
   bool stop_before_step();
-  StepReport report_step(const WindowResult& w, const StepOutcome& outcome, const RankVote& vote,
+  StepReport report_step(const WindowResult& w, StepOutcome outcome, const RankVote& vote,
                          const StepMeter& meter, Clock::time_point started);
   bool stop_after(const StepReport& report, const RankVote& vote);
   void end_run(TrainerState end);
@@ -252,12 +252,12 @@ void Trainer::Impl::step() {
   const int64_t step = ++position.step;
   step_epoch = position.epoch;
 
-  const StepOutcome outcome = optimizer->step(step, w, check_every_step || logged(step));
+  StepOutcome outcome = optimizer->step(step, w, check_every_step || logged(step));
   const double loss = w.micro_batches == 1 ? outcome.check.loss * w.samples : outcome.check.loss;
   const int signal = options.signals != nullptr ? options.signals->received() : 0;
   const double samples = static_cast<double>(w.samples);
   RankVote vote = agree(ranks.group.get(), {loss, samples, signal, cancel_requested.load()});
-  const StepReport report = report_step(w, outcome, vote, meter, started);
+  const StepReport report = report_step(w, std::move(outcome), vote, meter, started);
   last = position;
   result.steps = step;
   result.skipped_steps = optimizer->scaler().skipped_total();
@@ -281,7 +281,7 @@ bool Trainer::Impl::stop_before_step() {
   return true;
 }
 
-StepReport Trainer::Impl::report_step(const WindowResult& w, const StepOutcome& outcome,
+StepReport Trainer::Impl::report_step(const WindowResult& w, StepOutcome outcome,
                                       const RankVote& vote, const StepMeter& meter,
                                       Clock::time_point started) {
   StepReport r;
@@ -300,7 +300,7 @@ StepReport Trainer::Impl::report_step(const WindowResult& w, const StepOutcome& 
   rec.skipped_total = optimizer->scaler().skipped_total();
   rec.micro_batches = w.micro_batches;
   meter.fill(rec, logged(rec.step));
-  r.outcome = outcome;
+  r.outcome = std::move(outcome);
   r.position = position;
   r.loss_sum = vote.loss_sum;
   r.samples = vote.samples;

@@ -78,7 +78,10 @@ std::unique_ptr<WindowPass> eager_window(const WindowInputs& in, dist::DataParal
 std::unique_ptr<WindowPass> graphed_window(const WindowInputs& in, GraphedStep& graph,
                                            const LossScaler& scaler);
 
-// A training batch on the run's device, in the model's dtype and memory layout.
+// `t` on `device`: asynchronous from the loader's pinned memory; a tensor already there is taken
+// as it is, without a call through the dispatcher.
+at::Tensor on_device(const at::Tensor& t, const c10::Device& device);
+// A batch's images on the run's device, in the model's dtype and memory layout.
 at::Tensor model_input(const at::Tensor& images, const WindowInputs& in);
 
 }  // namespace kiln::engine

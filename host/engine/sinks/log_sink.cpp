@@ -1,4 +1,5 @@
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
 #include "engine/loss_scaler.hpp"
@@ -8,12 +9,6 @@
 namespace kiln::engine {
 
 namespace {
-
-std::string join(const std::vector<std::string>& names) {
-  std::string out;
-  for (const auto& n : names) out += (out.empty() ? "" : ", ") + n;
-  return out;
-}
 
 class LogSink final : public RunSink {
  public:
@@ -26,13 +21,14 @@ class LogSink final : public RunSink {
     if (!lr_note.empty()) spdlog::info("step {}: {}", step, lr_note);
     if (r.outcome.verdict == StepVerdict::kApply) return;
     const GradCheck& check = r.outcome.check;
-    spdlog::warn("step {}: {}; step skipped{}", step,
-                 check.measured ? fmt::format("non-finite gradients (loss scale {}) in {}",
-                                              r.record.loss_scale, join(check.non_finite))
-                 : check.non_finite.empty()
-                     ? std::string("non-finite loss")
-                     : fmt::format("non-finite loss and gradients in {}", join(check.non_finite)),
-                 dynamic_scale_ ? fmt::format(", loss scale now {}", scaler_.scale()) : "");
+    spdlog::warn(
+        "step {}: {}; step skipped{}", step,
+        check.measured ? fmt::format("non-finite gradients (loss scale {}) in {}",
+                                     r.record.loss_scale, fmt::join(check.non_finite, ", "))
+        : check.non_finite.empty()
+            ? std::string("non-finite loss")
+            : fmt::format("non-finite loss and gradients in {}", fmt::join(check.non_finite, ", ")),
+        dynamic_scale_ ? fmt::format(", loss scale now {}", scaler_.scale()) : "");
   }
 
   void eval(const io::EvalRecord& e) override {
