@@ -314,10 +314,11 @@ EOF
   for d in boost toml++ CLI gtest cairo dlpack gloo; do [ -e "/usr/include/$d" ] && shadow+=("/usr/include/$d"); done
   ((${#shadow[@]} == 0)) ||
     note "warning: this machine has ${shadow[*]}, searched before the prefix's copies (the .debs' versions may differ)"
-  local flags="-idirafter $PREFIX/usr/include"
+  local flags="-isystem $PREFIX/usr/include"
   local args=(-S "$ROOT" -B "$build_dir" -G Ninja
     -DCMAKE_BUILD_TYPE=RelWithDebInfo
     -DKILN_PYTHON="$PY"
+    -DKILN_WERROR=OFF
     -DTORCH_CUDA_ARCH_LIST="$TORCH_CUDA_ARCH_LIST"
     -DCMAKE_PREFIX_PATH="$PREFIX/usr;$LIBDIR/cmake;$PREFIX/usr/share/cmake"
     -DCMAKE_INCLUDE_PATH="$PREFIX/usr/include"

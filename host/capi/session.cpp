@@ -1,6 +1,7 @@
 #include "capi/session.hpp"
 
 #include <ATen/CPUGeneratorImpl.h>
+#include <ATen/Context.h>
 #include <ATen/core/Tensor.h>
 #include <spdlog/spdlog.h>
 
@@ -30,8 +31,9 @@ struct kiln_session {
   // KILN_PROCESS_SIGNALS: the handlers the session installed, alive as long as the trainer.
   std::unique_ptr<kiln::engine::StopSignals> signals;
   std::unique_ptr<kiln::engine::Trainer> trainer;
-  // The session's state of LibTorch's CPU generator while the program's is in place (OwnRandom).
-  at::Tensor cpu_rng;
+  // The session's states of LibTorch's default generators (the CPU's, then each CUDA device's
+  // when the session may use CUDA) while the program's are in place (OwnRandom).
+  std::vector<at::Tensor> rng;
   kiln_metrics_callback callback = nullptr;  // set and read under the training lock
   void* user_data = nullptr;
   std::string failure;  // the error that failed the session; empty while it is usable
@@ -190,19 +192,32 @@ kiln_status* strings_of(const char* const* items, size_t count, const char* what
   return nullptr;
 }
 
-// For the length of one training call: the session's state of LibTorch's CPU generator in
-// place of the program's, which is put back after. A session's dropout masks and initial
-// weights then never depend on another session's steps or on the program's own draws.
+// For the length of one training call: the session's states of LibTorch's default generators
+// (the CPU's, and each CUDA device's unless the session runs on the CPU) in place of the
+// program's, which are put back after. A session's dropout masks and initial weights then never
+// depend on another session's steps or seeding, or on the program's own draws.
 class OwnRandom {
  public:
-  explicit OwnRandom(kiln_session* s)
-      : s_(s), cpu_(at::detail::getDefaultCPUGenerator()), program_(cpu_.get_state()) {
-    if (s_->cpu_rng.defined()) cpu_.set_state(s_->cpu_rng);
+  explicit OwnRandom(kiln_session* s) : s_(s) {
+    generators_.push_back(at::detail::getDefaultCPUGenerator());
+    // CUDA's generators only where the session may use them: a CPU session never touches CUDA.
+    if (s_->pipeline.settings.run.device != "cpu" && at::hasCUDA()) {
+      const auto n = static_cast<c10::DeviceIndex>(at::getNumGPUs());
+      for (c10::DeviceIndex i = 0; i < n; ++i)
+        generators_.push_back(at::globalContext().defaultGenerator(at::Device(at::kCUDA, i)));
+    }
+    for (auto& g : generators_) program_.push_back(g.get_state());
+    if (s_->rng.size() == generators_.size()) {
+      for (size_t i = 0; i < generators_.size(); ++i) generators_[i].set_state(s_->rng[i]);
+    }
   }
   ~OwnRandom() {
     try {
-      s_->cpu_rng = cpu_.get_state();
-      cpu_.set_state(program_);
+      s_->rng.clear();
+      for (size_t i = 0; i < generators_.size(); ++i) {
+        s_->rng.push_back(generators_[i].get_state());
+        generators_[i].set_state(program_[i]);
+      }
     } catch (...) {
       // Only out of memory: the program's state may be lost, nothing else is at stake.
     }
@@ -212,8 +227,8 @@ class OwnRandom {
 
  private:
   kiln_session* s_;
-  at::Generator cpu_;  // a handle on the default generator
-  at::Tensor program_;
+  std::vector<at::Generator> generators_;  // handles on the default generators
+  std::vector<at::Tensor> program_;        // their states as the program left them
 };
 
 // The process-wide settings a session's options ask for (KILN_PROCESS_*).

@@ -44,7 +44,10 @@ class Launcher : public ::testing::Test {
     ASSERT_NE(mkdtemp(pattern.data()), nullptr) << std::strerror(errno);
     dir_ = pattern;
   }
-  void TearDown() override { std::system(("rm -rf '" + dir_ + "'").c_str()); }
+  void TearDown() override {
+    const int rc = std::system(("rm -rf '" + dir_ + "'").c_str());
+    EXPECT_EQ(rc, 0) << "could not remove " << dir_;
+  }
 
   struct Outcome {
     int code = -1;

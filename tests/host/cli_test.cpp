@@ -75,8 +75,20 @@ std::string write(const fs::path& path, const std::string& text) {
   return path.string();
 }
 
+// The quickstart pipeline (configs/quickstart.toml), which reads Debian's Fashion-MNIST: the
+// README's set-up installs it; a machine without it (the lent GPU machine) skips these tests.
+std::string quickstart() {
+  const char* data = "/usr/share/datasets/fashion-mnist/train-images-idx3-ubyte.gz";
+  return fs::exists(data) ? std::string(KILN_SOURCE_DIR) + "/configs/quickstart.toml" : "";
+}
+
+#define KILN_NEEDS_QUICKSTART_DATA(path) \
+  if ((path).empty()) GTEST_SKIP() << "Fashion-MNIST is not installed (scripts/setup.sh)"
+
 TEST(Cli, ValidatesTheQuickstart) {
-  Result r = kiln("validate " + std::string(KILN_SOURCE_DIR) + "/configs/quickstart.toml");
+  const std::string quickstart_toml = quickstart();
+  KILN_NEEDS_QUICKSTART_DATA(quickstart_toml);
+  Result r = kiln("validate " + quickstart_toml);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find(": ok (model resnet, optimizer sgd, lr_policy step, norm batchnorm, "
                           "precision fp32)"),
@@ -87,7 +99,8 @@ TEST(Cli, ValidatesTheQuickstart) {
 // model.norm swaps every norm layer; what the chosen plugin and the model cannot do together is
 // refused by validate, before any run, with the reason.
 TEST(Cli, ValidateBuildsTheModelWithTheSwappedNormLayers) {
-  const std::string quickstart = std::string(KILN_SOURCE_DIR) + "/configs/quickstart.toml";
+  const std::string quickstart = ::quickstart();
+  KILN_NEEDS_QUICKSTART_DATA(quickstart);
   Result relu = kiln("validate " + quickstart + " --set model.norm='\"inplace_abn\"'");
   EXPECT_EQ(relu.code, 2) << relu.output;
   EXPECT_NE(relu.output.find("inplace_abn: relu is not invertible"), std::string::npos)
@@ -107,7 +120,8 @@ TEST(Cli, ValidateBuildsTheModelWithTheSwappedNormLayers) {
 }
 
 TEST(Cli, ValidateChecksCheckpointedBlockNames) {
-  const std::string quickstart = std::string(KILN_SOURCE_DIR) + "/configs/quickstart.toml";
+  const std::string quickstart = ::quickstart();
+  KILN_NEEDS_QUICKSTART_DATA(quickstart);
   Result typo = kiln("validate " + quickstart + " --set memory.checkpoint='[\"layr2\"]'");
   EXPECT_EQ(typo.code, 2) << typo.output;
   EXPECT_NE(typo.output.find("did you mean 'layer2'?"), std::string::npos) << typo.output;
@@ -290,6 +304,9 @@ TEST(Cli, TheProgressBarIsRedrawnTenTimesASecondAtMost) {
   const auto start = std::chrono::steady_clock::now();
   Result r = kiln_at_a_terminal("run " + pipeline("synthetic_mlp.toml") +
                                 " --set data.synthetic_train=32768 --set run.epochs=1" +
+                                // One thread: beside a parallel ctest, OpenMP's spinning threads
+                                // would slow this run a hundredfold.
+                                " --set run.threads=1" +
                                 " --set run.log_interval=100000 --set run.eval=false" +
                                 " --set run.tensorboard=false --set run.checkpoint_every=128" +
                                 " --set run.output_dir='\"" + dir.string() + "\"'");
@@ -325,7 +342,11 @@ TEST(Cli, TheProgressBarIsRedrawnTenTimesASecondAtMost) {
   }
   constexpr int kSteps = 32768 / 64;
   EXPECT_GE(draws, 1) << r.output;
-  EXPECT_LT(draws, kSteps / 4) << r.output;
+  // Fewer draws than steps, where the run was quick enough for that to tell (a loaded machine
+  // may take over 0.1 s a step, and then every step is a draw).
+  if (seconds * 10.0 < kSteps / 4.0) {
+    EXPECT_LT(draws, kSteps / 4) << r.output;
+  }
   EXPECT_LE(draws, 3 + static_cast<int>(seconds * 10.0) + logs) << seconds << " s\n" << r.output;
   EXPECT_GE(checkpoints, 3) << r.output;  // steps 128, 256, 384 (512 is the run's end)
 }

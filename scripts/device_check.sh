@@ -1,0 +1,66 @@
+#!/usr/bin/env bash
+# The GPU checklist of docs/device.md as one resumable script for the device tool:
+#
+#   scripts/device_check.sh [SECONDS]    (there, carrying .devkit; SECONDS: this call's budget,
+#                                         default 540)
+#
+# Runs, in order, the phases below that have not finished on this (warm) machine yet, and stops
+# before a phase that would not fit in what is left of SECONDS; call it again at once (the machine
+# stays warm for 30 s) to go on. Each phase's output goes to $OUT/<phase>.log (the tool brings
+# $OUT back) and a stamp in build/device/check marks it done.
+#   build     scripts/device_build.sh build (configure + ninja on all cores)
+#   cuda      the tests that need a GPU or change on one (names with Cuda/cuda, the C API
+#             sessions, the capability refusals)
+#   gpu32     bench/gpu_throughput.py at batch 32, amp and tf32
+#   graphs    bench/gpu_throughput.py at batch 1 and 2, amp eager and amp_graph
+#   gpu256    bench/gpu_throughput.py at batch 256, amp and tf32
+#   nccl      bench/nccl_world1.py: kiln launch --nproc 1 (NCCL, DDP) against kiln run
+#   memory    bench/memory.py --device cuda
+#   suite     the whole suite, ctest -j16 (over 7 minutes on an H200 machine's 16 cores)
+set -uo pipefail
+
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+cd "$ROOT"
+BUDGET="${1:-540}"
+START=$SECONDS
+DONE="$ROOT/build/device/check"
+OUTDIR="${OUT:-$ROOT/build/device/check-out}"
+mkdir -p "$DONE" "$OUTDIR"
+B="$ROOT/build/device"
+X=(scripts/device_build.sh exec)
+
+# phase  estimated-seconds  command
+PHASES=(
+  "build|420|scripts/device_build.sh build"
+  "cuda|90|scripts/device_build.sh test -j16 --timeout 300 -R 'Cuda|cuda|Sessions|Capabilities|MemoryFormat|ReplaysDropout'"
+  "gpu32|130|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 32 --steps 120 --warmup 30 --repeats 1 --settle 0.2"
+  "graphs|120|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 1,2 --modes amp,amp_graph --steps 300 --warmup 50 --repeats 1 --settle 0.2"
+  "gpu256|150|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 256 --steps 60 --warmup 20 --repeats 1 --samples 4096 --settle 0.2"
+  "nccl|100|${X[*]} python3 bench/nccl_world1.py --kiln $B/bin/kiln --batch 64 --steps 80 --warmup 20 --repeats 2"
+  "memory|90|${X[*]} python3 bench/memory.py --device cuda --kiln $B/bin/kiln --repeats 1"
+  "suite|300|scripts/device_build.sh test -j16 --timeout 300"
+)
+
+export PYTHONUNBUFFERED=1
+nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUTDIR/gpu.txt"
+for entry in "${PHASES[@]}"; do
+  IFS='|' read -r name estimate cmd <<<"$entry"
+  [ -f "$DONE/$name" ] && { echo "== $name: done earlier"; continue; }
+  left=$((BUDGET - (SECONDS - START)))
+  # The build resumes where it stopped, so it always runs; the others need their estimate.
+  if [ "$name" != build ] && [ "$left" -lt "$estimate" ]; then
+    echo "== $name: needs ~${estimate}s, ${left}s left: stopping here; call again to go on"
+    exit 3
+  fi
+  echo "== $name ($((SECONDS - START))s in): $cmd"
+  t0=$SECONDS
+  timeout --signal=INT --kill-after=10 "$((left > 20 ? left - 10 : 10))" bash -c "$cmd" >"$OUTDIR/$name.log" 2>&1
+  rc=$?
+  echo "== $name: exit $rc after $((SECONDS - t0))s"
+  tail -25 "$OUTDIR/$name.log"
+  # A test phase is done once it ran: its failures are in its log, and running it again would
+  # not change them.
+  if [ $rc -eq 0 ] || [ "$name" = cuda ] || [ "$name" = suite ]; then touch "$DONE/$name"; fi
+  if [ "$name" = build ] && [ $rc -ne 0 ]; then echo "== the build failed; stopping"; exit 1; fi
+done
+echo "== all phases done in $((SECONDS - START))s"
