@@ -10,6 +10,7 @@ PACKAGES=(build-essential cmake ninja-build ccache pkg-config zlib1g-dev
           libboost-dev libboost-filesystem-dev libtomlplusplus-dev libspdlog-dev libfmt-dev
           libgtest-dev libcli11-dev libdlpack-dev libgloo-dev libcairo2-dev dataset-fashion-mnist python3-venv
           nlohmann-json3-dev         # JSON: safetensors headers, metrics lines (read and written)
+          libturbojpeg0-dev libpng-dev  # the image_folder dataset's decoders (libjpeg-turbo, libpng)
           clang-format clang-tidy    # scripts/format.sh (CI's format check), scripts/tidy.sh
           clang libclang-rt-14-dev   # clang + libFuzzer: the fuzz targets (scripts/fuzz.sh)
           abigail-tools)             # abidw/abidiff: libkiln's ABI report (scripts/abi_report.sh)
@@ -37,8 +38,10 @@ if ! "$VENV/bin/python" -c "import torch, numpy; assert torch.__version__.starts
   "$VENV/bin/pip" install -q "torch==2.11.0" numpy
 fi
 # Test oracles: safetensors reads Kiln's weight files as Python users do; tensorboard's own
-# event reader checks Kiln's event files.
-if ! "$VENV/bin/python" -c "import safetensors, tensorboard" 2>/dev/null; then
-  "$VENV/bin/pip" install -q safetensors tensorboard
+# event reader checks Kiln's event files; torchvision (same release as torch 2.11) is the
+# oracle of the image datasets and transforms; scikit-image ships the photos bench/data_loader
+# makes its JPEG folder from.
+if ! "$VENV/bin/python" -c "import safetensors, tensorboard, torchvision, skimage" 2>/dev/null; then
+  "$VENV/bin/pip" install -q safetensors tensorboard "torchvision==0.26.0" scikit-image
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"

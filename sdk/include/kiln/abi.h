@@ -107,7 +107,8 @@ enum {
   KILN_ERR_FAILED_PRECONDITION = 3, /* called in a state that does not allow it */
   KILN_ERR_OUT_OF_MEMORY = 4,       /* an allocation failed */
   KILN_ERR_INTERNAL = 5,            /* a bug or an unexpected exception inside the component */
-  KILN_ERR_CANCELLED = 6            /* the operation was cancelled by the host */
+  KILN_ERR_CANCELLED = 6,           /* the operation was cancelled by the host */
+  KILN_ERR_DATA_LOSS = 7 /* 1.7: a sample's data is missing, truncated or corrupt (datasets) */
 };
 
 /* ---- versions ------------------------------------------------------------------------------ */

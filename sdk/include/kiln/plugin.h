@@ -23,7 +23,8 @@ enum {
   KILN_COMPONENT_LR_POLICY = 2, /* vtable: kiln_lr_policy_vtable (kiln/lr_policy.h) */
   KILN_COMPONENT_NORM = 3,      /* vtable: kiln_norm_vtable (kiln/norm.h) */
   KILN_COMPONENT_PRECISION = 4, /* vtable: kiln_precision_vtable (kiln/precision.h) */
-  KILN_COMPONENT_MODEL = 5      /* vtable: kiln_model_vtable (kiln/model.h); torch-bound */
+  KILN_COMPONENT_MODEL = 5,     /* vtable: kiln_model_vtable (kiln/model.h); torch-bound */
+  KILN_COMPONENT_DATASET = 6    /* 1.7, vtable: kiln_dataset_vtable (kiln/dataset.h) */
 };
 
 /* One component. All pointers are static data of the plugin library. */
