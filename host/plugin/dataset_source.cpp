@@ -31,18 +31,17 @@ DatasetSource::DatasetSource(const Component& component, const config::OptionSet
   kiln_dataset_open open{};
   open.struct_size = sizeof open;
   open.split = split;
-  check_options(call_plugin([&] { return where("create"); },
-                            [&] {
-                              return vtable_->create(host_api(), options.c_view(), &open,
-                                                     &instance_);
-                            }),
-                "dataset '" + name_ + "' refused its options", "dataset");
+  check_options(
+      call_plugin([&] { return where("create"); },
+                  [&] { return vtable_->create(host_api(), options.c_view(), &open, &instance_); }),
+      "dataset '" + name_ + "' refused its options", "dataset");
   // From here the instance exists: a broken info must still release it.
   try {
     kiln_dataset_info info{};
     info.struct_size = sizeof info;
-    check(call_plugin([&] { return where("info"); }, [&] { return vtable_->info(instance_, &info); }),
-          "dataset '" + name_ + "' info");
+    check(
+        call_plugin([&] { return where("info"); }, [&] { return vtable_->info(instance_, &info); }),
+        "dataset '" + name_ + "' info");
     const std::string who = "dataset '" + name_ + "' (" + library_ + ")";
     if (info.num_samples <= 0) {
       throw ComponentError(KILN_ERR_INTERNAL,
@@ -65,11 +64,11 @@ DatasetSource::DatasetSource(const Component& component, const config::OptionSet
                                              std::to_string(info.reserved) + ", not zero"));
     }
     if (info.height < 0 || info.width < 0 || (info.height == 0) != (info.width == 0)) {
-      throw ComponentError(KILN_ERR_INTERNAL,
-                           contract(who, "info reports a sample size of " +
-                                             std::to_string(info.height) + "x" +
-                                             std::to_string(info.width) +
-                                             "; both positive, or both 0 when sizes differ"));
+      throw ComponentError(
+          KILN_ERR_INTERNAL,
+          contract(who, "info reports a sample size of " + std::to_string(info.height) + "x" +
+                            std::to_string(info.width) +
+                            "; both positive, or both 0 when sizes differ"));
     }
     size_ = info.num_samples;
     num_classes_ = info.num_classes;
@@ -107,8 +106,8 @@ void DatasetSource::fail(kiln_status* status, const char* entry, int64_t index) 
   const std::string message = take_message(status);
   // The plugin's message names the file and record; the loader adds nothing to it.
   if (code == KILN_ERR_DATA_LOSS) throw data::SampleError(message);
-  const std::string what = "dataset '" + name_ + "' " + entry + " of sample " +
-                           std::to_string(index) + ": " + message;
+  const std::string what =
+      "dataset '" + name_ + "' " + entry + " of sample " + std::to_string(index) + ": " + message;
   if (code == KILN_ERR_INVALID_ARGUMENT && std::string(entry) == "decode") {
     throw std::invalid_argument(what);
   }
@@ -126,18 +125,18 @@ data::SampleHeader DatasetSource::probe(int64_t index) const {
   check_index(index);
   kiln_sample_header header{};
   header.struct_size = sizeof header;
-  if (kiln_status* status = call_plugin([&] { return where("probe"); },
-                                        [&] { return vtable_->probe(instance_, index, &header); })) {
+  if (kiln_status* status =
+          call_plugin([&] { return where("probe"); },
+                      [&] { return vtable_->probe(instance_, index, &header); })) {
     fail(status, "probe", index);
   }
-  if (header.height <= 0 || header.width <= 0 || header.label < 0 ||
-      header.label >= num_classes_) {
-    throw ComponentError(KILN_ERR_INTERNAL,
-                         contract(where("probe"), "sample " + std::to_string(index) + " is " +
-                                                      std::to_string(header.height) + "x" +
-                                                      std::to_string(header.width) + ", label " +
-                                                      std::to_string(header.label) + " of " +
-                                                      std::to_string(num_classes_) + " classes"));
+  if (header.height <= 0 || header.width <= 0 || header.label < 0 || header.label >= num_classes_) {
+    throw ComponentError(
+        KILN_ERR_INTERNAL,
+        contract(where("probe"),
+                 "sample " + std::to_string(index) + " is " + std::to_string(header.height) + "x" +
+                     std::to_string(header.width) + ", label " + std::to_string(header.label) +
+                     " of " + std::to_string(num_classes_) + " classes"));
   }
   return {header.height, header.width, header.label};
 }
@@ -174,14 +173,12 @@ data::DecodedSample DatasetSource::decode(int64_t index, int scale_denom, uint8_
   if (!scale_ok || !size_ok || !label_ok || out.reserved != 0) {
     throw ComponentError(
         KILN_ERR_INTERNAL,
-        contract(where("decode"), "sample " + std::to_string(index) + " decoded as " +
-                                      std::to_string(out.height) + "x" +
-                                      std::to_string(out.width) + "x" + std::to_string(channels_) +
-                                      " into " + std::to_string(capacity) + " bytes, scale " +
-                                      std::to_string(out.scale) + " of " +
-                                      std::to_string(scale_denom) + ", label " +
-                                      std::to_string(out.label) + ", reserved " +
-                                      std::to_string(out.reserved)));
+        contract(where("decode"),
+                 "sample " + std::to_string(index) + " decoded as " + std::to_string(out.height) +
+                     "x" + std::to_string(out.width) + "x" + std::to_string(channels_) + " into " +
+                     std::to_string(capacity) + " bytes, scale " + std::to_string(out.scale) +
+                     " of " + std::to_string(scale_denom) + ", label " + std::to_string(out.label) +
+                     ", reserved " + std::to_string(out.reserved)));
   }
   return {out.height, out.width, out.label, out.scale};
 }
@@ -196,8 +193,8 @@ std::unique_ptr<DatasetSource> make_dataset_source(const Registry& registry,
     for (const Component* c : registry.of_kind(KILN_COMPONENT_DATASET)) {
       known += (known.empty() ? "" : ", ") + std::string(c->name());
     }
-    throw std::invalid_argument("no dataset component named '" + name + "'; available: " +
-                                (known.empty() ? std::string("none") : known));
+    throw std::invalid_argument("no dataset component named '" + name +
+                                "'; available: " + (known.empty() ? std::string("none") : known));
   }
   return std::make_unique<DatasetSource>(*component, options, split);
 }

@@ -58,8 +58,7 @@ class DatasetSource final : public data::Source {
 // naming the datasets there are when none is called `name`.
 std::unique_ptr<DatasetSource> make_dataset_source(const Registry& registry,
                                                    const std::string& name,
-                                                   const config::OptionSet& options,
-                                                   int32_t split);
+                                                   const config::OptionSet& options, int32_t split);
 
 // The component's options at their schema defaults (required ones, which have none, absent):
 // a start for callers that set a few options without a pipeline file (tests, tools).

@@ -142,8 +142,7 @@ std::string check_torch_recorded(const std::string& path, const kiln_plugin_desc
 
 // Checks one component descriptor of a library built for ABI 1.`abi_minor`; returns the reason
 // it is refused, or "" when it is fine.
-std::string check_component(const kiln_component_descriptor* c, size_t index,
-                            uint32_t abi_minor) {
+std::string check_component(const kiln_component_descriptor* c, size_t index, uint32_t abi_minor) {
   const std::string where = "component #" + std::to_string(index);
   if (c == nullptr) return where + " is NULL";
   if (c->struct_size < KILN_COMPONENT_DESCRIPTOR_V1_SIZE) {
@@ -302,7 +301,8 @@ void LibraryLoader::load_library(const std::string& path, Registry& registry) {
   std::vector<std::string> names_here;
   for (size_t i = 0; i < d->component_count; ++i) {
     const kiln_component_descriptor* c = d->components[i];
-    if (std::string reason = check_component(c, i, d->abi_minor); !reason.empty()) throw LoadError(path, reason);
+    if (std::string reason = check_component(c, i, d->abi_minor); !reason.empty())
+      throw LoadError(path, reason);
     const std::string name = c->name;
     if (c->kind == KILN_COMPONENT_MODEL && d->torch_version == nullptr) {
       throw LoadError(path, "component '" + name +

@@ -64,8 +64,7 @@ std::unique_ptr<DatasetSource> open(const std::string& name,
 }
 
 // The message `name`'s create refuses `set` with.
-std::string refusal(const std::string& name,
-                    const std::vector<std::pair<std::string, Value>>& set,
+std::string refusal(const std::string& name, const std::vector<std::pair<std::string, Value>>& set,
                     int32_t split = KILN_SPLIT_TRAIN) {
   try {
     open(name, set, split);
@@ -166,8 +165,8 @@ TEST(IdxDataset, GrayImagesAndFashionMnistsNames) {
   }
   // The training files are missing: the option and the path are named.
   const std::string why = refusal("fashion-mnist", {{"root", string_value(dir.path(""))}});
-  EXPECT_EQ(why, "fashion-mnist: option 'train_images': " +
-                     dir.path("train-images-idx3-ubyte.gz") + ": No such file or directory");
+  EXPECT_EQ(why, "fashion-mnist: option 'train_images': " + dir.path("train-images-idx3-ubyte.gz") +
+                     ": No such file or directory");
   EXPECT_EQ(refusal("idx", {{"root", string_value("/no/such/root")}}),
             "idx: option 'root': /no/such/root: No such file or directory");
 }
@@ -200,9 +199,8 @@ CifarFile cifar_file(int records, int label_bytes, int classes, uint32_t seed) {
   for (int r = 0; r < records; ++r) {
     std::vector<uint8_t> label;
     for (int k = 0; k < label_bytes; ++k) {
-      label.push_back(static_cast<uint8_t>(gen() % static_cast<uint32_t>(k == 0 && label_bytes == 2
-                                                                              ? 20
-                                                                              : classes)));
+      label.push_back(static_cast<uint8_t>(
+          gen() % static_cast<uint32_t>(k == 0 && label_bytes == 2 ? 20 : classes)));
     }
     std::vector<uint8_t> planes = random_bytes(3072, seed * 1000 + static_cast<uint32_t>(r));
     f.bytes.insert(f.bytes.end(), label.begin(), label.end());
@@ -249,8 +247,8 @@ TEST(CifarDataset, Cifar100FineOrCoarse) {
   const CifarFile test = cifar_file(4, 2, 100, 12);
   dir.write_bytes("test.bin", test.bytes.data(), test.bytes.size());
   auto fine = open("cifar100", {{"root", string_value(dir.path(""))}});
-  auto coarse = open("cifar100", {{"root", string_value(dir.path(""))},
-                                  {"label", string_value("coarse")}});
+  auto coarse =
+      open("cifar100", {{"root", string_value(dir.path(""))}, {"label", string_value("coarse")}});
   EXPECT_EQ(fine->num_classes(), 100);
   EXPECT_EQ(coarse->num_classes(), 20);
   for (int64_t i = 0; i < 9; ++i) {
@@ -268,9 +266,9 @@ TEST(CifarDataset, MissingAndBrokenFilesAreNamed) {
   std::vector<uint8_t> bytes = test.bytes;
   bytes.pop_back();
   dir.write_bytes("test_batch.bin", bytes.data(), bytes.size());
-  EXPECT_EQ(refusal("cifar10", {{"root", string_value(dir.path(""))}}),
-            "cifar10: option 'root': " + dir.path("data_batch_1.bin") +
-                ": No such file or directory");
+  EXPECT_EQ(
+      refusal("cifar10", {{"root", string_value(dir.path(""))}}),
+      "cifar10: option 'root': " + dir.path("data_batch_1.bin") + ": No such file or directory");
   EXPECT_EQ(refusal("cifar10", {{"root", string_value(dir.path(""))}}, KILN_SPLIT_VAL),
             "cifar10: " + dir.path("test_batch.bin") +
                 ": 6145 bytes is not a whole number of 3073-byte records (truncated, or not the "
@@ -316,7 +314,8 @@ void write_safetensors(const kiln::test::Scratch& dir, const std::string& name,
   file.insert(file.end(), header.begin(), header.end());
   file.insert(file.end(), images.begin(), images.end());
   for (int64_t label : labels) {
-    for (int k = 0; k < 8; ++k) file.push_back(static_cast<uint8_t>(static_cast<uint64_t>(label) >> (8 * k)));
+    for (int k = 0; k < 8; ++k)
+      file.push_back(static_cast<uint8_t>(static_cast<uint64_t>(label) >> (8 * k)));
   }
   dir.write_bytes(name, file.data(), file.size());
 }
@@ -357,11 +356,12 @@ TEST(TensorsDataset, BothLayoutsAndGray) {
                     std::vector<uint8_t>(nhwc.begin(), nhwc.begin() + n * h * w), labels);
   auto g = open("tensors", {{"train", string_value(dir.path("gray.safetensors"))}});
   EXPECT_EQ(g->channels(), 1);
-  EXPECT_EQ(decode(*g, 2), std::vector<uint8_t>(nhwc.begin() + 2 * h * w, nhwc.begin() + 3 * h * w));
+  EXPECT_EQ(decode(*g, 2),
+            std::vector<uint8_t>(nhwc.begin() + 2 * h * w, nhwc.begin() + 3 * h * w));
   // Refusals: no validation file, a tensor that is not there, a label past num_classes.
-  EXPECT_EQ(refusal("tensors", {{"train", string_value(dir.path("gray.safetensors"))}},
-                    KILN_SPLIT_VAL),
-            "tensors: option 'val' is empty: no validation file");
+  EXPECT_EQ(
+      refusal("tensors", {{"train", string_value(dir.path("gray.safetensors"))}}, KILN_SPLIT_VAL),
+      "tensors: option 'val' is empty: no validation file");
   EXPECT_EQ(refusal("tensors", {{"train", string_value(dir.path("gray.safetensors"))},
                                 {"images", string_value("pixels")}}),
             "tensors: " + dir.path("gray.safetensors") +
@@ -388,9 +388,12 @@ TEST(SyntheticDataset, TheHostsPixelsForTheSameSeed) {
     spec.seed = static_cast<uint64_t>(seed);
     const kiln::data::Dataset want = kiln::data::make_synthetic(spec);
     const std::vector<std::pair<std::string, Value>> set = {
-        {"synthetic_train", int_value(n_train)}, {"synthetic_test", int_value(n_test)},
-        {"synthetic_classes", int_value(classes)}, {"channels", int_value(channels)},
-        {"height", int_value(height)},           {"width", int_value(width)},
+        {"synthetic_train", int_value(n_train)},
+        {"synthetic_test", int_value(n_test)},
+        {"synthetic_classes", int_value(classes)},
+        {"channels", int_value(channels)},
+        {"height", int_value(height)},
+        {"width", int_value(width)},
         {"seed", int_value(seed)}};
     auto train = open("synthetic", set);
     auto val = open("synthetic", set, KILN_SPLIT_VAL);

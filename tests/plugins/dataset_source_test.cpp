@@ -76,8 +76,8 @@ std::vector<uint8_t> expected(int64_t i, int64_t classes, int64_t channels, int6
   for (int64_t y = 0; y < *height; ++y) {
     for (int64_t x = 0; x < *width; ++x) {
       for (int64_t c = 0; c < channels; ++c) {
-        out.push_back(static_cast<uint8_t>((7 * d * y + 3 * d * x + 50 * c + 11 * i + 40 * label) %
-                                           256));
+        out.push_back(
+            static_cast<uint8_t>((7 * d * y + 3 * d * x + 50 * c + 11 * i + 40 * label) % 256));
       }
     }
   }
@@ -95,16 +95,18 @@ TEST(DatasetKind, TheLoaderRefusesAMissingRequiredSlot) {
   Registry registry;
   const std::string path = test_plugin("bad_dataset_missing_slot");
   EXPECT_EQ(refusal(path, registry),
-            path + ": component 'gradients_without_decode' (dataset): required slot 'decode' is "
-                   "NULL");
+            path +
+                ": component 'gradients_without_decode' (dataset): required slot 'decode' is "
+                "NULL");
 }
 
 TEST(DatasetKind, TheLoaderRefusesADatasetInALibraryBuiltBeforeTheKind) {
   Registry registry;
   const std::string path = test_plugin("bad_dataset_old_minor");
   EXPECT_EQ(refusal(path, registry),
-            path + ": component 'gradients' (dataset) needs Kiln ABI 1.7 or later; the library is "
-                   "built for 1.6");
+            path +
+                ": component 'gradients' (dataset) needs Kiln ABI 1.7 or later; the library is "
+                "built for 1.6");
 }
 
 TEST(DatasetSource, InfoAndClassNames) {

@@ -83,9 +83,9 @@ static kiln_status* gradients_probe(void* instance, int64_t index, kiln_sample_h
 #if defined(MISSING_SLOT) && defined(__GNUC__)
 __attribute__((unused))
 #endif
-static kiln_status* gradients_decode(void* instance, int64_t index,
-                                     const kiln_decode_request* request,
-                                     kiln_decoded_sample* out) {
+static kiln_status*
+gradients_decode(void* instance, int64_t index, const kiln_decode_request* request,
+                 kiln_decoded_sample* out) {
   const gradients* g = (const gradients*)instance;
   int64_t d = request->scale_denom >= 1 ? request->scale_denom : 1;
   int64_t height, width, y, x, c;

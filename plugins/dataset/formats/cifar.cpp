@@ -38,9 +38,8 @@ class CifarDataset final : public FixedDataset {
 
 // Opens `names` under the root; `label_at` is the label byte used (CIFAR-100: 0 coarse, 1 fine).
 std::unique_ptr<FixedDataset> open_cifar(const char* component, const kiln_options* options,
-                                         const std::vector<std::string>& names,
-                                         int64_t label_bytes, int64_t label_at,
-                                         int64_t num_classes) {
+                                         const std::vector<std::string>& names, int64_t label_bytes,
+                                         int64_t label_at, int64_t num_classes) {
   const std::string root = string_option(options, "root");
   require_path(component, "root", root, /*folder=*/true);
   auto d = std::make_unique<CifarDataset>();
@@ -67,9 +66,9 @@ std::unique_ptr<FixedDataset> open_cifar(const char* component, const kiln_optio
       for (int64_t r = 0; r < count; ++r) {
         const int64_t label = block[static_cast<size_t>(r * record_size + label_at)];
         if (label >= num_classes) {
-          data_loss(std::string(component) + ": " + path + ": record " +
-                    std::to_string(first + r) + ": label " + std::to_string(label) +
-                    " is outside [0, " + std::to_string(num_classes) + ")");
+          data_loss(std::string(component) + ": " + path + ": record " + std::to_string(first + r) +
+                    ": label " + std::to_string(label) + " is outside [0, " +
+                    std::to_string(num_classes) + ")");
         }
         d->file_of.push_back(static_cast<uint32_t>(d->files.size()));
         d->record_of.push_back(first + r);
@@ -101,8 +100,8 @@ std::unique_ptr<FixedDataset> open_cifar100(const kiln_options* options, int32_t
     invalid("cifar100: option 'label' is \"" + which + "\"; \"fine\" or \"coarse\"");
   }
   const bool fine = which == "fine";
-  return open_cifar("cifar100", options, {split == KILN_SPLIT_TRAIN ? "train.bin" : "test.bin"},
-                    2, fine ? 1 : 0, fine ? 100 : 20);
+  return open_cifar("cifar100", options, {split == KILN_SPLIT_TRAIN ? "train.bin" : "test.bin"}, 2,
+                    fine ? 1 : 0, fine ? 100 : 20);
 }
 
 const kiln_option_spec kCifar10Options[] = {KILN_OPTION_INIT(
@@ -120,10 +119,10 @@ const kiln_dataset_vtable kCifar100Vtable = make_vtable<open_cifar100>();
 
 }  // namespace
 
-const kiln_component_descriptor kCifar10Component = KILN_COMPONENT_OPTIONS_INIT(
-    KILN_COMPONENT_DATASET, "cifar10", KILN_VERSION_INIT(1, 0, 0),
-    "CIFAR-10, binary version (32 x 32 RGB, 10 classes)", &kCapabilities, kCifar10Options,
-    &kCifar10Vtable);
+const kiln_component_descriptor kCifar10Component =
+    KILN_COMPONENT_OPTIONS_INIT(KILN_COMPONENT_DATASET, "cifar10", KILN_VERSION_INIT(1, 0, 0),
+                                "CIFAR-10, binary version (32 x 32 RGB, 10 classes)",
+                                &kCapabilities, kCifar10Options, &kCifar10Vtable);
 
 const kiln_component_descriptor kCifar100Component = KILN_COMPONENT_OPTIONS_INIT(
     KILN_COMPONENT_DATASET, "cifar100", KILN_VERSION_INIT(1, 0, 0),

@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -49,8 +50,7 @@ std::string join_path(const std::string& root, const std::string& name) {
   return root.back() == '/' ? root + name : root + "/" + name;
 }
 
-void require_path(const char* component, const char* option, const std::string& path,
-                  bool folder) {
+void require_path(const char* component, const char* option, const std::string& path, bool folder) {
   struct stat st {};
   std::string why;
   if (path.empty()) {
@@ -111,9 +111,8 @@ int64_t check_labels(const std::vector<int64_t>& labels, int64_t num_classes,
     const int64_t label = labels[i];
     if (label < 0 || (num_classes > 0 && label >= num_classes)) {
       invalid(std::string(component) + ": " + file + ": label " + std::to_string(label) +
-              " of sample " + std::to_string(i) + " is outside [0, " +
-              std::to_string(num_classes) + ") (option 'num_classes'; 0 takes the count from " +
-              "the labels)");
+              " of sample " + std::to_string(i) + " is outside [0, " + std::to_string(num_classes) +
+              ") (option 'num_classes'; 0 takes the count from " + "the labels)");
     }
     largest = std::max(largest, label);
   }

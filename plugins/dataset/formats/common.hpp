@@ -93,8 +93,7 @@ kiln_status* create_slot(const kiln_host_api* host, const kiln_options* options,
 // The vtable of the component whose instances `F` makes.
 template <Factory F>
 constexpr kiln_dataset_vtable make_vtable() {
-  return KILN_DATASET_VTABLE_INIT(create_slot<F>, destroy_slot, info_slot, probe_slot,
-                                  decode_slot);
+  return KILN_DATASET_VTABLE_INIT(create_slot<F>, destroy_slot, info_slot, probe_slot, decode_slot);
 }
 
 // Capabilities of every built-in dataset: host memory only, no tensors cross.

@@ -1,10 +1,11 @@
 // `idx` and `fashion-mnist`: the MNIST family's IDX files (gzip or plain), read whole at create
 // (they are small, and a gzip stream cannot be read at an offset). Images N x H x W (gray) or
 // N x C x H x W (any channel count), labels N bytes.
+#include "data/idx.hpp"
+
 #include <cstring>
 
 #include "common.hpp"
-#include "data/idx.hpp"
 #include "io/untrusted.hpp"
 
 namespace kiln::datasets {
@@ -76,14 +77,14 @@ std::unique_ptr<FixedDataset> open_idx(const kiln_options* options, int32_t spli
 constexpr char kIdx[] = "idx";
 constexpr char kFashion[] = "fashion-mnist";
 
-#define KILN_IDX_FILE_OPTIONS                                                                  \
-  KILN_OPTION_INIT("train_images", KILN_OPT_STRING, "\"train-images-idx3-ubyte.gz\"",          \
-                   "training images under root (IDX, gzip or plain)"),                         \
-      KILN_OPTION_INIT("train_labels", KILN_OPT_STRING, "\"train-labels-idx1-ubyte.gz\"",      \
-                       "training labels under root"),                                          \
-      KILN_OPTION_INIT("val_images", KILN_OPT_STRING, "\"t10k-images-idx3-ubyte.gz\"",         \
-                       "validation images under root"),                                        \
-      KILN_OPTION_INIT("val_labels", KILN_OPT_STRING, "\"t10k-labels-idx1-ubyte.gz\"",         \
+#define KILN_IDX_FILE_OPTIONS                                                             \
+  KILN_OPTION_INIT("train_images", KILN_OPT_STRING, "\"train-images-idx3-ubyte.gz\"",     \
+                   "training images under root (IDX, gzip or plain)"),                    \
+      KILN_OPTION_INIT("train_labels", KILN_OPT_STRING, "\"train-labels-idx1-ubyte.gz\"", \
+                       "training labels under root"),                                     \
+      KILN_OPTION_INIT("val_images", KILN_OPT_STRING, "\"t10k-images-idx3-ubyte.gz\"",    \
+                       "validation images under root"),                                   \
+      KILN_OPTION_INIT("val_labels", KILN_OPT_STRING, "\"t10k-labels-idx1-ubyte.gz\"",    \
                        "validation labels under root")
 
 const kiln_option_spec kIdxOptions[] = {
@@ -104,14 +105,14 @@ const kiln_dataset_vtable kFashionVtable = make_vtable<open_idx<kFashion>>();
 
 }  // namespace
 
-const kiln_component_descriptor kIdxComponent = KILN_COMPONENT_OPTIONS_INIT(
-    KILN_COMPONENT_DATASET, kIdx, KILN_VERSION_INIT(1, 0, 0),
-    "IDX image and label files (MNIST family), gray or N x C x H x W", &kCapabilities,
-    kIdxOptions, &kIdxVtable);
+const kiln_component_descriptor kIdxComponent =
+    KILN_COMPONENT_OPTIONS_INIT(KILN_COMPONENT_DATASET, kIdx, KILN_VERSION_INIT(1, 0, 0),
+                                "IDX image and label files (MNIST family), gray or N x C x H x W",
+                                &kCapabilities, kIdxOptions, &kIdxVtable);
 
-const kiln_component_descriptor kFashionMnistComponent = KILN_COMPONENT_OPTIONS_INIT(
-    KILN_COMPONENT_DATASET, kFashion, KILN_VERSION_INIT(1, 0, 0),
-    "Fashion-MNIST (the idx dataset with its root and 10 classes)", &kCapabilities,
-    kFashionOptions, &kFashionVtable);
+const kiln_component_descriptor kFashionMnistComponent =
+    KILN_COMPONENT_OPTIONS_INIT(KILN_COMPONENT_DATASET, kFashion, KILN_VERSION_INIT(1, 0, 0),
+                                "Fashion-MNIST (the idx dataset with its root and 10 classes)",
+                                &kCapabilities, kFashionOptions, &kFashionVtable);
 
 }  // namespace kiln::datasets

@@ -5,9 +5,9 @@
 namespace {
 
 const kiln_component_descriptor* const kComponents[] = {
-    &kiln::datasets::kIdxComponent,      &kiln::datasets::kFashionMnistComponent,
-    &kiln::datasets::kCifar10Component,  &kiln::datasets::kCifar100Component,
-    &kiln::datasets::kTensorsComponent,  &kiln::datasets::kSyntheticComponent};
+    &kiln::datasets::kIdxComponent,     &kiln::datasets::kFashionMnistComponent,
+    &kiln::datasets::kCifar10Component, &kiln::datasets::kCifar100Component,
+    &kiln::datasets::kTensorsComponent, &kiln::datasets::kSyntheticComponent};
 
 const kiln_plugin_descriptor kDescriptor =
     KILN_PLUGIN_DESCRIPTOR_INIT("kiln-datasets", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);

@@ -58,8 +58,9 @@ std::unique_ptr<FixedDataset> open_synthetic(const kiln_options* options, int32_
   // The schema bounds these; a caller without the host's validation still gets a reason.
   if (n_train < 1 || n_test < 1 || classes < 1 || channels < 1 || channels > 16 || height < 1 ||
       height > 4096 || width < 1 || width > 4096) {
-    invalid("synthetic: synthetic_train and synthetic_test must be >= 1, synthetic_classes >= 1, "
-            "channels in [1, 16], height and width in [1, 4096]");
+    invalid(
+        "synthetic: synthetic_train and synthetic_test must be >= 1, synthetic_classes >= 1, "
+        "channels in [1, 16], height and width in [1, 4096]");
   }
   const int64_t samples = n_train + n_test;
   auto d = std::make_unique<SyntheticDataset>();
@@ -101,8 +102,7 @@ std::unique_ptr<FixedDataset> open_synthetic(const kiln_options* options, int32_
   std::vector<int64_t> labels(static_cast<size_t>(samples));
   for (int64_t i = 0; i < samples; ++i) labels[static_cast<size_t>(i)] = i % classes;
   for (int64_t i = samples - 1; i > 0; --i) {
-    std::swap(labels[static_cast<size_t>(i)],
-              labels[below(gen, static_cast<uint64_t>(i) + 1)]);
+    std::swap(labels[static_cast<size_t>(i)], labels[below(gen, static_cast<uint64_t>(i) + 1)]);
   }
   // The noise: ceil(pixels / 8) draws per sample, samples in order.
   d->draws_per_sample = static_cast<uint64_t>((pixels + 7) / 8);
@@ -135,9 +135,9 @@ const kiln_dataset_vtable kSyntheticVtable = make_vtable<open_synthetic>();
 
 }  // namespace
 
-const kiln_component_descriptor kSyntheticComponent = KILN_COMPONENT_OPTIONS_INIT(
-    KILN_COMPONENT_DATASET, "synthetic", KILN_VERSION_INIT(1, 0, 0),
-    "learnable synthetic images: a prototype per class plus noise", &kCapabilities,
-    kSyntheticOptions, &kSyntheticVtable);
+const kiln_component_descriptor kSyntheticComponent =
+    KILN_COMPONENT_OPTIONS_INIT(KILN_COMPONENT_DATASET, "synthetic", KILN_VERSION_INIT(1, 0, 0),
+                                "learnable synthetic images: a prototype per class plus noise",
+                                &kCapabilities, kSyntheticOptions, &kSyntheticVtable);
 
 }  // namespace kiln::datasets

@@ -15,9 +15,9 @@ namespace {
 class TensorsDataset final : public FixedDataset {
  public:
   std::unique_ptr<RandomAccessFile> file;
-  std::string tensor;     // the images' name, for messages
-  uint64_t first = 0;     // file offset of image 0
-  bool nchw = false;      // the file's layout
+  std::string tensor;  // the images' name, for messages
+  uint64_t first = 0;  // file offset of image 0
+  bool nchw = false;   // the file's layout
   std::vector<int64_t> labels;
 
   int64_t label(int64_t index) const override { return labels[static_cast<size_t>(index)]; }
@@ -70,7 +70,8 @@ std::unique_ptr<FixedDataset> open_tensors(const kiln_options* options, int32_t 
   io::SafetensorsLayout layout;
   try {
     std::ifstream in(path, std::ios::binary);
-    if (!in) invalid("tensors: option '" + std::string(file_option) + "': " + path + ": cannot open");
+    if (!in)
+      invalid("tensors: option '" + std::string(file_option) + "': " + path + ": cannot open");
     layout = io::read_safetensors_layout(in, d->file->size(), path);
   } catch (const io::BadFileError& e) {
     data_loss(std::string("tensors: ") + e.what());
@@ -95,7 +96,9 @@ std::unique_ptr<FixedDataset> open_tensors(const kiln_options* options, int32_t 
   const int64_t w = gray ? s[2] : (nchw ? s[3] : s[2]);
   if (n <= 0 || c <= 0 || h <= 0 || w <= 0 || c > 0x7fffffff) {
     invalid(where + "tensor " + io::quote_name(images_name) + " has shape " + io::shape_text(s) +
-            (gray ? "" : nchw ? " (read as N x C x H x W)" : " (read as N x H x W x C)") +
+            (gray   ? ""
+             : nchw ? " (read as N x C x H x W)"
+                    : " (read as N x H x W x C)") +
             "; every dimension must be > 0");
   }
   size_t label_size = 0;
@@ -158,9 +161,9 @@ const kiln_dataset_vtable kTensorsVtable = make_vtable<open_tensors>();
 
 }  // namespace
 
-const kiln_component_descriptor kTensorsComponent = KILN_COMPONENT_OPTIONS_INIT(
-    KILN_COMPONENT_DATASET, "tensors", KILN_VERSION_INIT(1, 0, 0),
-    "uint8 images and their labels in a safetensors file", &kCapabilities, kTensorsOptions,
-    &kTensorsVtable);
+const kiln_component_descriptor kTensorsComponent =
+    KILN_COMPONENT_OPTIONS_INIT(KILN_COMPONENT_DATASET, "tensors", KILN_VERSION_INIT(1, 0, 0),
+                                "uint8 images and their labels in a safetensors file",
+                                &kCapabilities, kTensorsOptions, &kTensorsVtable);
 
 }  // namespace kiln::datasets
