@@ -82,9 +82,15 @@ constexpr uint64_t kFirstChunk = uint64_t{1} << 16;
 
 IdxBytes read_idx_ubyte(const std::string& path, uint32_t rank, const char* kind,
                         const char* what) {
+  return read_idx_ubyte(path, rank, rank, kind, what);
+}
+
+IdxBytes read_idx_ubyte(const std::string& path, uint32_t min_rank, uint32_t max_rank,
+                        const char* kind, const char* what) {
   GzReader in(path);
   const uint32_t magic = in.read_u32_be();
-  if (magic != (0x800u | rank)) {
+  const uint32_t rank = magic & 0xffu;
+  if ((magic & ~0xffu) != 0x800u || rank < min_rank || rank > max_rank) {
     throw error(path, std::string("not an IDX ") + kind + " file (magic " + hex32(magic) + ")");
   }
   IdxBytes out;

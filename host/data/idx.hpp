@@ -22,4 +22,8 @@ struct IdxBytes {
 // claims and a gzip stream that fails its CRC. Throws io::BadFileError "<path>: ...".
 IdxBytes read_idx_ubyte(const std::string& path, uint32_t rank, const char* kind, const char* what);
 
+// The same for any rank in [min_rank, max_rank] (images: 3 for N x H x W, 4 for N x C x H x W).
+IdxBytes read_idx_ubyte(const std::string& path, uint32_t min_rank, uint32_t max_rank,
+                        const char* kind, const char* what);
+
 }  // namespace kiln::data

@@ -13,6 +13,7 @@
 
 #include "config/pipeline.hpp"
 #include "config/value_check.hpp"
+#include "kiln/dataset.h"
 #include "kiln/lr_policy.h"
 #include "kiln/model.h"
 #include "kiln/norm.h"
@@ -38,10 +39,12 @@ constexpr int kHostCxx11Abi = _GLIBCXX_USE_CXX11_ABI;
 constexpr int kHostCxx11Abi = 0;
 #endif
 
-// The vtable of a component: its size and which slots are required, per kind.
+// The vtable of a component: its size and which slots are required, per kind, and the ABI
+// minor that introduced the kind.
 struct VtableRule {
   size_t v1_size;
   std::vector<std::pair<const char*, size_t>> required;  // slot name, byte offset
+  uint32_t since_minor = 0;
 };
 
 VtableRule vtable_rule(int32_t kind) {
@@ -71,15 +74,32 @@ VtableRule vtable_rule(int32_t kind) {
       return {KILN_MODEL_VTABLE_V1_SIZE,
               {{"create", offsetof(kiln_model_vtable, create)},
                {"destroy", offsetof(kiln_model_vtable, destroy)}}};
+    case KILN_COMPONENT_DATASET:
+      return {KILN_DATASET_VTABLE_V1_SIZE,
+              {{"create", offsetof(kiln_dataset_vtable, create)},
+               {"destroy", offsetof(kiln_dataset_vtable, destroy)},
+               {"info", offsetof(kiln_dataset_vtable, info)},
+               {"probe", offsetof(kiln_dataset_vtable, probe)},
+               {"decode", offsetof(kiln_dataset_vtable, decode)}},
+              7};
     default:
       return {0, {}};
   }
 }
 
+// The keys the host owns in the [section] of a component kind; none where the kind has no core
+// section of its own (datasets: the host decides where their options are written).
+const std::vector<kiln_option_spec>& host_keys(const std::string& section) {
+  static const std::vector<kiln_option_spec> none;
+  const auto& sections = config::core_sections();
+  if (std::find(sections.begin(), sections.end(), section) == sections.end()) return none;
+  return config::core_schema(section);
+}
+
 // The keys the host owns in the [section] of a component kind, for messages.
 std::string reserved_names(const std::string& section) {
   std::string out;
-  for (const kiln_option_spec& core : config::core_schema(section)) {
+  for (const kiln_option_spec& core : host_keys(section)) {
     out += (out.empty() ? "" : ", ") + std::string(core.name);
   }
   return out;
@@ -120,8 +140,9 @@ std::string check_torch_recorded(const std::string& path, const kiln_plugin_desc
   return {};
 }
 
-// Checks one component descriptor; returns the reason it is refused, or "" when it is fine.
-std::string check_component(const kiln_component_descriptor* c, size_t index) {
+// Checks one component descriptor of a library built for ABI 1.`abi_minor`; returns the reason
+// it is refused, or "" when it is fine.
+std::string check_component(const kiln_component_descriptor* c, size_t index, uint32_t abi_minor) {
   const std::string where = "component #" + std::to_string(index);
   if (c == nullptr) return where + " is NULL";
   if (c->struct_size < KILN_COMPONENT_DESCRIPTOR_V1_SIZE) {
@@ -134,6 +155,11 @@ std::string check_component(const kiln_component_descriptor* c, size_t index) {
   VtableRule rule = vtable_rule(c->kind);
   if (rule.v1_size == 0) return who + " has unknown kind " + std::to_string(c->kind);
   const std::string kind = kind_name(c->kind);
+  // A kind the library's ABI did not have yet: its vtable cannot be the one this host reads.
+  if (abi_minor < rule.since_minor) {
+    return who + " (" + kind + ") needs Kiln ABI 1." + std::to_string(rule.since_minor) +
+           " or later; the library is built for 1." + std::to_string(abi_minor);
+  }
   if (c->reserved != 0) return who + " (" + kind + ") descriptor " + nonzero_reserved(c->reserved);
   if (c->capabilities == nullptr) return who + " (" + kind + ") declares no capabilities";
   if (c->capabilities->struct_size < KILN_SIZE_UP_TO(kiln_capabilities, attributes)) {
@@ -166,7 +192,7 @@ std::string check_component(const kiln_component_descriptor* c, size_t index) {
     }
     // The component's options share its pipeline table with the keys the host owns there
     // (an optimizer's lr and weight_decay, …): one of those names could never reach it.
-    for (const kiln_option_spec& core : config::core_schema(kind)) {
+    for (const kiln_option_spec& core : host_keys(kind)) {
       if (std::strcmp(core.name, o.name) == 0) {
         return who + " (" + kind + ") option '" + o.name + "' is a name the host reserves in [" +
                kind + "] (" + reserved_names(kind) + "; see docs/abi.md)";
@@ -178,7 +204,8 @@ std::string check_component(const kiln_component_descriptor* c, size_t index) {
   size_t vsize = *reinterpret_cast<const size_t*>(bytes);
   if (vsize < rule.v1_size) {
     return who + " (" + kind + ") vtable is " + std::to_string(vsize) +
-           " bytes, smaller than the " + std::to_string(rule.v1_size) + " bytes of ABI 1.0";
+           " bytes, smaller than the " + std::to_string(rule.v1_size) + " bytes of ABI 1." +
+           std::to_string(rule.since_minor);
   }
   for (const auto& [slot, offset] : rule.required) {
     void* fn = nullptr;
@@ -274,7 +301,8 @@ void LibraryLoader::load_library(const std::string& path, Registry& registry) {
   std::vector<std::string> names_here;
   for (size_t i = 0; i < d->component_count; ++i) {
     const kiln_component_descriptor* c = d->components[i];
-    if (std::string reason = check_component(c, i); !reason.empty()) throw LoadError(path, reason);
+    if (std::string reason = check_component(c, i, d->abi_minor); !reason.empty())
+      throw LoadError(path, reason);
     const std::string name = c->name;
     if (c->kind == KILN_COMPONENT_MODEL && d->torch_version == nullptr) {
       throw LoadError(path, "component '" + name +

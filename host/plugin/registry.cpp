@@ -14,6 +14,8 @@ const char* kind_name(int32_t kind) {
       return "precision";
     case KILN_COMPONENT_MODEL:
       return "model";
+    case KILN_COMPONENT_DATASET:
+      return "dataset";
     default:
       return "unknown";
   }

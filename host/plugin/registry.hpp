@@ -21,7 +21,7 @@ struct Component {
   int32_t kind() const { return descriptor->kind; }
 };
 
-// "optimizer", "lr_policy", "norm", "precision", "model" (or "unknown").
+// "optimizer", "lr_policy", "norm", "precision", "model", "dataset" (or "unknown").
 const char* kind_name(int32_t kind);
 
 class Registry {

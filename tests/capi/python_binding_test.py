@@ -149,7 +149,7 @@ class BindingTest(unittest.TestCase):
         for p in found:
             self.assertTrue(os.path.isfile(p.library), p)
             self.assertEqual(p.abi[0], kiln.plugin_abi()[0], p)
-            self.assertIn(p.kind, {"optimizer", "lr_policy", "norm", "precision", "model"})
+            self.assertIn(p.kind, {"optimizer", "lr_policy", "norm", "precision", "model", "dataset"})
         self.assertIsInstance(refused, list)
 
     def test_plugins_refuses_a_bad_library(self):

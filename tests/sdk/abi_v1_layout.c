@@ -1,6 +1,7 @@
 /* Pins the layout of every ABI 1.0 struct on LP64 targets (x86_64, aarch64 Linux): a change to
  * any size or offset here is an ABI break and needs KILN_ABI_MAJOR bumped (or, for appended
  * fields, KILN_ABI_MINOR and a new pinned size). Compiled by the sdk_abi_v1_layout test. */
+#include "kiln/dataset.h"
 #include "kiln/lr_policy.h"
 #include "kiln/model.h"
 #include "kiln/norm.h"
@@ -85,3 +86,21 @@ PIN_SIZE(kiln_model_input, 48); /* 1.6: ctx appended */
 PIN_OFFSET(kiln_model_input, ctx, 40);
 PIN_SIZE(kiln_model_vtable, 24);
 _Static_assert(KILN_MODEL_VTABLE_V1_SIZE == 24, "model vtable v1 size");
+
+/* 1.7: the dataset component (kiln/dataset.h) */
+PIN_SIZE(kiln_dataset_open, 16);
+PIN_SIZE(kiln_dataset_info, 56);
+PIN_OFFSET(kiln_dataset_info, num_samples, 8);
+PIN_OFFSET(kiln_dataset_info, channels, 24);
+PIN_OFFSET(kiln_dataset_info, height, 32);
+PIN_OFFSET(kiln_dataset_info, class_names, 48);
+PIN_SIZE(kiln_sample_header, 32);
+PIN_SIZE(kiln_decode_request, 32);
+PIN_OFFSET(kiln_decode_request, pixels, 16);
+PIN_OFFSET(kiln_decode_request, capacity, 24);
+PIN_SIZE(kiln_decoded_sample, 40);
+PIN_OFFSET(kiln_decoded_sample, scale, 32);
+PIN_SIZE(kiln_dataset_vtable, 48);
+_Static_assert(KILN_DATASET_VTABLE_V1_SIZE == 48, "dataset vtable v1 size");
+_Static_assert(KILN_COMPONENT_DATASET == 6, "dataset kind");
+_Static_assert(KILN_ERR_DATA_LOSS == 7, "data-loss code");

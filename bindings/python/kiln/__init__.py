@@ -195,7 +195,7 @@ class PluginInfo:
     """One component of a loaded plugin library (kiln_plugin_info)."""
 
     name: str
-    kind: str  # "optimizer", "lr_policy", "norm", "precision" or "model"
+    kind: str  # "optimizer", "lr_policy", "norm", "precision", "model" or "dataset"
     summary: str
     library: str
     version: Tuple[int, int, int]

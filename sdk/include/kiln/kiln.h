@@ -215,7 +215,7 @@ typedef int32_t (*kiln_metrics_callback)(void* user_data, const kiln_metrics* me
 typedef struct kiln_plugin_info {
   size_t struct_size;   /* sizeof(kiln_plugin_info) as the caller knows it */
   const char* name;     /* the component's name, as a pipeline names it ("sgd") */
-  const char* kind;     /* "optimizer", "lr_policy", "norm", "precision" or "model" */
+  const char* kind;     /* "optimizer", "lr_policy", "norm", "precision", "model" or "dataset" */
   const char* summary;  /* one line, or "" */
   const char* library;  /* path of the plugin library */
   kiln_version version; /* the component's version */

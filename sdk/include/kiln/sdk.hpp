@@ -8,6 +8,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "kiln/dataset.h"
 #include "kiln/lr_policy.h"
 #include "kiln/model.h"
 #include "kiln/norm.h"

@@ -328,7 +328,7 @@ impl fmt::Display for Version {
 pub struct PluginInfo {
     /// As a pipeline names it ("sgd").
     pub name: String,
-    /// "optimizer", "lr_policy", "norm", "precision" or "model".
+    /// "optimizer", "lr_policy", "norm", "precision", "model" or "dataset".
     pub kind: String,
     pub summary: String,
     /// Path of the plugin library.

@@ -1,0 +1,214 @@
+#include "plugin/dataset_source.hpp"
+
+#include <stdexcept>
+
+#include "config/value_check.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/plugin_call.hpp"
+#include "plugin/status.hpp"
+
+namespace kiln::plugin {
+namespace {
+
+std::string contract(const std::string& who, const std::string& what) {
+  return who + " broke the dataset contract: " + what;
+}
+
+}  // namespace
+
+DatasetSource::DatasetSource(const Component& component, const config::OptionSet& options,
+                             int32_t split)
+    : name_(component.name()),
+      library_(component.library_path),
+      vtable_(static_cast<const kiln_dataset_vtable*>(component.descriptor->vtable)) {
+  if (component.kind() != KILN_COMPONENT_DATASET) {
+    throw std::invalid_argument("component '" + name_ + "' is a " + kind_name(component.kind()) +
+                                ", not a dataset");
+  }
+  if (split != KILN_SPLIT_TRAIN && split != KILN_SPLIT_VAL) {
+    throw std::invalid_argument("dataset '" + name_ + "': unknown split " + std::to_string(split));
+  }
+  kiln_dataset_open open{};
+  open.struct_size = sizeof open;
+  open.split = split;
+  check_options(
+      call_plugin([&] { return where("create"); },
+                  [&] { return vtable_->create(host_api(), options.c_view(), &open, &instance_); }),
+      "dataset '" + name_ + "' refused its options", "dataset");
+  // From here the instance exists: a broken info must still release it.
+  try {
+    kiln_dataset_info info{};
+    info.struct_size = sizeof info;
+    check(
+        call_plugin([&] { return where("info"); }, [&] { return vtable_->info(instance_, &info); }),
+        "dataset '" + name_ + "' info");
+    const std::string who = "dataset '" + name_ + "' (" + library_ + ")";
+    if (info.num_samples <= 0) {
+      throw ComponentError(KILN_ERR_INTERNAL,
+                           contract(who, "info reports " + std::to_string(info.num_samples) +
+                                             " samples; a split holds at least one"));
+    }
+    if (info.num_classes <= 0) {
+      throw ComponentError(KILN_ERR_INTERNAL,
+                           contract(who, "info reports " + std::to_string(info.num_classes) +
+                                             " classes; at least one"));
+    }
+    if (info.channels <= 0) {
+      throw ComponentError(KILN_ERR_INTERNAL,
+                           contract(who, "info reports " + std::to_string(info.channels) +
+                                             " channels; at least one"));
+    }
+    if (info.reserved != 0) {
+      throw ComponentError(KILN_ERR_INTERNAL,
+                           contract(who, "kiln_dataset_info field 'reserved' is " +
+                                             std::to_string(info.reserved) + ", not zero"));
+    }
+    if (info.height < 0 || info.width < 0 || (info.height == 0) != (info.width == 0)) {
+      throw ComponentError(
+          KILN_ERR_INTERNAL,
+          contract(who, "info reports a sample size of " + std::to_string(info.height) + "x" +
+                            std::to_string(info.width) +
+                            "; both positive, or both 0 when sizes differ"));
+    }
+    size_ = info.num_samples;
+    num_classes_ = info.num_classes;
+    channels_ = info.channels;
+    height_ = info.height;
+    width_ = info.width;
+    if (info.class_names != nullptr) {
+      class_names_.reserve(static_cast<size_t>(num_classes_));
+      for (int64_t k = 0; k < num_classes_; ++k) {
+        const char* text = info.class_names[k];
+        if (text == nullptr) {
+          throw ComponentError(KILN_ERR_INTERNAL,
+                               contract(who, "class name " + std::to_string(k) + " is NULL"));
+        }
+        class_names_.emplace_back(text);
+      }
+    }
+  } catch (...) {
+    call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
+    throw;
+  }
+}
+
+DatasetSource::~DatasetSource() {
+  if (instance_ == nullptr) return;
+  call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
+}
+
+std::string DatasetSource::where(const char* entry) const {
+  return "dataset '" + name_ + "' " + entry + " (" + library_ + ")";
+}
+
+void DatasetSource::fail(kiln_status* status, const char* entry, int64_t index) const {
+  const int32_t code = status_code(status);
+  const std::string message = take_message(status);
+  // The plugin's message names the file and record; the loader adds nothing to it.
+  if (code == KILN_ERR_DATA_LOSS) throw data::SampleError(message);
+  const std::string what =
+      "dataset '" + name_ + "' " + entry + " of sample " + std::to_string(index) + ": " + message;
+  if (code == KILN_ERR_INVALID_ARGUMENT && std::string(entry) == "decode") {
+    throw std::invalid_argument(what);
+  }
+  throw ComponentError(code, what);
+}
+
+void DatasetSource::check_index(int64_t index) const {
+  if (index < 0 || index >= size_) {
+    throw std::out_of_range("dataset '" + name_ + "': sample " + std::to_string(index) +
+                            " outside [0, " + std::to_string(size_) + ")");
+  }
+}
+
+data::SampleHeader DatasetSource::probe(int64_t index) const {
+  check_index(index);
+  kiln_sample_header header{};
+  header.struct_size = sizeof header;
+  if (kiln_status* status =
+          call_plugin([&] { return where("probe"); },
+                      [&] { return vtable_->probe(instance_, index, &header); })) {
+    fail(status, "probe", index);
+  }
+  if (header.height <= 0 || header.width <= 0 || header.label < 0 || header.label >= num_classes_) {
+    throw ComponentError(
+        KILN_ERR_INTERNAL,
+        contract(where("probe"),
+                 "sample " + std::to_string(index) + " is " + std::to_string(header.height) + "x" +
+                     std::to_string(header.width) + ", label " + std::to_string(header.label) +
+                     " of " + std::to_string(num_classes_) + " classes"));
+  }
+  return {header.height, header.width, header.label};
+}
+
+data::DecodedSample DatasetSource::decode(int64_t index, int scale_denom, uint8_t* pixels,
+                                          size_t capacity) const {
+  check_index(index);
+  if (scale_denom != 1 && scale_denom != 2 && scale_denom != 4 && scale_denom != 8) {
+    throw std::invalid_argument("dataset '" + name_ + "': scale_denom " +
+                                std::to_string(scale_denom) + " is not 1, 2, 4 or 8");
+  }
+  kiln_decode_request request{};
+  request.struct_size = sizeof request;
+  request.scale_denom = scale_denom;
+  request.pixels = pixels;
+  request.capacity = capacity;
+  kiln_decoded_sample out{};
+  out.struct_size = sizeof out;
+  if (kiln_status* status =
+          call_plugin([&] { return where("decode"); },
+                      [&] { return vtable_->decode(instance_, index, &request, &out); })) {
+    fail(status, "decode", index);
+  }
+  // What the plugin says it wrote must fit what it was given; anything else means it wrote
+  // past the buffer or left the loader reading garbage.
+  const bool scale_ok = out.scale >= 1 && scale_denom % out.scale == 0;
+  const bool size_ok = out.height > 0 && out.width > 0 &&
+                       static_cast<uint64_t>(out.height) <= capacity &&
+                       static_cast<uint64_t>(out.width) <= capacity &&
+                       static_cast<uint64_t>(out.height) * static_cast<uint64_t>(out.width) *
+                               static_cast<uint64_t>(channels_) <=
+                           capacity;
+  const bool label_ok = out.label >= 0 && out.label < num_classes_;
+  if (!scale_ok || !size_ok || !label_ok || out.reserved != 0) {
+    throw ComponentError(
+        KILN_ERR_INTERNAL,
+        contract(where("decode"),
+                 "sample " + std::to_string(index) + " decoded as " + std::to_string(out.height) +
+                     "x" + std::to_string(out.width) + "x" + std::to_string(channels_) + " into " +
+                     std::to_string(capacity) + " bytes, scale " + std::to_string(out.scale) +
+                     " of " + std::to_string(scale_denom) + ", label " + std::to_string(out.label) +
+                     ", reserved " + std::to_string(out.reserved)));
+  }
+  return {out.height, out.width, out.label, out.scale};
+}
+
+std::unique_ptr<DatasetSource> make_dataset_source(const Registry& registry,
+                                                   const std::string& name,
+                                                   const config::OptionSet& options,
+                                                   int32_t split) {
+  const Component* component = registry.find(KILN_COMPONENT_DATASET, name);
+  if (component == nullptr) {
+    std::string known;
+    for (const Component* c : registry.of_kind(KILN_COMPONENT_DATASET)) {
+      known += (known.empty() ? "" : ", ") + std::string(c->name());
+    }
+    throw std::invalid_argument("no dataset component named '" + name +
+                                "'; available: " + (known.empty() ? std::string("none") : known));
+  }
+  return std::make_unique<DatasetSource>(*component, options, split);
+}
+
+config::OptionSet default_options(const Component& component) {
+  config::OptionSet set;
+  const kiln_component_descriptor* d = component.descriptor;
+  for (size_t i = 0; i < d->option_count; ++i) {
+    const kiln_option_spec& spec = d->options[i];
+    if (spec.default_value == nullptr) continue;
+    // The loader checked every default parses.
+    if (auto value = config::parse_default(spec)) set.set(spec.name, std::move(*value));
+  }
+  return set;
+}
+
+}  // namespace kiln::plugin

@@ -1,0 +1,189 @@
+// The dataset component kind (ABI 1.7) at the host: the loader accepts a plain-C dataset and
+// refuses broken ones; plugin::DatasetSource reads it from several threads at once, reduced or
+// not, and turns its statuses into the exceptions the loader handles.
+#include "plugin/dataset_source.hpp"
+
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "kiln_test_paths.h"
+#include "plugin/host_api.hpp"
+#include "plugin/loader.hpp"
+#include "plugin/status.hpp"
+
+namespace {
+
+using kiln::plugin::DatasetSource;
+using kiln::plugin::LibraryLoader;
+using kiln::plugin::LoadError;
+using kiln::plugin::Registry;
+
+std::string test_plugin(const std::string& name) {
+  return std::string(KILN_TEST_PLUGIN_DIR) + "/lib" + name + ".so";
+}
+
+// The message a load of `path` fails with ("" when it loads).
+std::string refusal(const std::string& path, Registry& registry) {
+  LibraryLoader loader(kiln::plugin::host_api());
+  try {
+    loader.load_library(path, registry);
+  } catch (const LoadError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+const Registry& gradients_registry() {
+  static Registry* registry = [] {
+    auto* r = new Registry();
+    const std::string why =
+        refusal(std::string(KILN_TEST_PLUGIN_DIR) + "/good/libgood_c_dataset.so", *r);
+    EXPECT_EQ(why, "");
+    return r;
+  }();
+  return *registry;
+}
+
+kiln::config::Value int_value(int64_t v) {
+  kiln::config::Value value;
+  value.type = KILN_OPT_INT;
+  value.int_value = v;
+  return value;
+}
+
+std::unique_ptr<DatasetSource> gradients(int64_t samples = 24, int64_t classes = 3,
+                                         int64_t channels = 3, int64_t fail_index = -1,
+                                         int32_t split = KILN_SPLIT_TRAIN) {
+  const Registry& registry = gradients_registry();
+  const auto* c = registry.find(KILN_COMPONENT_DATASET, "gradients");
+  EXPECT_NE(c, nullptr);
+  kiln::config::OptionSet options = kiln::plugin::default_options(*c);
+  options.set("samples", int_value(samples));
+  options.set("classes", int_value(classes));
+  options.set("channels", int_value(channels));
+  options.set("fail_index", int_value(fail_index));
+  return kiln::plugin::make_dataset_source(registry, "gradients", options, split);
+}
+
+// What good_c_dataset.c draws (its header comment), reduced by d.
+std::vector<uint8_t> expected(int64_t i, int64_t classes, int64_t channels, int64_t d,
+                              int64_t* height, int64_t* width) {
+  const int64_t label = i % classes;
+  *height = (8 + 4 * (i % 5) + d - 1) / d;
+  *width = (6 + 5 * (i % 3) + d - 1) / d;
+  std::vector<uint8_t> out;
+  for (int64_t y = 0; y < *height; ++y) {
+    for (int64_t x = 0; x < *width; ++x) {
+      for (int64_t c = 0; c < channels; ++c) {
+        out.push_back(
+            static_cast<uint8_t>((7 * d * y + 3 * d * x + 50 * c + 11 * i + 40 * label) % 256));
+      }
+    }
+  }
+  return out;
+}
+
+TEST(DatasetKind, TheLoaderAcceptsAPlainCDatasetAndNamesItsKind) {
+  const auto* c = gradients_registry().find(KILN_COMPONENT_DATASET, "gradients");
+  ASSERT_NE(c, nullptr);
+  EXPECT_STREQ(kiln::plugin::kind_name(c->kind()), "dataset");
+  EXPECT_EQ(c->plugin->abi_minor, static_cast<uint32_t>(KILN_ABI_MINOR));
+}
+
+TEST(DatasetKind, TheLoaderRefusesAMissingRequiredSlot) {
+  Registry registry;
+  const std::string path = test_plugin("bad_dataset_missing_slot");
+  EXPECT_EQ(refusal(path, registry),
+            path +
+                ": component 'gradients_without_decode' (dataset): required slot 'decode' is "
+                "NULL");
+}
+
+TEST(DatasetKind, TheLoaderRefusesADatasetInALibraryBuiltBeforeTheKind) {
+  Registry registry;
+  const std::string path = test_plugin("bad_dataset_old_minor");
+  EXPECT_EQ(refusal(path, registry),
+            path +
+                ": component 'gradients' (dataset) needs Kiln ABI 1.7 or later; the library is "
+                "built for 1.6");
+}
+
+TEST(DatasetSource, InfoAndClassNames) {
+  auto source = gradients(24, 3, 3);
+  EXPECT_EQ(source->size(), 24);
+  EXPECT_EQ(source->num_classes(), 3);
+  EXPECT_EQ(source->channels(), 3);
+  EXPECT_EQ(source->fixed_height(), 0);
+  EXPECT_EQ(source->fixed_width(), 0);
+  EXPECT_EQ(source->class_names(), (std::vector<std::string>{"red", "green", "blue"}));
+  auto val = gradients(24, 3, 3, -1, KILN_SPLIT_VAL);
+  EXPECT_EQ(val->size(), 8);
+}
+
+TEST(DatasetSource, ProbesAndDecodesFromManyThreadsAtEveryScale) {
+  const int64_t n = 60, classes = 5, channels = 3;
+  auto source = gradients(n, classes, channels);
+  std::vector<std::thread> threads;
+  std::vector<int> failures(4, 0);
+  for (int t = 0; t < 4; ++t) {
+    threads.emplace_back([&, t] {
+      std::vector<uint8_t> buffer(64 * 64 * 4);
+      for (int round = 0; round < 3; ++round) {
+        for (int64_t i = t; i < n; i += 2) {  // threads overlap: equal indices at once too
+          const int d = 1 << ((i + round) % 4);
+          const kiln::data::SampleHeader header = source->probe(i);
+          int64_t h = 0, w = 0;
+          const std::vector<uint8_t> want = expected(i, classes, channels, d, &h, &w);
+          const kiln::data::DecodedSample got = source->decode(i, d, buffer.data(), buffer.size());
+          const bool ok = header.label == i % classes && header.height == 8 + 4 * (i % 5) &&
+                          header.width == 6 + 5 * (i % 3) && got.height == h && got.width == w &&
+                          got.scale == d && got.label == i % classes &&
+                          std::equal(want.begin(), want.end(), buffer.begin());
+          if (!ok) ++failures[static_cast<size_t>(t)];
+        }
+      }
+    });
+  }
+  for (auto& thread : threads) thread.join();
+  for (int t = 0; t < 4; ++t) EXPECT_EQ(failures[static_cast<size_t>(t)], 0) << "thread " << t;
+}
+
+TEST(DatasetSource, DataLossBecomesASampleErrorWithThePluginsMessage) {
+  auto source = gradients(24, 3, 1, /*fail_index=*/7);
+  std::vector<uint8_t> buffer(64 * 64);
+  EXPECT_NO_THROW(source->decode(6, 1, buffer.data(), buffer.size()));
+  try {
+    source->decode(7, 1, buffer.data(), buffer.size());
+    ADD_FAILURE() << "no SampleError";
+  } catch (const kiln::data::SampleError& e) {
+    EXPECT_STREQ(e.what(), "gradients.bin: record 7: checksum mismatch");
+  }
+}
+
+TEST(DatasetSource, OtherStatusesNameTheComponent) {
+  auto source = gradients(24, 3, 3);
+  std::vector<uint8_t> buffer(4);
+  // Too small a buffer: the plugin's INVALID_ARGUMENT from decode.
+  try {
+    source->decode(0, 1, buffer.data(), buffer.size());
+    ADD_FAILURE() << "no invalid_argument";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_EQ(std::string(e.what()),
+              "dataset 'gradients' decode of sample 0: gradients: the buffer is too small");
+  }
+  EXPECT_THROW(source->probe(24), std::out_of_range);
+  EXPECT_THROW(source->decode(-1, 1, buffer.data(), buffer.size()), std::out_of_range);
+  EXPECT_THROW(source->decode(0, 3, buffer.data(), buffer.size()), std::invalid_argument);
+}
+
+TEST(DatasetSource, AnUnknownNameListsTheDatasetsThereAre) {
+  try {
+    kiln::plugin::make_dataset_source(gradients_registry(), "gradient", {}, KILN_SPLIT_TRAIN);
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_STREQ(e.what(), "no dataset component named 'gradient'; available: gradients");
+  }
+}
+
+}  // namespace
