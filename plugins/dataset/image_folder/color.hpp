@@ -9,11 +9,11 @@ namespace kiln::image_folder {
 
 // What a decoder wrote, interleaved 8-bit.
 enum class Layout {
-  gray,       // L
-  gray_alpha, // LA: alpha dropped
-  rgb,        // RGB
-  rgba,       // RGBA: alpha dropped (convert("RGB") does not composite)
-  cmyk        // a JPEG's CMYK as stored; PIL assumes Adobe's inverted polarity
+  gray,        // L
+  gray_alpha,  // LA: alpha dropped
+  rgb,         // RGB
+  rgba,        // RGBA: alpha dropped (convert("RGB") does not composite)
+  cmyk         // a JPEG's CMYK as stored; PIL assumes Adobe's inverted polarity
 };
 
 int channels_of(Layout layout);

@@ -90,8 +90,8 @@ void check_capacity(const std::string& path, const Header& h, int channels, size
                         static_cast<uint64_t>(channels);
   if (need > capacity) {
     throw Error(KILN_ERR_INVALID_ARGUMENT,
-                "image_folder: decode of '" + path + "' needs " + std::to_string(h.height) +
-                    " x " + std::to_string(h.width) + " x " + std::to_string(channels) +
+                "image_folder: decode of '" + path + "' needs " + std::to_string(h.height) + " x " +
+                    std::to_string(h.width) + " x " + std::to_string(channels) +
                     " bytes; the buffer holds " + std::to_string(capacity));
   }
 }

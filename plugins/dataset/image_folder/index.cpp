@@ -64,8 +64,8 @@ using Folder = std::pair<std::string, std::vector<std::string>>;  // path below 
 
 // os.walk(top, followlinks=True): every folder below `rel` with its files. A folder already on
 // the way down (a link cycle) is not entered again: Python would recurse until paths overflow.
-void walk(const std::string& root, const std::string& rel, std::vector<std::pair<dev_t, ino_t>>* way,
-          std::vector<Folder>* out) {
+void walk(const std::string& root, const std::string& rel,
+          std::vector<std::pair<dev_t, ino_t>>* way, std::vector<Folder>* out) {
   const std::string dir = join(root, rel);
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) return;
@@ -161,7 +161,8 @@ Index Index::build(const std::string& root, const std::string& option,
 std::string first_sample(const std::string& root, const std::vector<std::string>& classes,
                          const std::vector<std::string>& extensions) {
   int64_t skipped = 0;
-  const std::vector<std::string> files = class_samples(root, classes.at(0), extensions, {}, &skipped);
+  const std::vector<std::string> files =
+      class_samples(root, classes.at(0), extensions, {}, &skipped);
   return files.empty() ? std::string() : join(root, files.front());
 }
 

@@ -134,7 +134,8 @@ kiln_status* create(const kiln_host_api* host, const kiln_options* options,
     const std::string val_root = string_option(options, "val_root", "");
     const std::string color = string_option(options, "color", "rgb");
     const std::vector<std::string> extensions = extensions_option(options);
-    if (root.empty()) refuse("option 'root' is empty: name the training folder (root/<class>/<image>)");
+    if (root.empty())
+      refuse("option 'root' is empty: name the training folder (root/<class>/<image>)");
     if (color != "rgb" && color != "gray" && color != "auto") {
       refuse("option 'color': '" + color + "' is not one of rgb, gray, auto");
     }
@@ -143,7 +144,8 @@ kiln_status* create(const kiln_host_api* host, const kiln_options* options,
       refuse("option 'val_root' is empty: the dataset has no validation split");
     }
     const std::vector<std::string> classes = list_classes(root, "root");
-    if (!val_root.empty()) check_same_classes(root, classes, val_root, list_classes(val_root, "val_root"));
+    if (!val_root.empty())
+      check_same_classes(root, classes, val_root, list_classes(val_root, "val_root"));
 
     std::vector<std::string> ignored;
     for (const std::string& e : kImageExtensions) {
@@ -262,10 +264,10 @@ const kiln_option_spec kOptions[] = {
 
 const kiln_capabilities kCapabilities = KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU);
 
-const kiln_component_descriptor kComponent = KILN_COMPONENT_OPTIONS_INIT(
-    KILN_COMPONENT_DATASET, "image_folder", KILN_VERSION_INIT(1, 0, 0),
-    "images in class folders (torchvision's ImageFolder), JPEG and PNG", &kCapabilities,
-    kOptions, &kVtable);
+const kiln_component_descriptor kComponent =
+    KILN_COMPONENT_OPTIONS_INIT(KILN_COMPONENT_DATASET, "image_folder", KILN_VERSION_INIT(1, 0, 0),
+                                "images in class folders (torchvision's ImageFolder), JPEG and PNG",
+                                &kCapabilities, kOptions, &kVtable);
 
 const kiln_component_descriptor* const kComponents[] = {&kComponent};
 
