@@ -1,6 +1,8 @@
 #include "image_folder_harness.hpp"
 
+#include <ftw.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
 #include <fstream>
 #include <memory>
@@ -10,6 +12,19 @@
 
 namespace kiln::dataset_test {
 namespace {
+
+int remove_entry(const char* path, const struct stat*, int, struct FTW*) { return remove(path); }
+
+// Scratch removes the files it wrote, not folders: the oracle's trees go first (links not
+// followed).
+struct RemoveTrees {
+  void operator()(kiln::test::Scratch* s) const {
+    for (const char* sub : {"tree", "pixels"}) {
+      nftw(s->path(sub).c_str(), remove_entry, 16, FTW_DEPTH | FTW_PHYS);
+    }
+    delete s;
+  }
+};
 
 const kiln_host_api* host() {
   static const kiln_host_api api = kiln::test::status_only_host();
@@ -25,8 +40,8 @@ std::vector<uint8_t> Oracle::pixels(const std::string& name) const {
 }
 
 const Oracle& oracle() {
-  static const std::unique_ptr<kiln::test::Scratch> scratch = [] {
-    auto s = std::make_unique<kiln::test::Scratch>();
+  static const std::unique_ptr<kiln::test::Scratch, RemoveTrees> scratch = [] {
+    std::unique_ptr<kiln::test::Scratch, RemoveTrees> s(new kiln::test::Scratch());
     s->write_text("config.json", "{}");
     s->run("image_folder.py");
     return s;

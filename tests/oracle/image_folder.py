@@ -67,6 +67,8 @@ def make(path, kind, h, w, seed):
         Image.fromarray(rgb).save(path, "JPEG", quality=75, subsampling=1)
     elif kind == "jpeg_progressive":
         Image.fromarray(rgb).save(path, "JPEG", quality=85, progressive=True)
+    elif kind == "jpeg_long_header":  # a 40 kB comment: the header outgrows the probe's read
+        Image.fromarray(rgb).save(path, "JPEG", quality=90, comment=b"k" * 40000)
     elif kind == "jpeg_gray":
         Image.fromarray(gray).save(path, "JPEG", quality=90)
     elif kind == "jpeg_cmyk":
@@ -111,6 +113,7 @@ LAYOUT = {
         ("cat/sub-x/e.JPG", "jpeg_progressive", 57, 73),
         ("cat/sub-x/f.Jpeg", "jpeg422", 40, 40),
         ("dog/cmyk.jpg", "jpeg_cmyk", 36, 52),
+        ("dog/comment.jpg", "jpeg_long_header", 22, 27),
         ("dog/gray_alpha.png", "png_gray_alpha", 12, 9),
         ("dog/palette.png", "png_palette", 30, 26),
         ("dog/one_bit.png", "png_1bit", 17, 21),

@@ -20,8 +20,9 @@ namespace kiln::image_folder {
 namespace {
 
 constexpr uint8_t kPngSignature[8] = {0x89, 'P', 'N', 'G', '\r', '\n', 0x1a, '\n'};
-// Enough for the headers of nearly every JPEG (EXIF and ICC segments included) in one read.
-constexpr size_t kProbeBytes = 64 * 1024;
+// Enough for the headers of most JPEGs in one read; longer ones (big EXIF thumbnails or ICC
+// profiles) are read whole.
+constexpr size_t kProbeBytes = 16 * 1024;
 
 [[noreturn]] void data_loss(const std::string& path, const std::string& what) {
   throw Error(KILN_ERR_DATA_LOSS, "image_folder: '" + path + "' " + what);

@@ -115,11 +115,16 @@ const kiln_host_api* host_of(void* instance) {
   return instance != nullptr ? static_cast<Dataset*>(instance)->host : g_host.load();
 }
 
-kiln_status* no_host_status() { return nullptr; }  // unreachable: create stored a host
+// A host that passes no services table breaks the contract, and no status can be made without
+// one: nothing is reported (create leaves *out NULL).
+kiln_status* no_host_status() { return nullptr; }
 
 kiln_status* create(const kiln_host_api* host, const kiln_options* options,
                     const kiln_dataset_open* open, void** out) {
-  if (host == nullptr) return no_host_status();
+  if (host == nullptr) {
+    if (out != nullptr) *out = nullptr;
+    return no_host_status();
+  }
   g_host.store(host);
   return KILN_GUARD(host, {
     if (out == nullptr) refuse("create: NULL out");
