@@ -50,6 +50,10 @@
 #                                   LD_LIBRARY_PATH, so its own (newer) libz/libexpat/... win
 #   fonts-dejavu-core               a font for the plots' text (cairo + fontconfig)
 #   zlib1g-dev, zlib1g              zlib.h and libz.so (a bare image has the runtime at most)
+#   libturbojpeg0-dev, libturbojpeg0
+#                                   the image_folder dataset's JPEG decoder (pkg-config
+#                                   libturbojpeg: turbojpeg.h and the library)
+#   libpng-dev (libpng16-16 above)  its PNG decoder (pkg-config libpng: png.h, libpng16.so)
 #   pkgconf-bin, libpkgconf3        a pkg-config, in case the image has none
 # Not carried: the Fashion-MNIST dataset (the tests make their own data; see docs/device.md for
 # bench/precision.py), compilers, cmake, ninja, CUDA and torch (the machine has them).
@@ -71,6 +75,7 @@ PACKAGES=(
   libxrender1 libx11-6 libxext6 libxau6 libxdmcp6 libbsd0 libmd0 libexpat1 libbrotli1 libbz2-1.0
   fonts-dejavu-core
   zlib1g-dev zlib1g
+  libturbojpeg0-dev libturbojpeg0 libpng-dev
   pkgconf-bin libpkgconf3
 )
 

@@ -23,6 +23,19 @@ std::vector<int64_t> parse_int_list(const std::string& literal) {
   return out;
 }
 
+// "[\"a\", \"b\"]" -> {"a", "b"}; the default literals of string-list options (no escapes).
+std::vector<std::string> parse_string_list(const std::string& literal) {
+  std::vector<std::string> out;
+  size_t at = literal.find('"');
+  while (at != std::string::npos) {
+    const size_t end = literal.find('"', at + 1);
+    if (end == std::string::npos) break;
+    out.push_back(literal.substr(at + 1, end - at - 1));
+    at = literal.find('"', end + 1);
+  }
+  return out;
+}
+
 kiln_option_value typed(int32_t type) {
   kiln_option_value v{};
   v.type = type;
@@ -32,7 +45,7 @@ kiln_option_value typed(int32_t type) {
 }  // namespace
 
 Options& Options::add(const std::string& name, const kiln_option_value& value) {
-  entries_.push_back(Entry{name, value, {}, {}});
+  entries_.push_back(Entry{name, value, {}, {}, {}, {}});
   return *this;
 }
 
@@ -73,6 +86,12 @@ Options& Options::set_int_list(const std::string& name, std::vector<int64_t> val
   return *this;
 }
 
+Options& Options::set_string_list(const std::string& name, std::vector<std::string> values) {
+  add(name, typed(KILN_OPT_STRING_LIST));
+  entries_.back().string_list = std::move(values);
+  return *this;
+}
+
 Options& Options::fill_defaults(const kiln_component_descriptor& spec) {
   for (size_t i = 0; i < spec.option_count; ++i) {
     const kiln_option_spec& o = spec.options[i];
@@ -94,6 +113,9 @@ Options& Options::fill_defaults(const kiln_component_descriptor& spec) {
       case KILN_OPT_INT_LIST:
         set_int_list(o.name, parse_int_list(literal));
         break;
+      case KILN_OPT_STRING_LIST:
+        set_string_list(o.name, parse_string_list(literal));
+        break;
       default:
         throw std::runtime_error(std::string("no default parser for option ") + o.name);
     }
@@ -112,6 +134,12 @@ const kiln_options* Options::get() {
     if (v.type == KILN_OPT_INT_LIST) {
       v.int_list = e.int_list.data();
       v.list_length = e.int_list.size();
+    }
+    if (v.type == KILN_OPT_STRING_LIST) {
+      e.string_pointers.clear();
+      for (const std::string& item : e.string_list) e.string_pointers.push_back(item.c_str());
+      v.string_list = e.string_pointers.data();
+      v.list_length = e.string_pointers.size();
     }
     values_.push_back(v);
   }

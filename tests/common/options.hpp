@@ -17,6 +17,7 @@ class Options {
   Options& set_float(const std::string& name, double value);
   Options& set_string(const std::string& name, const std::string& value);
   Options& set_int_list(const std::string& name, std::vector<int64_t> values);
+  Options& set_string_list(const std::string& name, std::vector<std::string> values);
   // Adds every option of `spec` not set yet from its default literal, as the host does.
   Options& fill_defaults(const kiln_component_descriptor& spec);
   // The options view; valid while this object lives and is not modified.
@@ -28,6 +29,8 @@ class Options {
     kiln_option_value value;
     std::string string;
     std::vector<int64_t> int_list;
+    std::vector<std::string> string_list;
+    std::vector<const char*> string_pointers;
   };
   Options& add(const std::string& name, const kiln_option_value& value);
   bool has(const std::string& name) const;

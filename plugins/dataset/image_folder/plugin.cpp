@@ -1,0 +1,287 @@
+// kiln_image_folder — the "image_folder" dataset: torchvision's ImageFolder (root/<class>/<image>,
+// classes the sorted sub-folder names, labels 0..C-1, samples class by class in sorted order),
+// JPEG and PNG decoded as PIL decodes them (Image.open(path).convert("RGB") or "L").
+#include <algorithm>
+#include <atomic>
+#include <cstring>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "image.hpp"
+#include "index.hpp"
+#include "kiln/dataset.h"
+#include "kiln/sdk.hpp"
+
+namespace kiln::image_folder {
+namespace {
+
+constexpr const char* kName = "image_folder";
+// torchvision's IMG_EXTENSIONS: files with these endings that the options leave out are counted
+// and reported, since ImageFolder would have taken them.
+const std::vector<std::string> kImageExtensions = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
+                                                   ".pgm", ".tif",  ".tiff", ".webp"};
+
+// The host of the latest create, for statuses of calls that come without an instance.
+std::atomic<const kiln_host_api*> g_host{nullptr};
+
+struct Dataset {
+  const kiln_host_api* host = nullptr;
+  Index index;
+  int channels = 3;
+  std::vector<const char*> class_names;  // into index.classes()
+};
+
+[[noreturn]] void refuse(const std::string& what) {
+  throw Error(KILN_ERR_INVALID_ARGUMENT, std::string(kName) + ": " + what);
+}
+
+std::string string_option(const kiln_options* options, const char* name, const char* fallback) {
+  const kiln_option_value* v = find_option(options, name, KILN_OPT_STRING, kName);
+  return v != nullptr && v->string_value != nullptr ? v->string_value : fallback;
+}
+
+std::vector<std::string> extensions_option(const kiln_options* options) {
+  const kiln_option_value* v = find_option(options, "extensions", KILN_OPT_STRING_LIST, kName);
+  if (v == nullptr) return {".jpg", ".jpeg", ".png"};
+  std::vector<std::string> out;
+  for (size_t i = 0; i < v->list_length; ++i) {
+    std::string e = v->string_list[i] != nullptr ? v->string_list[i] : "";
+    // Matching ignores case, as torchvision lower-cases the file name (not the extensions).
+    for (char& c : e) {
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    }
+    if (e.size() < 2 || e[0] != '.') {
+      refuse("option 'extensions': '" + e + "' is not an extension (\".jpg\")");
+    }
+    if (!decodable_extension(e)) {
+      refuse("option 'extensions': '" + e +
+             "' files cannot be decoded (JPEG and PNG only: .jpg, .jpeg, .jpe, .jfif, .png)");
+    }
+    out.push_back(e);
+  }
+  if (out.empty()) refuse("option 'extensions' is empty");
+  return out;
+}
+
+std::string names(const std::vector<std::string>& list) {
+  std::string out;
+  for (size_t i = 0; i < list.size() && i < 10; ++i) out += (i ? ", '" : "'") + list[i] + "'";
+  if (list.size() > 10) out += " and " + std::to_string(list.size() - 10) + " more";
+  return out;
+}
+
+// val_root's classes must be root's: a label means the same class in both splits.
+void check_same_classes(const std::string& root, const std::vector<std::string>& train,
+                        const std::string& val_root, const std::vector<std::string>& val) {
+  std::vector<std::string> missing, extra;
+  std::set_difference(train.begin(), train.end(), val.begin(), val.end(),
+                      std::back_inserter(missing));
+  std::set_difference(val.begin(), val.end(), train.begin(), train.end(),
+                      std::back_inserter(extra));
+  if (missing.empty() && extra.empty()) return;
+  std::string what = "option 'val_root': the class folders of '" + val_root +
+                     "' differ from those of option 'root' ('" + root + "'):";
+  if (!missing.empty()) what += " missing " + names(missing) + (extra.empty() ? "" : ";");
+  if (!extra.empty()) what += " not in root " + names(extra);
+  refuse(what);
+}
+
+// Writes `full` into the caller's struct, only the fields inside its struct_size.
+template <typename T>
+void write_out(T* out, const T& full, size_t v1_size, const char* what) {
+  if (out == nullptr || out->struct_size < v1_size) {
+    refuse(std::string(what) + ": the output is NULL or smaller than its version 1");
+  }
+  const size_t keep = out->struct_size;
+  std::memcpy(static_cast<void*>(out), &full, std::min(keep, sizeof(T)));
+  out->struct_size = keep;
+}
+
+Dataset& instance_of(void* instance) {
+  if (instance == nullptr) refuse("NULL instance");
+  return *static_cast<Dataset*>(instance);
+}
+
+void check_index(const Dataset& d, int64_t index) {
+  if (index < 0 || index >= d.index.size()) {
+    refuse("sample " + std::to_string(index) + " is outside 0.." +
+           std::to_string(d.index.size() - 1));
+  }
+}
+
+const kiln_host_api* host_of(void* instance) {
+  return instance != nullptr ? static_cast<Dataset*>(instance)->host : g_host.load();
+}
+
+// A host that passes no services table breaks the contract, and no status can be made without
+// one: nothing is reported (create leaves *out NULL).
+kiln_status* no_host_status() { return nullptr; }
+
+kiln_status* create(const kiln_host_api* host, const kiln_options* options,
+                    const kiln_dataset_open* open, void** out) {
+  if (host == nullptr) {
+    if (out != nullptr) *out = nullptr;
+    return no_host_status();
+  }
+  g_host.store(host);
+  return KILN_GUARD(host, {
+    if (out == nullptr) refuse("create: NULL out");
+    *out = nullptr;
+    if (open == nullptr || open->struct_size < KILN_SIZE_UP_TO(kiln_dataset_open, reserved)) {
+      refuse("create: kiln_dataset_open is NULL or smaller than its version 1");
+    }
+    if (open->split != KILN_SPLIT_TRAIN && open->split != KILN_SPLIT_VAL) {
+      refuse("create: unknown split " + std::to_string(open->split));
+    }
+    const std::string root = string_option(options, "root", "");
+    const std::string val_root = string_option(options, "val_root", "");
+    const std::string color = string_option(options, "color", "rgb");
+    const std::vector<std::string> extensions = extensions_option(options);
+    if (root.empty())
+      refuse("option 'root' is empty: name the training folder (root/<class>/<image>)");
+    if (color != "rgb" && color != "gray" && color != "auto") {
+      refuse("option 'color': '" + color + "' is not one of rgb, gray, auto");
+    }
+    const bool val = open->split == KILN_SPLIT_VAL;
+    if (val && val_root.empty()) {
+      refuse("option 'val_root' is empty: the dataset has no validation split");
+    }
+    const std::vector<std::string> classes = list_classes(root, "root");
+    if (!val_root.empty())
+      check_same_classes(root, classes, val_root, list_classes(val_root, "val_root"));
+
+    std::vector<std::string> ignored;
+    for (const std::string& e : kImageExtensions) {
+      if (std::find(extensions.begin(), extensions.end(), e) == extensions.end()) {
+        ignored.push_back(e);
+      }
+    }
+    auto d = std::make_unique<Dataset>();
+    d->host = host;
+    int64_t skipped = 0;
+    d->index = val ? Index::build(val_root, "val_root", extensions, ignored, &skipped)
+                   : Index::build(root, "root", extensions, ignored, &skipped);
+    if (skipped > 0 && host->log != nullptr) {
+      const std::string message = "left out " + std::to_string(skipped) + " image file(s) of '" +
+                                  (val ? val_root : root) +
+                                  "' whose extension option 'extensions' does not list "
+                                  "(torchvision's ImageFolder would take them)";
+      host->log(KILN_LOG_WARN, kName, message.c_str());
+    }
+    if (color == "auto") {
+      // Both splits follow the training folder's first image, so they agree.
+      const std::string first = val ? first_sample(root, classes, extensions) : d->index.path(0);
+      if (first.empty()) refuse("option 'root': '" + root + "/" + classes[0] + "' holds no image");
+      d->channels = probe_image(first).channels;
+    } else {
+      d->channels = color == "gray" ? 1 : 3;
+    }
+    for (const std::string& c : d->index.classes()) d->class_names.push_back(c.c_str());
+    *out = d.release();
+  });
+}
+
+void destroy(void* instance) { delete static_cast<Dataset*>(instance); }
+
+kiln_status* info(void* instance, kiln_dataset_info* out) {
+  const kiln_host_api* host = host_of(instance);
+  if (host == nullptr) return no_host_status();
+  return KILN_GUARD(host, {
+    const Dataset& d = instance_of(instance);
+    kiln_dataset_info full{};
+    full.struct_size = sizeof full;
+    full.num_samples = d.index.size();
+    full.num_classes = static_cast<int64_t>(d.index.classes().size());
+    full.channels = d.channels;
+    full.height = 0;  // sizes differ; probe gives each
+    full.width = 0;
+    full.class_names = d.class_names.data();
+    write_out(out, full, KILN_SIZE_UP_TO(kiln_dataset_info, class_names), "info");
+  });
+}
+
+kiln_status* probe(void* instance, int64_t index, kiln_sample_header* out) {
+  const kiln_host_api* host = host_of(instance);
+  if (host == nullptr) return no_host_status();
+  return KILN_GUARD(host, {
+    const Dataset& d = instance_of(instance);
+    check_index(d, index);
+    const Header h = probe_image(d.index.path(index));
+    kiln_sample_header full{};
+    full.struct_size = sizeof full;
+    full.height = h.height;
+    full.width = h.width;
+    full.label = d.index.label(index);
+    write_out(out, full, KILN_SIZE_UP_TO(kiln_sample_header, label), "probe");
+  });
+}
+
+kiln_status* decode(void* instance, int64_t index, const kiln_decode_request* request,
+                    kiln_decoded_sample* out) {
+  const kiln_host_api* host = host_of(instance);
+  if (host == nullptr) return no_host_status();
+  return KILN_GUARD(host, {
+    const Dataset& d = instance_of(instance);
+    check_index(d, index);
+    if (request == nullptr ||
+        request->struct_size < KILN_SIZE_UP_TO(kiln_decode_request, capacity)) {
+      refuse("decode: the request is NULL or smaller than its version 1");
+    }
+    const int s = request->scale_denom;
+    if (s != 1 && s != 2 && s != 4 && s != 8) {
+      refuse("decode: scale_denom " + std::to_string(s) + " is not 1, 2, 4 or 8");
+    }
+    if (request->pixels == nullptr) refuse("decode: NULL pixels");
+    if (out == nullptr || out->struct_size < KILN_SIZE_UP_TO(kiln_decoded_sample, reserved)) {
+      refuse("decode: the output is NULL or smaller than its version 1");
+    }
+    const Decoded r =
+        decode_image(d.index.path(index), s, d.channels, request->pixels, request->capacity);
+    kiln_decoded_sample full{};
+    full.struct_size = sizeof full;
+    full.height = r.height;
+    full.width = r.width;
+    full.label = d.index.label(index);
+    full.scale = r.scale;
+    write_out(out, full, KILN_SIZE_UP_TO(kiln_decoded_sample, reserved), "decode");
+  });
+}
+
+const kiln_dataset_vtable kVtable = KILN_DATASET_VTABLE_INIT(create, destroy, info, probe, decode);
+
+const kiln_option_spec kOptions[] = {
+    KILN_OPTION_INIT("root", KILN_OPT_STRING, nullptr,
+                     "the training folder: root/<class>/<image>, classes the sorted sub-folder "
+                     "names (labels 0..C-1), images found in sub-folders too (torchvision's "
+                     "ImageFolder)"),
+    KILN_OPTION_INIT("val_root", KILN_OPT_STRING, "\"\"",
+                     "the validation folder, with the same class folders as root; empty: none"),
+    KILN_OPTION_CHOICES_INIT("color", "rgb,gray,auto", "\"rgb\"",
+                             "channels decoded: rgb (3; gray images expanded, PIL's "
+                             "convert(\"RGB\")), gray (1; PIL's convert(\"L\")), auto (those of "
+                             "root's first image)"),
+    KILN_OPTION_INIT("extensions", KILN_OPT_STRING_LIST, "[\".jpg\", \".jpeg\", \".png\"]",
+                     "file name endings taken as images, case-insensitive (JPEG and PNG files: "
+                     ".jpg, .jpeg, .jpe, .jfif, .png)"),
+};
+
+const kiln_capabilities kCapabilities = KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU);
+
+const kiln_component_descriptor kComponent =
+    KILN_COMPONENT_OPTIONS_INIT(KILN_COMPONENT_DATASET, "image_folder", KILN_VERSION_INIT(1, 0, 0),
+                                "images in class folders (torchvision's ImageFolder), JPEG and PNG",
+                                &kCapabilities, kOptions, &kVtable);
+
+const kiln_component_descriptor* const kComponents[] = {&kComponent};
+
+const kiln_plugin_descriptor kDescriptor = KILN_PLUGIN_DESCRIPTOR_INIT(
+    "kiln-image-folder", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);
+
+}  // namespace
+}  // namespace kiln::image_folder
+
+KILN_DEFINE_PLUGIN_PROBE()
+
+const kiln_plugin_descriptor* kiln_plugin_get(void) { return &kiln::image_folder::kDescriptor; }
