@@ -30,7 +30,8 @@ batch (--batch, default 64) and worker count:
                persistent_workers = False; pin_memory off: nothing goes to a GPU). Workers are
                processes (workers = 0 would decode on the main thread).
   DALI         NVIDIA DALI's CPU-only pipeline (device_id = None, num_threads = workers):
-               fn.readers.file(random_shuffle) + fn.decoders.image_random_crop(device "cpu",
+               fn.readers.file(random_shuffle: a 1024-file shuffle buffer, not a permutation
+               of the epoch) + fn.decoders.image_random_crop(device "cpu",
                the same scale/ratio ranges; DALI decodes only the crop's region) +
                fn.resize(224 x 224, linear, antialiased) + fn.crop_mirror_normalize(float, CHW,
                mirror = coin_flip) and a copy of the batch into a torch tensor. DALI comes from
