@@ -18,9 +18,10 @@ photo, randomly mirrored and brightened, resized (Lanczos) to an ImageNet-typica
 mostly; also 500 x 333, 375 x 500, 500 x 500 and smaller 4:3) and saved by PIL at quality 90
 (4:2:0 chroma, as most of ImageNet). The table's header gives the mean file size and resolution:
 about 46 KiB at 473 x 383 with the defaults, where ImageNet's training JPEGs average about
-110 KiB (some 140 GB in 1.28 M files) at about 469 x 387. These photos are cleaner (scikit-image's are downscaled, some of
-them upscaled again here), so fewer coefficients to entropy-decode: absolute images/s run higher
-than on ImageNet for every arm; the ratios are what the bench is for.
+110 KiB (some 140 GB in 1.28 M files) at about 469 x 387. These photos are cleaner
+(scikit-image's are downscaled, some of them upscaled again here), so fewer coefficients to
+entropy-decode: absolute images/s run higher than on ImageNet for every arm; the ratios are
+what the bench is for.
 
 The arms, each a fresh process per run (this script with --one ARM), given the same folder,
 batch (--batch, default 64) and worker count:
