@@ -121,8 +121,8 @@ TEST(Loader, SameBatchesForAnyWorkerCount) {
     for (int workers : {0, 1, 3}) {
       LoaderOptions o = opts(workers, 16);
       o.prefetch = 2;
-      o.mean = 0.3;
-      o.std = 0.7;
+      o.mean = {0.3};
+      o.std = {0.7};
       if (augment) {
         o.crop_padding = 2;
         o.flip = true;
@@ -192,8 +192,8 @@ TEST(Loader, Normalisation) {
   const Dataset d = tagged_dataset(10, 2, 3, 3);
   LoaderOptions o = opts(1, 10);
   o.shuffle = false;
-  o.mean = 0.25;
-  o.std = 0.5;
+  o.mean = {0.25};
+  o.std = {0.5};
   Loader loader(d, o);
   loader.start_epoch(0);
   const Batch b = *loader.next();
@@ -317,18 +317,49 @@ TEST(Loader, RestartMidEpoch) {
   }  // destructor joins with work outstanding
 }
 
+// A source whose samples 3 and 11 cannot be decoded.
+class FailingSource final : public kiln::data::Source {
+ public:
+  explicit FailingSource(const Dataset& d) : inner_(d.images, d.labels, d.num_classes) {}
+  int64_t size() const override { return inner_.size(); }
+  int64_t num_classes() const override { return inner_.num_classes(); }
+  int64_t channels() const override { return inner_.channels(); }
+  int64_t fixed_height() const override { return inner_.fixed_height(); }
+  int64_t fixed_width() const override { return inner_.fixed_width(); }
+  kiln::data::SampleHeader probe(int64_t i) const override { return inner_.probe(i); }
+  kiln::data::DecodedSample decode(int64_t i, int scale, uint8_t* pixels,
+                                   size_t capacity) const override {
+    if (i == 3 || i == 11) {
+      throw kiln::data::SampleError("/data/sample_" + std::to_string(i) + ".jpg: truncated");
+    }
+    return inner_.decode(i, scale, pixels, capacity);
+  }
+
+ private:
+  kiln::data::TensorSource inner_;
+};
+
 TEST(Loader, WorkerErrorSurfacesFromNext) {
   const Dataset good = tagged_dataset(20);
-  const Dataset bad{good.images, at::arange(20, at::kFloat), 20};  // labels must be int64
+  const FailingSource bad(good);
   for (int workers : {0, 2}) {
-    Loader loader(bad, opts(workers, 8));
+    LoaderOptions o = opts(workers, 8);
+    o.shuffle = false;
+    Loader loader(bad, o);
     loader.start_epoch(0);
-    EXPECT_THROW(loader.next(), std::exception);
+    try {
+      loader.next();
+      ADD_FAILURE() << "no error";
+    } catch (const kiln::data::SampleError& e) {
+      EXPECT_NE(std::string(e.what()).find("sample_3.jpg"), std::string::npos) << e.what();
+    }
   }
   for (int workers : {0, 2}) {
     // The failure does not poison the loader: the rest of the epoch still reports errors
-    // one batch at a time, then the epoch ends.
-    Loader loader(bad, opts(workers, 8));
+    // one batch at a time (batches 0 and 1 hold a bad sample), then the epoch ends.
+    LoaderOptions o = opts(workers, 8);
+    o.shuffle = false;
+    Loader loader(bad, o);
     loader.start_epoch(0);
     int errors = 0;
     for (int i = 0; i < 3; ++i) {
@@ -338,8 +369,23 @@ TEST(Loader, WorkerErrorSurfacesFromNext) {
         ++errors;
       }
     }
-    EXPECT_EQ(errors, 3);
+    EXPECT_EQ(errors, 2);
     EXPECT_FALSE(loader.next().has_value());
+  }
+}
+
+TEST(Loader, SkippedSamplesAreReplacedByTheNextIndexAndCounted) {
+  const Dataset good = tagged_dataset(20);
+  const FailingSource bad(good);
+  for (int workers : {0, 2}) {
+    LoaderOptions o = opts(workers, 20);
+    o.shuffle = false;
+    o.skip_bad_samples = true;
+    Loader loader(bad, o);
+    const std::vector<int64_t> labels = epoch_labels(loader, 0);
+    ASSERT_EQ(labels.size(), 20u);
+    for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(labels[i], (i == 3 || i == 11) ? i + 1 : i);
+    EXPECT_EQ(loader.skipped_samples(), 2);
   }
 }
 
