@@ -36,8 +36,7 @@ double sample_beta(std::mt19937_64& gen, double a, double b);
 MixParams cutmix_box(int64_t height, int64_t width, double lambda, std::mt19937_64& gen);
 
 // timm's _params_per_batch, then the box for cutmix on a height x width batch.
-MixParams draw_mix(const MixOptions& options, int64_t height, int64_t width,
-                   std::mt19937_64& gen);
+MixParams draw_mix(const MixOptions& options, int64_t height, int64_t width, std::mt19937_64& gen);
 
 // Mixes `images` (N x C x H x W float) in place with images.flip(0), as timm's _mix_batch.
 void apply_mix(at::Tensor& images, const MixParams& params);

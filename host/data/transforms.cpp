@@ -81,8 +81,12 @@ std::array<int64_t, 2> resize_shorter_size(int64_t height, int64_t width, int64_
 }
 
 CropBox center_crop_box(int64_t height, int64_t width, int64_t size_h, int64_t size_w) {
-  return {py_round(static_cast<double>(height - size_h) / 2.0),
-          py_round(static_cast<double>(width - size_w) / 2.0), size_h, size_w};
+  // A side shorter than the crop is padded by floor(difference / 2) before it (torchvision's
+  // _center_crop_compute_padding), a longer one cropped at round(difference / 2).
+  const auto anchor = [](int64_t side, int64_t size) {
+    return size > side ? -((size - side) / 2) : py_round(static_cast<double>(side - size) / 2.0);
+  };
+  return {anchor(height, size_h), anchor(width, size_w), size_h, size_w};
 }
 
 void crop_hwc(const uint8_t* src, int64_t height, int64_t width, int64_t channels,

@@ -44,8 +44,8 @@ at::Tensor resized_crop(const at::Tensor& image, const CropBox& box, int64_t out
 // (torchvision's _compute_resized_output_size). {height, width}.
 std::array<int64_t, 2> resize_shorter_size(int64_t height, int64_t width, int64_t size);
 
-// CenterCrop(size)'s box: top = int(round((height - size) / 2.0)), likewise left; negative
-// where the image is smaller than the crop (torchvision then pads with zeros).
+// CenterCrop(size)'s box: top = int(round((height - size) / 2.0)), likewise left; where the
+// image is smaller than the crop, -floor((size - height) / 2): torchvision's zero padding.
 CropBox center_crop_box(int64_t height, int64_t width, int64_t size_h, int64_t size_w);
 
 // Copies `box` of the HWC image into out (box.height x box.width x C), zeros where the box

@@ -426,3 +426,150 @@ TEST(Loader, RejectsBadOptions) {
   Loader fine(d, opts(1));
   EXPECT_THROW(fine.next(), std::logic_error);
 }
+
+namespace {
+
+// Samples of different sizes (an image folder's): sample i is (20 + 7 i % 50) x (30 + 11 i % 40)
+// x 3, reduced on request by averaging scale x scale blocks (sides rounded up), as a JPEG
+// decoder's DCT scaling would; counts the reductions asked for.
+class VaryingSource final : public kiln::data::Source {
+ public:
+  explicit VaryingSource(int64_t n) : n_(n) {}
+  int64_t size() const override { return n_; }
+  int64_t num_classes() const override { return 4; }
+  int64_t channels() const override { return 3; }
+  int64_t fixed_height() const override { return 0; }
+  int64_t fixed_width() const override { return 0; }
+  kiln::data::SampleHeader probe(int64_t i) const override {
+    return {20 + (7 * i) % 50, 30 + (11 * i) % 40, i % 4};
+  }
+  kiln::data::DecodedSample decode(int64_t i, int scale, uint8_t* pixels,
+                                   size_t capacity) const override {
+    const auto h = probe(i);
+    ++asked_[scale];
+    const int64_t rh = (h.height + scale - 1) / scale, rw = (h.width + scale - 1) / scale;
+    if (capacity < size_t(rh * rw * 3)) throw std::invalid_argument("small buffer");
+    for (int64_t y = 0; y < rh; ++y) {
+      for (int64_t x = 0; x < rw; ++x) {
+        for (int64_t c = 0; c < 3; ++c) {
+          pixels[(y * rw + x) * 3 + c] =
+              uint8_t((y * scale * 3 + x * scale * 5 + c * 40 + i) % 256);
+        }
+      }
+    }
+    return {rh, rw, h.label, int(scale)};
+  }
+  int64_t asked(int scale) const { return asked_[scale].load(); }
+
+ private:
+  int64_t n_;
+  mutable std::atomic<int64_t> asked_[9] = {};
+};
+
+LoaderOptions augmenting(int workers) {
+  LoaderOptions o = opts(workers, 8);
+  o.rrc_size = 16;
+  o.crop_padding = 2;
+  o.flip = true;
+  o.mean = {0.5, 0.4, 0.3};
+  o.std = {0.2, 0.25, 0.3};
+  o.mix.mixup_alpha = 0.8;
+  o.mix.cutmix_alpha = 1.0;
+  o.mix.prob = 0.9;
+  return o;
+}
+
+}  // namespace
+
+TEST(Loader, SamplesOfDifferentSizesNeedACropOrResize) {
+  const VaryingSource source(10);
+  try {
+    Loader loader(source, opts(0));
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("samples differ in size: set data.random_resized_crop or "
+                                         "data.resize + data.center_crop"),
+              std::string::npos)
+        << e.what();
+  }
+  LoaderOptions o = opts(0);
+  o.resize = 24;  // a resize alone leaves sizes differing
+  EXPECT_THROW(Loader l(source, o), std::invalid_argument);
+  o.center_crop = 20;
+  Loader eval(source, o);
+  EXPECT_EQ(eval.sample_shape(), (std::array<int64_t, 3>{3, 20, 20}));
+  eval.start_epoch(0);
+  EXPECT_EQ(eval.next()->images.sizes(), (std::vector<int64_t>{8, 3, 20, 20}));
+}
+
+// The mixing run's batches: soft targets N x classes whose rows sum to 1 and hold the sample's
+// own class and its partner's (the reversed batch) only.
+TEST(Loader, MixedBatchesCarrySoftTargets) {
+  const VaryingSource source(40);
+  Loader loader(source, augmenting(0));
+  int mixed = 0;
+  for (const Batch& b : run_epoch(loader, 0)) {
+    ASSERT_TRUE(b.targets.defined());
+    ASSERT_EQ(b.targets.sizes(), (std::vector<int64_t>{b.labels.size(0), 4}));
+    EXPECT_TRUE(at::allclose(b.targets.sum(1), at::ones({b.labels.size(0)})));
+    const at::Tensor own = b.targets.gather(1, b.labels.view({-1, 1})).squeeze(1);
+    const at::Tensor partner = b.targets.gather(1, b.labels.flip(0).view({-1, 1})).squeeze(1);
+    const at::Tensor same = b.labels.eq(b.labels.flip(0));
+    EXPECT_TRUE(at::allclose(at::where(same, own, own + partner), at::ones_like(own)));
+    if (own.min().item<float>() < 1.0f) ++mixed;
+  }
+  EXPECT_GE(mixed, 2);
+  // Without mixing there are no targets.
+  Loader plain(source, [] {
+    LoaderOptions o = augmenting(0);
+    o.mix = {};
+    return o;
+  }());
+  plain.start_epoch(0);
+  EXPECT_FALSE(plain.next()->targets.defined());
+}
+
+// A resumed epoch (start_epoch(e, k)) gets the batches, augmentations and mixing of an
+// uninterrupted one from batch k on, whichever worker count builds them.
+TEST(Loader, ResumedEpochHasTheUninterruptedEpochsAugmentedBatches) {
+  const VaryingSource source(60);
+  Loader whole(source, augmenting(0));
+  run_epoch(whole, 0);
+  const std::vector<Batch> full = run_epoch(whole, 2);
+  ASSERT_EQ(full.size(), 8u);
+  for (int workers : {0, 3}) {
+    Loader resumed(source, augmenting(workers));
+    resumed.start_epoch(2, 3);
+    for (size_t i = 3; i < full.size(); ++i) {
+      const auto b = resumed.next();
+      ASSERT_TRUE(b.has_value());
+      EXPECT_EQ(b->index, int64_t(i));
+      EXPECT_TRUE(at::equal(b->images, full[i].images)) << "batch " << i;
+      EXPECT_TRUE(at::equal(b->labels, full[i].labels)) << "batch " << i;
+      EXPECT_TRUE(at::equal(b->targets, full[i].targets)) << "batch " << i;
+    }
+    EXPECT_FALSE(resumed.next().has_value());
+  }
+  // And another epoch differs.
+  EXPECT_FALSE(at::equal(run_epoch(whole, 3)[0].images, full[0].images));
+}
+
+// decode_scale "auto" asks for 1/2, 1/4 or 1/8 where the crop allows it; "full" never does.
+TEST(Loader, ScaledDecodingOnlyWhereTheCropAllows) {
+  const VaryingSource source(64);
+  LoaderOptions o = opts(0, 16);
+  o.rrc_size = 8;
+  o.rrc_scale = {0.5, 1.0};
+  {
+    Loader loader(source, o);
+    run_epoch(loader, 0);
+    EXPECT_GT(source.asked(2) + source.asked(4), 0);
+    EXPECT_EQ(source.asked(8), 0);  // no sample is 64 pixels on both sides
+  }
+  const VaryingSource full_source(64);
+  o.decode_scaled = false;
+  Loader loader(full_source, o);
+  const auto batches = run_epoch(loader, 0);
+  EXPECT_EQ(full_source.asked(1), 64);
+  EXPECT_EQ(batches[0].images.sizes(), (std::vector<int64_t>{16, 3, 8, 8}));
+}
