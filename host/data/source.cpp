@@ -10,7 +10,8 @@
 
 namespace kiln::data {
 
-TensorSource::TensorSource(at::Tensor images, at::Tensor labels, int64_t num_classes, Layout layout)
+TensorSource::TensorSource(at::Tensor images, at::Tensor labels, int64_t num_classes,
+                           Layout layout)
     : images_(images.contiguous()),
       labels_(labels.contiguous()),
       num_classes_(num_classes),
@@ -27,7 +28,8 @@ TensorSource::TensorSource(at::Tensor images, at::Tensor labels, int64_t num_cla
     const int64_t lo = labels_.min().item<int64_t>(), hi = labels_.max().item<int64_t>();
     if (lo < 0 || hi >= num_classes_) {
       throw std::invalid_argument("label " + std::to_string(lo < 0 ? lo : hi) +
-                                  " out of range for " + std::to_string(num_classes_) + " classes");
+                                  " out of range for " + std::to_string(num_classes_) +
+                                  " classes");
     }
   }
   const bool nchw = layout_ == Layout::NCHW;

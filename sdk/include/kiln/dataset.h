@@ -112,11 +112,11 @@ typedef struct kiln_dataset_vtable {
 
 /* The vtable with every slot named: KILN_DATASET_VTABLE_INIT(create, destroy, info, probe,
  * decode). */
-#define KILN_DATASET_VTABLE_INIT(create_, destroy_, info_, probe_, decode_)                    \
-  {                                                                                            \
-    KILN_FIELD_(struct_size)                                                                   \
-    sizeof(kiln_dataset_vtable), KILN_FIELD_(create)(create_), KILN_FIELD_(destroy)(destroy_), \
-        KILN_FIELD_(info)(info_), KILN_FIELD_(probe)(probe_), KILN_FIELD_(decode)(decode_)     \
+#define KILN_DATASET_VTABLE_INIT(create_, destroy_, info_, probe_, decode_)                      \
+  {                                                                                              \
+    KILN_FIELD_(struct_size)                                                                     \
+    sizeof(kiln_dataset_vtable), KILN_FIELD_(create)(create_), KILN_FIELD_(destroy)(destroy_),   \
+        KILN_FIELD_(info)(info_), KILN_FIELD_(probe)(probe_), KILN_FIELD_(decode)(decode_)       \
   }
 #define KILN_DATASET_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_dataset_vtable, decode)
 
