@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -572,4 +573,49 @@ TEST(Loader, ScaledDecodingOnlyWhereTheCropAllows) {
   const auto batches = run_epoch(loader, 0);
   EXPECT_EQ(full_source.asked(1), 64);
   EXPECT_EQ(batches[0].images.sizes(), (std::vector<int64_t>{16, 3, 8, 8}));
+}
+
+// The loader before data::Source (commit ec426b3's BatchAssembler), written out: with no new
+// option set, batches stay bit-identical to it, so runs and checkpoints keep their numbers.
+TEST(Loader, PlainBatchesAreTheEarlierLoadersBitForBit) {
+  const int64_t c = 3, h = 6, w = 7, pad = 2, n = 50;
+  at::manual_seed(5);
+  const Dataset d{at::randint(0, 256, {n, c, h, w}, at::kByte), at::arange(n, at::kLong), n};
+  for (bool augment : {false, true}) {
+    LoaderOptions o = opts(2, 16);
+    o.shuffle = false;
+    o.mean = {0.286};
+    o.std = {0.353};
+    o.crop_padding = augment ? pad : 0;
+    o.flip = augment;
+    Loader loader(d, o);
+    const std::vector<Batch> batches = run_epoch(loader, 1);
+    for (const Batch& b : batches) {
+      const uint64_t s = o.seed, e = 1, bi = uint64_t(b.index);
+      std::vector<uint32_t> words{uint32_t(s),  uint32_t(s >> 32),  uint32_t(e), uint32_t(e >> 32),
+                                  uint32_t(bi), uint32_t(bi >> 32), 0x61756735u};
+      std::seed_seq seq(words.begin(), words.end());
+      std::mt19937_64 gen(seq);
+      const int64_t count = b.labels.size(0);
+      at::Tensor want = at::zeros({count, c, h, w}, at::kByte);
+      for (int64_t i = 0; i < count; ++i) {
+        const at::Tensor src = d.images[b.index * 16 + i];
+        if (!augment) {
+          want[i].copy_(src);
+          continue;
+        }
+        const auto offsets = uint64_t(2 * pad + 1);
+        const int64_t dy = int64_t(gen() % offsets), dx = int64_t(gen() % offsets);
+        const bool flip = (gen() & 1) != 0;
+        at::Tensor crop = at::constant_pad_nd(src, {pad, pad, pad, pad}, 0)
+                              .slice(1, dy, dy + h)
+                              .slice(2, dx, dx + w);
+        want[i].copy_(flip ? crop.flip({2}) : crop);
+      }
+      at::Tensor images = at::empty({count, c, h, w}, at::kFloat);
+      images.copy_(want);
+      images.div_(255.0).sub_(0.286).div_(0.353);
+      EXPECT_TRUE(at::equal(b.images, images)) << "batch " << b.index << (augment ? " aug" : "");
+    }
+  }
 }

@@ -32,10 +32,10 @@ struct PadCase {
 };
 
 const std::vector<BoxCase> kBoxes = {
-    {0, 0, kH, kW, 64},   // whole image, downscaled (antialiasing at work)
-    {10, 20, 40, 50, 64}, // upscaled
-    {5, 7, 90, 60, 32},   // strong downscale, odd box
-    {3, 4, 32, 32, 32},   // same size: the crop itself
+    {0, 0, kH, kW, 64},    // whole image, downscaled (antialiasing at work)
+    {10, 20, 40, 50, 64},  // upscaled
+    {5, 7, 90, 60, 32},    // strong downscale, odd box
+    {3, 4, 32, 32, 32},    // same size: the crop itself
     {50, 80, 47, 51, 17},
 };
 const std::vector<EvalCase> kEval = {
@@ -57,9 +57,11 @@ class Oracle : public ::testing::Test {
     at::manual_seed(11);
     image_ = at::randint(0, 256, {kH, kW, kC}, at::kByte);
     // Smooth regions too, where rounding differences would show.
-    image_.slice(0, 0, 30).copy_(
-        at::arange(kW, at::kFloat).div(kW / 255.0).to(at::kByte).view({1, kW, 1}).expand(
-            {30, kW, kC}));
+    image_.slice(0, 0, 30).copy_(at::arange(kW, at::kFloat)
+                                     .div(kW / 255.0)
+                                     .to(at::kByte)
+                                     .view({1, kW, 1})
+                                     .expand({30, kW, kC}));
     scratch_->write("image.u8", image_);
     mix_x_ = at::randn({6, kC, kH, kW});
     mix_labels_ = at::tensor(std::vector<int64_t>{0, 3, 1, 4, 4, 2}, at::kLong);
@@ -90,9 +92,9 @@ class Oracle : public ::testing::Test {
     scratch_->write_text(
         "config.json",
         "{\"height\": " + std::to_string(kH) + ", \"width\": " + std::to_string(kW) +
-            ", \"channels\": " + std::to_string(kC) + ", \"boxes\": [" + boxes +
-            "], \"eval\": [" + evals + "], \"pad_crops\": [" + pads +
-            "], \"mean\": " + json_list(kMean) + ", \"std\": " + json_list(kStd) +
+            ", \"channels\": " + std::to_string(kC) + ", \"boxes\": [" + boxes + "], \"eval\": [" +
+            evals + "], \"pad_crops\": [" + pads + "], \"mean\": " + json_list(kMean) +
+            ", \"std\": " + json_list(kStd) +
             ", \"rrc_draws\": 20000, \"rrc_scale\": [0.08, 1.0], \"rrc_ratio\": [0.75, "
             "1.3333333333333333], \"mix\": {\"batch\": 6, \"classes\": 5, \"lambda\": 0.3, "
             "\"cut_lambda\": 0.6, \"smoothing\": 0.1, \"cy\": " +
@@ -273,8 +275,7 @@ TEST_F(Oracle, MixupAndCutmixAreTimmsForTheSameDraw) {
 // The engine's loss with soft targets is F.cross_entropy(logits, probabilities).
 TEST_F(Oracle, SoftTargetLossIsCrossEntropyWithProbabilities) {
   const double ours = at::cross_entropy_loss(ce_logits_, ce_probs_).item<double>();
-  const double manual =
-      -(ce_probs_ * at::log_softmax(ce_logits_, 1)).sum(1).mean().item<double>();
+  const double manual = -(ce_probs_ * at::log_softmax(ce_logits_, 1)).sum(1).mean().item<double>();
   const double theirs = scratch_->read_doubles("ce.f64", 1)[0];
   EXPECT_NEAR(ours, theirs, 1e-6 * std::abs(theirs));
   EXPECT_NEAR(manual, theirs, 1e-6 * std::abs(theirs));
