@@ -282,7 +282,7 @@ TEST_F(ConfigTest, CoreSchemaIsDocumented) {
   }
   EXPECT_EQ(core_schema("model").size(), 4u);                 // name, init, norm, memory_format
   EXPECT_EQ(core_schema("model")[0].default_value, nullptr);  // required
-  EXPECT_EQ(core_schema("data").size(), 18u);
+  EXPECT_EQ(core_schema("data").size(), 29u);
   EXPECT_THROW(core_schema("nope"), std::out_of_range);
 }
 
