@@ -112,8 +112,51 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                 "zero-padding pixels for random-crop augmentation; 0 = off", 0, 16),
            spec("random_flip", KILN_OPT_BOOL, "false",
                 "random horizontal flips of training images"),
-           spec("mean", KILN_OPT_FLOAT, "0.286", "normalisation mean subtracted from pixels"),
-           spec("std", KILN_OPT_FLOAT, "0.353", "normalisation standard deviation", kPositive),
+           spec("random_resized_crop", KILN_OPT_INT, "0",
+                "training: torchvision RandomResizedCrop to this square size (a crop of a random "
+                "area fraction in rrc_scale and aspect ratio in rrc_ratio, resized bilinear with "
+                "antialiasing); 0 = off",
+                0, 8192),
+           spec("rrc_scale", KILN_OPT_FLOAT_LIST, "[0.08, 1.0]",
+                "random_resized_crop: [min, max] fraction of the image's area", kPositive, 1),
+           spec("rrc_ratio", KILN_OPT_FLOAT_LIST, "[0.75, 1.3333333333333333]",
+                "random_resized_crop: [min, max] aspect ratio (width / height), drawn "
+                "log-uniformly",
+                kPositive),
+           spec("resize", KILN_OPT_INT, "0",
+                "torchvision Resize: the shorter side becomes this (bilinear with antialiasing), "
+                "for evaluation, and for training when random_resized_crop is off; 0 = off",
+                0, 8192),
+           spec("center_crop", KILN_OPT_INT, "0",
+                "torchvision CenterCrop to this square size after resize (evaluation, and "
+                "training when random_resized_crop is off); 0 = off",
+                0, 8192),
+           choice("decode_scale", "auto,full", "\"auto\"",
+                  "auto = ask the dataset to decode at 1/2, 1/4 or 1/8 scale (JPEG's DCT "
+                  "scaling) where the crop or resize keeps at least the output's pixels: faster, "
+                  "and close to but not exactly torchvision's pixels; full = always decode at "
+                  "full scale (torchvision's pixels)"),
+           spec("mean", KILN_OPT_FLOAT_LIST, "[0.286]",
+                "normalisation mean subtracted from pixels in [0, 1]: one value for every "
+                "channel, or one per channel (e.g. [0.485, 0.456, 0.406])"),
+           spec("std", KILN_OPT_FLOAT_LIST, "[0.353]",
+                "normalisation standard deviation: one value, or one per channel", kPositive),
+           spec("mixup_alpha", KILN_OPT_FLOAT, "0.0",
+                "mixup (timm Mixup, mode batch): lambda ~ Beta(alpha, alpha), each sample mixed "
+                "with the batch's reverse, soft targets; 0 = off",
+                0),
+           spec("cutmix_alpha", KILN_OPT_FLOAT, "0.0",
+                "cutmix (timm): lambda ~ Beta(alpha, alpha), a box of the reversed batch pasted, "
+                "lambda corrected to the box's area; 0 = off",
+                0),
+           spec("mix_prob", KILN_OPT_FLOAT, "1.0",
+                "chance that a training batch is mixed when mixup or cutmix is on", 0, 1),
+           spec("mix_switch_prob", KILN_OPT_FLOAT, "0.5",
+                "with mixup and cutmix both on: chance of cutmix for a mixed batch", 0, 1),
+           choice("on_error", "stop,skip", "\"stop\"",
+                  "a sample that cannot be read: stop with its path, or skip = replace it by "
+                  "the next sample (the same replacement on every run), log its path once and "
+                  "count it"),
            spec("synthetic_train", KILN_OPT_INT, "2048", "synthetic dataset: training samples", 1),
            spec("synthetic_test", KILN_OPT_INT, "512", "synthetic dataset: test samples", 1),
            spec("synthetic_classes", KILN_OPT_INT, "10", "synthetic dataset: classes", 2, 1000),

@@ -44,7 +44,16 @@ struct DataSettings {
   bool drop_last = false;
   int64_t random_crop = 0;
   bool random_flip = false;
-  double mean = 0.0, std = 1.0;
+  int64_t random_resized_crop = 0;  // 0: off
+  std::vector<double> rrc_scale{0.08, 1.0};
+  std::vector<double> rrc_ratio{0.75, 4.0 / 3.0};
+  int64_t resize = 0;                            // 0: off
+  int64_t center_crop = 0;                       // 0: off
+  bool decode_full = false;                      // decode_scale = "full" (else "auto")
+  std::vector<double> mean{0.0}, std{1.0};       // one value, or one per channel
+  double mixup_alpha = 0.0, cutmix_alpha = 0.0;  // 0: off
+  double mix_prob = 1.0, mix_switch_prob = 0.5;
+  bool skip_bad_samples = false;  // on_error = "skip" (else "stop")
   int64_t synthetic_train = 0, synthetic_test = 0, synthetic_classes = 0;
   int64_t channels = 1, height = 28, width = 28;
 };

@@ -209,8 +209,12 @@ std::optional<Value> check_value(const toml::node& node, const kiln_option_spec&
     case KILN_OPT_INT_LIST:
     case KILN_OPT_FLOAT_LIST:
     case KILN_OPT_STRING_LIST: {
-      // A lone string reads as a one-element list (checkpoint = "sqrt").
-      if (node.is_string()) {
+      // A lone string or number reads as a one-element list (checkpoint = "sqrt", mean =
+      // 0.286: data.mean was a float). Integer lists stay lists: hidden = 5 is a mistake.
+      const bool lone = spec.type == KILN_OPT_STRING_LIST
+                            ? node.is_string()
+                            : spec.type == KILN_OPT_FLOAT_LIST && node.is_number();
+      if (lone) {
         if (!list_item(node, spec, qualified, check_bounds, out, error)) return std::nullopt;
         return out;
       }

@@ -49,18 +49,15 @@ struct Slot {
   std::exception_ptr error;
 };
 
-void check_dataset(const Dataset& d) {
+// The dataset as a TensorSource (which checks dtypes, ranks and labels).
+std::unique_ptr<Source> wrap(const Dataset& d) {
   if (!d.images.defined() || !d.labels.defined()) {
     throw std::invalid_argument("Loader: dataset images and labels must be defined");
   }
-  if (d.images.dim() != 4 || !d.images.is_cpu() || !d.images.is_contiguous()) {
-    throw std::invalid_argument("Loader: dataset images must be a contiguous CPU N×C×H×W tensor");
+  if (d.images.dim() != 4 || !d.images.is_cpu()) {
+    throw std::invalid_argument("Loader: dataset images must be a CPU N×C×H×W tensor");
   }
-  if (d.labels.dim() != 1 || !d.labels.is_cpu() || !d.labels.is_contiguous() ||
-      d.labels.size(0) != d.images.size(0)) {
-    throw std::invalid_argument("Loader: dataset labels must be a contiguous CPU vector of " +
-                                std::to_string(d.images.size(0)) + " entries");
-  }
+  return std::make_unique<TensorSource>(d.images, d.labels, d.num_classes);
 }
 
 void check_options(const LoaderOptions& o) {
@@ -69,7 +66,16 @@ void check_options(const LoaderOptions& o) {
   if (o.workers < 0) fail("workers must be >= 0");
   if (o.prefetch <= 0) fail("prefetch must be positive");
   if (o.crop_padding < 0) fail("crop_padding must be >= 0");
-  if (!(o.std > 0.0) && !(o.std < 0.0)) fail("std must be non-zero");
+  for (double s : o.std) {
+    if (!(s > 0.0) && !(s < 0.0)) fail("std must be non-zero");
+  }
+  if (o.mean.empty() || o.std.empty()) fail("mean and std need a value");
+  if (o.rrc_size < 0 || o.resize < 0 || o.center_crop < 0) fail("sizes must be >= 0");
+  for (const auto& range : {o.rrc_scale, o.rrc_ratio}) {
+    if (!(range[0] > 0.0) || !(range[0] <= range[1])) {
+      fail("a random_resized_crop range must be 0 < lo <= hi");
+    }
+  }
   if (o.world_size <= 0 || o.rank < 0 || o.rank >= o.world_size) {
     fail("rank " + std::to_string(o.rank) + " is not in [0, world_size " +
          std::to_string(o.world_size) + ")");
@@ -79,10 +85,10 @@ void check_options(const LoaderOptions& o) {
 }  // namespace
 
 struct Loader::Impl {
-  Impl(const Dataset& dataset, const LoaderOptions& opts)
+  Impl(const Source& source, const LoaderOptions& opts)
       : options(opts),
-        assembler(dataset, opts),
-        dataset_size(dataset.size()),
+        assembler(source, opts),
+        dataset_size(source.size()),
         samples(shard_size(dataset_size, opts.world_size, opts.rank, opts.pad_shards)),
         batches(opts.drop_last ? samples / opts.batch_size
                                : (samples + opts.batch_size - 1) / opts.batch_size),
@@ -97,7 +103,7 @@ struct Loader::Impl {
     for (std::thread& t : threads) t.join();
   }
 
-  Batch build(const EpochPlan& plan, int64_t b, std::vector<uint8_t>& scratch) const {
+  Batch build(const EpochPlan& plan, int64_t b, BatchAssembler::Scratch& scratch) const {
     const int64_t first = b * options.batch_size;
     const int64_t count = std::min(options.batch_size, samples - first);
     return assembler.build(plan.order.data() + first, count, plan.epoch, b, scratch);
@@ -109,7 +115,7 @@ struct Loader::Impl {
     // Each worker is the parallelism; keep ATen from fanning out intra-op threads underneath.
     c10::ParallelGuard serial(true);
     one_openmp_thread();
-    std::vector<uint8_t> scratch;
+    BatchAssembler::Scratch scratch;
     std::unique_lock<std::mutex> lock(mutex);
     for (;;) {
       work_cv.wait(lock, [&] {
@@ -148,17 +154,22 @@ struct Loader::Impl {
   bool stopping = false;
   uint64_t generation = 0;  // bumped by start_epoch; stale results are discarded
   std::shared_ptr<const EpochPlan> plan;
-  int64_t claimed = 0;                // next batch index a worker will take
-  int64_t consumed = 0;               // next batch index next() returns
-  std::vector<Slot> slots;            // ring of `prefetch` entries, batch b at b % prefetch
-  std::vector<std::uint8_t> scratch;  // the caller's buffer when workers == 0
+  int64_t claimed = 0;              // next batch index a worker will take
+  int64_t consumed = 0;             // next batch index next() returns
+  std::vector<Slot> slots;          // ring of `prefetch` entries, batch b at b % prefetch
+  BatchAssembler::Scratch scratch;  // the caller's buffers when workers == 0
   std::vector<std::thread> threads;
 };
 
-Loader::Loader(const Dataset& dataset, LoaderOptions options) {
+Loader::Loader(const Dataset& dataset, LoaderOptions options) : owned_(wrap(dataset)) {
+  start(*owned_, options);
+}
+
+Loader::Loader(const Source& source, LoaderOptions options) { start(source, options); }
+
+void Loader::start(const Source& source, const LoaderOptions& options) {
   check_options(options);
-  check_dataset(dataset);
-  impl_ = std::make_unique<Impl>(dataset, options);
+  impl_ = std::make_unique<Impl>(source, options);
   // Threads start idle; if creating one fails, ~Impl joins those already running.
   for (int i = 0; i < options.workers; ++i) {
     impl_->threads.emplace_back([impl = impl_.get()] { impl->worker_loop(); });
@@ -170,6 +181,10 @@ Loader::~Loader() = default;
 int64_t Loader::batches_per_epoch() const { return impl_->batches; }
 
 int64_t Loader::samples_per_epoch() const { return impl_->samples; }
+
+std::array<int64_t, 3> Loader::sample_shape() const { return impl_->assembler.sample_shape(); }
+
+int64_t Loader::skipped_samples() const { return impl_->assembler.skipped(); }
 
 void Loader::start_epoch(int64_t epoch, int64_t first_batch) {
   auto plan = std::make_shared<EpochPlan>();

@@ -16,6 +16,10 @@ at::Tensor on_device(const at::Tensor& t, const c10::Device& device) {
   return t.device() == device ? t : t.to(device, /*non_blocking=*/true);
 }
 
+at::Tensor loss_target(const data::Batch& batch, const c10::Device& device) {
+  return on_device(batch.targets.defined() ? batch.targets : batch.labels, device);
+}
+
 at::Tensor model_input(const at::Tensor& images, const WindowInputs& in) {
   at::Tensor x = on_device(images, in.device);
   if (in.plan.half_model()) x = x.to(in.plan.model_dtype);
@@ -53,7 +57,7 @@ class EagerWindow final : public WindowPass {
   at::Tensor forward_backward(const data::Batch& batch, int64_t micro, int64_t window,
                               double scale) {
     const at::Tensor x = model_input(batch.images, in_);
-    const at::Tensor y = on_device(batch.labels, in_.device);
+    const at::Tensor y = loss_target(batch, in_.device);
     // The window's last backward all-reduces (the Reducer averages over the ranks); the ones
     // before only accumulate, as under DDP's no_sync().
     const bool sync = sync_every_ || micro == window - 1;

@@ -140,7 +140,8 @@ struct GraphedStep::Impl {
 
   bool matches_graph(const at::Tensor& x, const at::Tensor& y) const {
     return graph && x.sizes() == static_x.sizes() && x.strides() == static_x.strides() &&
-           x.scalar_type() == static_x.scalar_type() && y.sizes() == static_y.sizes();
+           x.scalar_type() == static_x.scalar_type() && y.sizes() == static_y.sizes() &&
+           y.scalar_type() == static_y.scalar_type();
   }
 
   // The step's readout, and whether it came from a replay.

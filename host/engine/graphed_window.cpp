@@ -27,7 +27,9 @@ class GraphedWindow final : public WindowPass {
     w.data_time = std::chrono::duration<double>(Clock::now() - fetch_start).count();
     if (!batch) return w;
     const at::Tensor x = model_input(batch->images, in_);
-    const at::Tensor y = on_device(batch->labels, in_.device);
+    // Soft targets (mixup/cutmix) are a float N x classes input of the graph: every batch of
+    // a mixing run carries them, so its shape stays static.
+    const at::Tensor y = loss_target(*batch, in_.device);
     if (in_.updates->capturable()) in_.updates->set_device_lrs();
     // Captured only once the optimizer has applied a step: its state then exists outside.
     const bool may_capture = steps_done > scaler_.skipped_total();

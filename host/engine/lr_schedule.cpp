@@ -19,12 +19,14 @@ int64_t train_batches_per_epoch(const config::Pipeline& p) {
     data::SyntheticSpec spec;
     spec.samples = d.synthetic_train;
     spec.num_classes = d.synthetic_classes;
+    spec.channels = d.channels;  // a mean per channel must find its channels
     spec.height = spec.width = 1;
     dataset = data::make_synthetic(spec);
   } else {
     dataset = data::load_fashion_mnist(d.root, "train");
   }
-  return batches_per_epoch(d, dataset, /*world_size=*/1);
+  const data::TensorSource source(dataset.images, dataset.labels, dataset.num_classes);
+  return batches_per_epoch(d, source, /*world_size=*/1);
 }
 
 LrTable lr_table(const config::Pipeline& p, int64_t iters) {

@@ -21,13 +21,15 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
     plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
     const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());
 
-    const auto [train, test] = load_data(p.settings.data, p.settings.run.seed);
+    const DataSplits splits = load_data(p.settings.data, p.settings.run.seed);
+    const data::Source& train = *splits.train;
+    const auto shape = train_sample_shape(p.settings.data, train);
     kiln_model_input input{};
     input.struct_size = sizeof(input);
-    input.channels = train.images.size(1);
-    input.height = train.images.size(2);
-    input.width = train.images.size(3);
-    input.num_classes = train.num_classes;
+    input.channels = shape[0];
+    input.height = shape[1];
+    input.width = shape[2];
+    input.num_classes = train.num_classes();
     std::shared_ptr<kiln::Model> model =
         build_model(p, input, static_cast<int32_t>(world_size), norm_window_for(p));
     if (const std::string& init = p.settings.model.init; !init.empty()) {

@@ -1,12 +1,22 @@
 #include "engine/run_data.hpp"
 
+#include <fmt/format.h>
+
+#include <string>
+
+#include "data/dataset.hpp"
 #include "engine/checks.hpp"
 
 namespace kiln::engine {
 
 namespace {
 
-std::pair<data::Dataset, data::Dataset> read_splits(const config::DataSettings& d, uint64_t seed) {
+// In-memory splits (synthetic, Fashion-MNIST's IDX files) as TensorSources. Dataset plugins
+// (sdk/include/kiln/dataset.h) come in here as further branches returning their Sources.
+DataSplits read_splits(const config::DataSettings& d, uint64_t seed) {
+  const auto wrap = [](const data::Dataset& set) {
+    return std::make_shared<data::TensorSource>(set.images, set.labels, set.num_classes);
+  };
   if (d.dataset == "synthetic") {
     data::SyntheticSpec spec;
     const int64_t n_train = d.synthetic_train;
@@ -22,23 +32,60 @@ std::pair<data::Dataset, data::Dataset> read_splits(const config::DataSettings& 
       part.images = all.images.slice(0, from, to).contiguous();
       part.labels = all.labels.slice(0, from, to).contiguous();
       part.num_classes = all.num_classes;
-      return part;
+      return wrap(part);
     };
     return {slice(0, n_train), slice(n_train, spec.samples)};
   }
   const std::string root = d.root;
-  return {data::load_fashion_mnist(root, "train"), data::load_fashion_mnist(root, "test")};
+  return {wrap(data::load_fashion_mnist(root, "train")),
+          wrap(data::load_fashion_mnist(root, "test"))};
+}
+
+// The data section's transform options against the data they will meet.
+void check_transforms(const config::DataSettings& d, const data::Source& train,
+                      const data::Source& test) {
+  for (const auto& [key, range] :
+       {std::pair<const char*, const std::vector<double>*>{"data.rrc_scale", &d.rrc_scale},
+        {"data.rrc_ratio", &d.rrc_ratio}}) {
+    if (range->size() != 2 || !((*range)[0] <= (*range)[1])) {
+      throw PipelineError(key, "expected [min, max] with min <= max");
+    }
+  }
+  const int64_t channels = train.channels();
+  for (const auto& [key, values] :
+       {std::pair<const char*, const std::vector<double>*>{"data.mean", &d.mean},
+        {"data.std", &d.std}}) {
+    if (values->size() != 1 && static_cast<int64_t>(values->size()) != channels) {
+      throw PipelineError(key, fmt::format("{} values for images of {} channels: give one value "
+                                           "or one per channel",
+                                           values->size(), channels));
+    }
+  }
+  const char* const differ =
+      "samples differ in size: set data.random_resized_crop or data.resize + data.center_crop";
+  const auto varies = [](const data::Source& s) {
+    return s.fixed_height() <= 0 || s.fixed_width() <= 0;
+  };
+  if (varies(train) && d.random_resized_crop == 0 && d.center_crop == 0) {
+    throw PipelineError("data.random_resized_crop", std::string("the training split's ") + differ);
+  }
+  if (varies(test) && d.center_crop == 0) {
+    throw PipelineError("data.center_crop", std::string("the test split's ") + differ);
+  }
 }
 
 }  // namespace
 
-std::pair<data::Dataset, data::Dataset> load_data(const config::DataSettings& d, uint64_t seed) {
+DataSplits load_data(const config::DataSettings& d, uint64_t seed) {
+  DataSplits splits;
   try {
-    return read_splits(d, seed);
+    splits = read_splits(d, seed);
   } catch (const std::exception& e) {
     // Data that cannot be read as configured is the data section's fault.
     throw PipelineError(d.dataset == "synthetic" ? "data.dataset" : "data.root", e.what());
   }
+  check_transforms(d, *splits.train, *splits.test);
+  return splits;
 }
 
 data::LoaderOptions loader_options(const config::DataSettings& d, uint64_t seed, bool train,
@@ -53,19 +100,42 @@ data::LoaderOptions loader_options(const config::DataSettings& d, uint64_t seed,
   o.seed = seed;
   o.workers = static_cast<int>(d.workers);
   o.prefetch = static_cast<int>(d.prefetch);
+  o.rrc_size = train ? d.random_resized_crop : 0;
+  if (d.rrc_scale.size() == 2) o.rrc_scale = {d.rrc_scale[0], d.rrc_scale[1]};
+  if (d.rrc_ratio.size() == 2) o.rrc_ratio = {d.rrc_ratio[0], d.rrc_ratio[1]};
+  // torchvision's recipes: Resize + CenterCrop for evaluation; training uses them only in place
+  // of RandomResizedCrop (images of different sizes need one or the other).
+  const bool fixed_size_transforms = !train || d.random_resized_crop == 0;
+  o.resize = fixed_size_transforms ? d.resize : 0;
+  o.center_crop = fixed_size_transforms ? d.center_crop : 0;
+  o.decode_scaled = !d.decode_full;
   o.crop_padding = train ? d.random_crop : 0;
   o.flip = train && d.random_flip;
   o.mean = d.mean;
   o.std = d.std;
+  if (train) {
+    o.mix.mixup_alpha = d.mixup_alpha;
+    o.mix.cutmix_alpha = d.cutmix_alpha;
+    o.mix.prob = d.mix_prob;
+    o.mix.switch_prob = d.mix_switch_prob;
+  }
+  o.skip_bad_samples = d.skip_bad_samples;
   o.pin_memory = device.is_cuda();
   return o;
 }
 
-int64_t batches_per_epoch(const config::DataSettings& data, const data::Dataset& train,
+int64_t batches_per_epoch(const config::DataSettings& data, const data::Source& train,
                           int world_size) {
   data::LoaderOptions counting = loader_options(data, 0, true, at::kCPU, 0, world_size);
   counting.workers = 0;
   return data::Loader(train, counting).batches_per_epoch();
+}
+
+std::array<int64_t, 3> train_sample_shape(const config::DataSettings& data,
+                                          const data::Source& train) {
+  data::LoaderOptions counting = loader_options(data, 0, true, at::kCPU, 0, 1);
+  counting.workers = 0;
+  return data::Loader(train, counting).sample_shape();
 }
 
 }  // namespace kiln::engine

@@ -4,28 +4,42 @@
 
 #include <c10/core/Device.h>
 
+#include <array>
 #include <cstdint>
-#include <utility>
+#include <memory>
 
 #include "config/settings.hpp"
-#include "data/dataset.hpp"
 #include "data/loader.hpp"
+#include "data/source.hpp"
 
 namespace kiln::engine {
 
+// The splits the loaders read (shared: a source may be a plugin's dataset handle).
+struct DataSplits {
+  std::shared_ptr<const data::Source> train, test;
+};
+
 // Train and test splits. Synthetic splits come from one draw (same class prototypes, disjoint
 // samples), so the test split measures what the model learnt. Data that cannot be read throws
-// PipelineError at data.root (data.dataset for synthetic data).
-std::pair<data::Dataset, data::Dataset> load_data(const config::DataSettings& data, uint64_t seed);
+// PipelineError at data.root (data.dataset for synthetic data); so do transform options that do
+// not fit the data (samples of different sizes without a crop, a mean per channel of another
+// channel count).
+DataSplits load_data(const config::DataSettings& data, uint64_t seed);
 
 // This rank's loader: data.batch_size is the global batch, split evenly over the ranks; the
 // training shards are padded to equal length, the evaluation shards see every sample once.
+// Training takes random_resized_crop, random_crop, random_flip and mixing; evaluation resize and
+// center_crop (training too without random_resized_crop).
 data::LoaderOptions loader_options(const config::DataSettings& data, uint64_t seed, bool train,
                                    at::Device device, int rank, int world_size);
 
 // Micro-batches per epoch of rank 0's training loader over `train` in a run of `world_size`
 // ranks, counted without starting it.
-int64_t batches_per_epoch(const config::DataSettings& data, const data::Dataset& train,
+int64_t batches_per_epoch(const config::DataSettings& data, const data::Source& train,
                           int world_size);
+
+// {channels, height, width} of the training batches' samples: the model's input.
+std::array<int64_t, 3> train_sample_shape(const config::DataSettings& data,
+                                          const data::Source& train);
 
 }  // namespace kiln::engine

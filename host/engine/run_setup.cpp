@@ -49,24 +49,27 @@ std::unique_ptr<RunData> load_run_data(const config::Pipeline& p, at::Device dev
   const config::DataSettings& d = p.settings.data;
   const uint64_t seed = p.settings.run.seed;
   auto r = std::make_unique<RunData>();
-  std::tie(r->train_set, r->test_set) = load_data(d, seed);
-  r->train.emplace(r->train_set, loader_options(d, seed, true, device, ranks.rank, ranks.world));
-  r->test.emplace(r->test_set, loader_options(d, seed, false, device, ranks.rank, ranks.world));
+  DataSplits splits = load_data(d, seed);
+  r->train_set = std::move(splits.train);
+  r->test_set = std::move(splits.test);
+  r->train.emplace(*r->train_set, loader_options(d, seed, true, device, ranks.rank, ranks.world));
+  r->test.emplace(*r->test_set, loader_options(d, seed, false, device, ranks.rank, ranks.world));
   r->batches_per_epoch = r->train->batches_per_epoch();
   return r;
 }
 
-ModelSide build_model_side(const config::Pipeline& p, const data::Dataset& data, const Ranks& ranks,
+ModelSide build_model_side(const config::Pipeline& p, const RunData& data, const Ranks& ranks,
                            at::Device device, const PrecisionPlan& plan) {
   ModelSide m;
   // The model, with the pipeline's norm plugin behind every norm layer.
   m.norm_window = norm_window_for(p);
+  const auto shape = data.train->sample_shape();
   kiln_model_input input{};
   input.struct_size = sizeof(input);
-  input.channels = data.images.size(1);
-  input.height = data.images.size(2);
-  input.width = data.images.size(3);
-  input.num_classes = data.num_classes;
+  input.channels = shape[0];
+  input.height = shape[1];
+  input.width = shape[2];
+  input.num_classes = data.train_set->num_classes();
   // Synced norm layers and the optimizer reach the run's group through their calls' contexts.
   m.model = build_model(p, input, ranks.world, m.norm_window, ranks.group.get());
   if (const std::string& init = p.settings.model.init; !init.empty()) {

@@ -37,7 +37,7 @@ Ranks join_ranks(const config::DistSettings& dist, const dist::LaunchEnv* launch
 
 // Built in place: the loaders read the splits beside them.
 struct RunData {
-  data::Dataset train_set, test_set;
+  std::shared_ptr<const data::Source> train_set, test_set;
   std::optional<data::Loader> train, test;  // this rank's loaders
   int64_t batches_per_epoch = 0;            // of `train`
 };
@@ -52,9 +52,9 @@ struct ModelSide {
   bool channels_last = false;  // 4-D weights and batches in NHWC (model.memory_format)
   bool checkpointing = false;  // activation checkpointing applied
 };
-// The model for `data`'s inputs with its starting weights (model.init), activation
+// The model for the training batches' inputs with its starting weights (model.init), activation
 // checkpointing, on `device` in the plan's dtypes and layout, in training mode.
-ModelSide build_model_side(const config::Pipeline& pipeline, const data::Dataset& data,
+ModelSide build_model_side(const config::Pipeline& pipeline, const RunData& data,
                            const Ranks& ranks, at::Device device, const PrecisionPlan& plan);
 
 // Gradient all-reduce over the ranks (null in a single-process run).

@@ -141,7 +141,7 @@ void Trainer::Impl::build() {
   precision.emplace(*p.precision.component, p.precision.options, device.type());
   plan = plan_precision(precision->policy(), precision->name());
   data = load_run_data(p, device, ranks);
-  model = build_model_side(p, data->train_set, ranks, device, plan);
+  model = build_model_side(p, *data, ranks, device, plan);
   frame = schedule_frame(p, data->batches_per_epoch);
   optimizer =
       std::make_unique<OptimizerSide>(p, *model.model, plan, *precision, frame, ranks.group.get());

@@ -18,7 +18,8 @@ namespace kiln {
 class Model;
 namespace data {
 class Loader;
-}
+struct Batch;
+}  // namespace data
 namespace dist {
 class DataParallel;
 }
@@ -81,6 +82,10 @@ std::unique_ptr<WindowPass> graphed_window(const WindowInputs& in, GraphedStep& 
 // `t` on `device`: asynchronous from the loader's pinned memory; a tensor already there is taken
 // as it is, without a call through the dispatcher.
 at::Tensor on_device(const at::Tensor& t, const c10::Device& device);
+// What the loss compares the logits with, on `device`: the batch's soft targets where it has
+// them (mixup/cutmix: cross-entropy with probabilities, -sum(p * log_softmax) averaged over the
+// batch, as F.cross_entropy), else its labels.
+at::Tensor loss_target(const data::Batch& batch, const c10::Device& device);
 // A batch's images on the run's device, in the model's dtype and memory layout.
 at::Tensor model_input(const at::Tensor& images, const WindowInputs& in);
 

@@ -166,8 +166,8 @@ TEST_F(ConfigTest, ValidFileResolvesWithDefaultsAndPositions) {
   EXPECT_EQ(p.data.get_string("root"), "/usr/share/datasets/fashion-mnist");
   EXPECT_EQ(p.data.get_int("batch_size"), 128);
   EXPECT_EQ(p.data.get_int("eval_batch_size"), 1000);
-  EXPECT_DOUBLE_EQ(p.data.get_float("mean"), 0.286);
-  EXPECT_DOUBLE_EQ(p.data.get_float("std"), 0.353);
+  EXPECT_EQ(p.data.get_float_list("mean"), std::vector<double>{0.286});
+  EXPECT_EQ(p.data.get_float_list("std"), std::vector<double>{0.353});
   EXPECT_FALSE(p.data.get_bool("random_flip"));
   EXPECT_EQ(p.data.get_int("width"), 28);
 
@@ -282,7 +282,7 @@ TEST_F(ConfigTest, CoreSchemaIsDocumented) {
   }
   EXPECT_EQ(core_schema("model").size(), 4u);                 // name, init, norm, memory_format
   EXPECT_EQ(core_schema("model")[0].default_value, nullptr);  // required
-  EXPECT_EQ(core_schema("data").size(), 18u);
+  EXPECT_EQ(core_schema("data").size(), 29u);
   EXPECT_THROW(core_schema("nope"), std::out_of_range);
 }
 
@@ -612,7 +612,8 @@ TEST_F(ConfigTest, ToTomlRoundTrips) {
   EXPECT_NE(text.find("\nbetas = [0.8, 0.95]\neps = 1e-300\ntags = [\"a b\", \"\"]\n"),
             std::string::npos)
       << text;
-  EXPECT_NE(text.find("std = 3.0\n"), std::string::npos) << text;
+  // A lone number is a one-element list of a float-list key.
+  EXPECT_NE(text.find("std = [3.0]\n"), std::string::npos) << text;
   const Pipeline b = load_pipeline_text(text, "plan.toml", {}, registry_);
   expect_same(a.run, b.run, "run");
   expect_same(a.data, b.data, "data");

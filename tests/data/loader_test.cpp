@@ -12,6 +12,7 @@
 #include <atomic>
 #include <chrono>
 #include <fstream>
+#include <random>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -121,8 +122,8 @@ TEST(Loader, SameBatchesForAnyWorkerCount) {
     for (int workers : {0, 1, 3}) {
       LoaderOptions o = opts(workers, 16);
       o.prefetch = 2;
-      o.mean = 0.3;
-      o.std = 0.7;
+      o.mean = {0.3};
+      o.std = {0.7};
       if (augment) {
         o.crop_padding = 2;
         o.flip = true;
@@ -192,8 +193,8 @@ TEST(Loader, Normalisation) {
   const Dataset d = tagged_dataset(10, 2, 3, 3);
   LoaderOptions o = opts(1, 10);
   o.shuffle = false;
-  o.mean = 0.25;
-  o.std = 0.5;
+  o.mean = {0.25};
+  o.std = {0.5};
   Loader loader(d, o);
   loader.start_epoch(0);
   const Batch b = *loader.next();
@@ -317,18 +318,49 @@ TEST(Loader, RestartMidEpoch) {
   }  // destructor joins with work outstanding
 }
 
+// A source whose samples 3 and 11 cannot be decoded.
+class FailingSource final : public kiln::data::Source {
+ public:
+  explicit FailingSource(const Dataset& d) : inner_(d.images, d.labels, d.num_classes) {}
+  int64_t size() const override { return inner_.size(); }
+  int64_t num_classes() const override { return inner_.num_classes(); }
+  int64_t channels() const override { return inner_.channels(); }
+  int64_t fixed_height() const override { return inner_.fixed_height(); }
+  int64_t fixed_width() const override { return inner_.fixed_width(); }
+  kiln::data::SampleHeader probe(int64_t i) const override { return inner_.probe(i); }
+  kiln::data::DecodedSample decode(int64_t i, int scale, uint8_t* pixels,
+                                   size_t capacity) const override {
+    if (i == 3 || i == 11) {
+      throw kiln::data::SampleError("/data/sample_" + std::to_string(i) + ".jpg: truncated");
+    }
+    return inner_.decode(i, scale, pixels, capacity);
+  }
+
+ private:
+  kiln::data::TensorSource inner_;
+};
+
 TEST(Loader, WorkerErrorSurfacesFromNext) {
   const Dataset good = tagged_dataset(20);
-  const Dataset bad{good.images, at::arange(20, at::kFloat), 20};  // labels must be int64
+  const FailingSource bad(good);
   for (int workers : {0, 2}) {
-    Loader loader(bad, opts(workers, 8));
+    LoaderOptions o = opts(workers, 8);
+    o.shuffle = false;
+    Loader loader(bad, o);
     loader.start_epoch(0);
-    EXPECT_THROW(loader.next(), std::exception);
+    try {
+      loader.next();
+      ADD_FAILURE() << "no error";
+    } catch (const kiln::data::SampleError& e) {
+      EXPECT_NE(std::string(e.what()).find("sample_3.jpg"), std::string::npos) << e.what();
+    }
   }
   for (int workers : {0, 2}) {
     // The failure does not poison the loader: the rest of the epoch still reports errors
-    // one batch at a time, then the epoch ends.
-    Loader loader(bad, opts(workers, 8));
+    // one batch at a time (batches 0 and 1 hold a bad sample), then the epoch ends.
+    LoaderOptions o = opts(workers, 8);
+    o.shuffle = false;
+    Loader loader(bad, o);
     loader.start_epoch(0);
     int errors = 0;
     for (int i = 0; i < 3; ++i) {
@@ -338,8 +370,23 @@ TEST(Loader, WorkerErrorSurfacesFromNext) {
         ++errors;
       }
     }
-    EXPECT_EQ(errors, 3);
+    EXPECT_EQ(errors, 2);
     EXPECT_FALSE(loader.next().has_value());
+  }
+}
+
+TEST(Loader, SkippedSamplesAreReplacedByTheNextIndexAndCounted) {
+  const Dataset good = tagged_dataset(20);
+  const FailingSource bad(good);
+  for (int workers : {0, 2}) {
+    LoaderOptions o = opts(workers, 20);
+    o.shuffle = false;
+    o.skip_bad_samples = true;
+    Loader loader(bad, o);
+    const std::vector<int64_t> labels = epoch_labels(loader, 0);
+    ASSERT_EQ(labels.size(), 20u);
+    for (int64_t i = 0; i < 20; ++i) EXPECT_EQ(labels[i], (i == 3 || i == 11) ? i + 1 : i);
+    EXPECT_EQ(loader.skipped_samples(), 2);
   }
 }
 
@@ -379,4 +426,196 @@ TEST(Loader, RejectsBadOptions) {
   EXPECT_THROW(Loader l(d, o), std::invalid_argument);
   Loader fine(d, opts(1));
   EXPECT_THROW(fine.next(), std::logic_error);
+}
+
+namespace {
+
+// Samples of different sizes (an image folder's): sample i is (20 + 7 i % 50) x (30 + 11 i % 40)
+// x 3, reduced on request by averaging scale x scale blocks (sides rounded up), as a JPEG
+// decoder's DCT scaling would; counts the reductions asked for.
+class VaryingSource final : public kiln::data::Source {
+ public:
+  explicit VaryingSource(int64_t n) : n_(n) {}
+  int64_t size() const override { return n_; }
+  int64_t num_classes() const override { return 4; }
+  int64_t channels() const override { return 3; }
+  int64_t fixed_height() const override { return 0; }
+  int64_t fixed_width() const override { return 0; }
+  kiln::data::SampleHeader probe(int64_t i) const override {
+    return {20 + (7 * i) % 50, 30 + (11 * i) % 40, i % 4};
+  }
+  kiln::data::DecodedSample decode(int64_t i, int scale, uint8_t* pixels,
+                                   size_t capacity) const override {
+    const auto h = probe(i);
+    ++asked_[scale];
+    const int64_t rh = (h.height + scale - 1) / scale, rw = (h.width + scale - 1) / scale;
+    if (capacity < size_t(rh * rw * 3)) throw std::invalid_argument("small buffer");
+    for (int64_t y = 0; y < rh; ++y) {
+      for (int64_t x = 0; x < rw; ++x) {
+        for (int64_t c = 0; c < 3; ++c) {
+          pixels[(y * rw + x) * 3 + c] =
+              uint8_t((y * scale * 3 + x * scale * 5 + c * 40 + i) % 256);
+        }
+      }
+    }
+    return {rh, rw, h.label, int(scale)};
+  }
+  int64_t asked(int scale) const { return asked_[scale].load(); }
+
+ private:
+  int64_t n_;
+  mutable std::atomic<int64_t> asked_[9] = {};
+};
+
+LoaderOptions augmenting(int workers) {
+  LoaderOptions o = opts(workers, 8);
+  o.rrc_size = 16;
+  o.crop_padding = 2;
+  o.flip = true;
+  o.mean = {0.5, 0.4, 0.3};
+  o.std = {0.2, 0.25, 0.3};
+  o.mix.mixup_alpha = 0.8;
+  o.mix.cutmix_alpha = 1.0;
+  o.mix.prob = 0.9;
+  return o;
+}
+
+}  // namespace
+
+TEST(Loader, SamplesOfDifferentSizesNeedACropOrResize) {
+  const VaryingSource source(10);
+  try {
+    Loader loader(source, opts(0));
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    EXPECT_NE(std::string(e.what()).find("samples differ in size: set data.random_resized_crop or "
+                                         "data.resize + data.center_crop"),
+              std::string::npos)
+        << e.what();
+  }
+  LoaderOptions o = opts(0);
+  o.resize = 24;  // a resize alone leaves sizes differing
+  EXPECT_THROW(Loader l(source, o), std::invalid_argument);
+  o.center_crop = 20;
+  Loader eval(source, o);
+  EXPECT_EQ(eval.sample_shape(), (std::array<int64_t, 3>{3, 20, 20}));
+  eval.start_epoch(0);
+  EXPECT_EQ(eval.next()->images.sizes(), (std::vector<int64_t>{8, 3, 20, 20}));
+}
+
+// The mixing run's batches: soft targets N x classes whose rows sum to 1 and hold the sample's
+// own class and its partner's (the reversed batch) only.
+TEST(Loader, MixedBatchesCarrySoftTargets) {
+  const VaryingSource source(40);
+  Loader loader(source, augmenting(0));
+  int mixed = 0;
+  for (const Batch& b : run_epoch(loader, 0)) {
+    ASSERT_TRUE(b.targets.defined());
+    ASSERT_EQ(b.targets.sizes(), (std::vector<int64_t>{b.labels.size(0), 4}));
+    EXPECT_TRUE(at::allclose(b.targets.sum(1), at::ones({b.labels.size(0)})));
+    const at::Tensor own = b.targets.gather(1, b.labels.view({-1, 1})).squeeze(1);
+    const at::Tensor partner = b.targets.gather(1, b.labels.flip(0).view({-1, 1})).squeeze(1);
+    const at::Tensor same = b.labels.eq(b.labels.flip(0));
+    EXPECT_TRUE(at::allclose(at::where(same, own, own + partner), at::ones_like(own)));
+    if (own.min().item<float>() < 1.0f) ++mixed;
+  }
+  EXPECT_GE(mixed, 2);
+  // Without mixing there are no targets.
+  Loader plain(source, [] {
+    LoaderOptions o = augmenting(0);
+    o.mix = {};
+    return o;
+  }());
+  plain.start_epoch(0);
+  EXPECT_FALSE(plain.next()->targets.defined());
+}
+
+// A resumed epoch (start_epoch(e, k)) gets the batches, augmentations and mixing of an
+// uninterrupted one from batch k on, whichever worker count builds them.
+TEST(Loader, ResumedEpochHasTheUninterruptedEpochsAugmentedBatches) {
+  const VaryingSource source(60);
+  Loader whole(source, augmenting(0));
+  run_epoch(whole, 0);
+  const std::vector<Batch> full = run_epoch(whole, 2);
+  ASSERT_EQ(full.size(), 8u);
+  for (int workers : {0, 3}) {
+    Loader resumed(source, augmenting(workers));
+    resumed.start_epoch(2, 3);
+    for (size_t i = 3; i < full.size(); ++i) {
+      const auto b = resumed.next();
+      ASSERT_TRUE(b.has_value());
+      EXPECT_EQ(b->index, int64_t(i));
+      EXPECT_TRUE(at::equal(b->images, full[i].images)) << "batch " << i;
+      EXPECT_TRUE(at::equal(b->labels, full[i].labels)) << "batch " << i;
+      EXPECT_TRUE(at::equal(b->targets, full[i].targets)) << "batch " << i;
+    }
+    EXPECT_FALSE(resumed.next().has_value());
+  }
+  // And another epoch differs.
+  EXPECT_FALSE(at::equal(run_epoch(whole, 3)[0].images, full[0].images));
+}
+
+// decode_scale "auto" asks for 1/2, 1/4 or 1/8 where the crop allows it; "full" never does.
+TEST(Loader, ScaledDecodingOnlyWhereTheCropAllows) {
+  const VaryingSource source(64);
+  LoaderOptions o = opts(0, 16);
+  o.rrc_size = 8;
+  o.rrc_scale = {0.5, 1.0};
+  {
+    Loader loader(source, o);
+    run_epoch(loader, 0);
+    EXPECT_GT(source.asked(2) + source.asked(4), 0);
+    EXPECT_EQ(source.asked(8), 0);  // no sample is 64 pixels on both sides
+  }
+  const VaryingSource full_source(64);
+  o.decode_scaled = false;
+  Loader loader(full_source, o);
+  const auto batches = run_epoch(loader, 0);
+  EXPECT_EQ(full_source.asked(1), 64);
+  EXPECT_EQ(batches[0].images.sizes(), (std::vector<int64_t>{16, 3, 8, 8}));
+}
+
+// The loader before data::Source (commit ec426b3's BatchAssembler), written out: with no new
+// option set, batches stay bit-identical to it, so runs and checkpoints keep their numbers.
+TEST(Loader, PlainBatchesAreTheEarlierLoadersBitForBit) {
+  const int64_t c = 3, h = 6, w = 7, pad = 2, n = 50;
+  at::manual_seed(5);
+  const Dataset d{at::randint(0, 256, {n, c, h, w}, at::kByte), at::arange(n, at::kLong), n};
+  for (bool augment : {false, true}) {
+    LoaderOptions o = opts(2, 16);
+    o.shuffle = false;
+    o.mean = {0.286};
+    o.std = {0.353};
+    o.crop_padding = augment ? pad : 0;
+    o.flip = augment;
+    Loader loader(d, o);
+    const std::vector<Batch> batches = run_epoch(loader, 1);
+    for (const Batch& b : batches) {
+      const uint64_t s = o.seed, e = 1, bi = uint64_t(b.index);
+      std::vector<uint32_t> words{uint32_t(s),  uint32_t(s >> 32),  uint32_t(e), uint32_t(e >> 32),
+                                  uint32_t(bi), uint32_t(bi >> 32), 0x61756735u};
+      std::seed_seq seq(words.begin(), words.end());
+      std::mt19937_64 gen(seq);
+      const int64_t count = b.labels.size(0);
+      at::Tensor want = at::zeros({count, c, h, w}, at::kByte);
+      for (int64_t i = 0; i < count; ++i) {
+        const at::Tensor src = d.images[b.index * 16 + i];
+        if (!augment) {
+          want[i].copy_(src);
+          continue;
+        }
+        const auto offsets = uint64_t(2 * pad + 1);
+        const int64_t dy = int64_t(gen() % offsets), dx = int64_t(gen() % offsets);
+        const bool flip = (gen() & 1) != 0;
+        at::Tensor crop = at::constant_pad_nd(src, {pad, pad, pad, pad}, 0)
+                              .slice(1, dy, dy + h)
+                              .slice(2, dx, dx + w);
+        want[i].copy_(flip ? crop.flip({2}) : crop);
+      }
+      at::Tensor images = at::empty({count, c, h, w}, at::kFloat);
+      images.copy_(want);
+      images.div_(255.0).sub_(0.286).div_(0.353);
+      EXPECT_TRUE(at::equal(b.images, images)) << "batch " << b.index << (augment ? " aug" : "");
+    }
+  }
 }
