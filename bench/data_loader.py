@@ -363,7 +363,8 @@ def kiln_probe(args):
 def one_kiln(args, workers, decode_scale, work):
     path = os.path.join(work, "pipeline.toml")
     with open(path, "w") as f:
-        f.write(to_toml({"data": kiln_data(args, workers, decode_scale)}))
+        # A pipeline names a model even where only its loader runs; mlp is the cheapest.
+        f.write(to_toml({"data": kiln_data(args, workers, decode_scale), "model": {"name": "mlp"}}))
     cmd = [args.kiln, "loader-bench", path, "--batches", str(args.batches), "--warmup",
            str(args.warmup)]
     proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True)

@@ -3,8 +3,10 @@
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
+#include <chrono>
 #include <cmath>
 #include <memory>
+#include <optional>
 
 #include "config/pipeline.hpp"
 #include "config/reference.hpp"
@@ -13,6 +15,7 @@
 #include "engine/lr_schedule.hpp"
 #include "engine/plan.hpp"
 #include "engine/preflight.hpp"
+#include "engine/run_data.hpp"
 #include "engine/stop_signal.hpp"
 #include "engine/trainer.hpp"
 #include "io/checkpoint.hpp"
@@ -215,6 +218,59 @@ int plan(const PipelineArgs& args) {
   try {
     fmt::print("{}", engine::describe_plan(pipeline));
     return 0;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kRunFailed;
+  }
+}
+
+int loader_bench(const PipelineArgs& args, int64_t batches, int64_t warmup) {
+  Plugins plugins;
+  config::Pipeline pipeline;
+  int code = 0;
+  if (!resolve(args, plugins, pipeline, code, /*preflight_world=*/0)) return code;
+  using Clock = std::chrono::steady_clock;
+  const auto seconds = [](Clock::time_point a, Clock::time_point b) {
+    return std::chrono::duration<double>(b - a).count();
+  };
+  try {
+    const config::DataSettings& d = pipeline.settings.data;
+    const uint64_t seed = pipeline.settings.run.seed;
+    const auto opened = Clock::now();
+    // The training split alone: a folder without a validation split times as well.
+    const std::shared_ptr<const data::Source> train =
+        engine::as_config_errors(pipeline, [&] { return engine::open_train_split(pipeline); });
+    const auto built = Clock::now();
+    // The training loader as rank 0 of a one-process CPU run builds it.
+    const data::LoaderOptions options =
+        engine::loader_options(d, seed, /*train=*/true, at::kCPU, /*rank=*/0, /*world_size=*/1);
+    data::Loader loader(*train, options);
+    int64_t epoch = 0, taken = 0, images = 0;
+    double first = 0.0;
+    Clock::time_point measured{};
+    loader.start_epoch(epoch);
+    while (taken < warmup + batches) {
+      std::optional<data::Batch> batch = loader.next();
+      if (!batch) {
+        loader.start_epoch(++epoch);
+        continue;
+      }
+      ++taken;
+      if (taken == 1) first = seconds(built, Clock::now());
+      if (taken == warmup) measured = Clock::now();
+      if (taken > warmup) images += batch->images.size(0);
+    }
+    if (warmup == 0) measured = built;
+    const double elapsed = seconds(measured, Clock::now());
+    fmt::print(
+        "{{\"images_per_s\": {:.2f}, \"first_batch_s\": {:.4f}, \"open_s\": {:.4f}, "
+        "\"batches\": {}, \"batch_size\": {}, \"workers\": {}, \"skipped_samples\": {}}}\n",
+        images / elapsed, first, seconds(opened, built), batches, options.batch_size,
+        options.workers, loader.skipped_samples());
+    return 0;
+  } catch (const config::ConfigError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return kConfigError;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());
     return kRunFailed;

@@ -34,6 +34,10 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
 // Creates every component as a run over `world_size` ranks would, and reports what it refuses.
 int validate(const PipelineArgs& args, int64_t world_size);
 int plan(const PipelineArgs& args);
+// `kiln loader-bench FILE --batches N --warmup W`: builds the pipeline's training loader (rank 0
+// of one process, on the CPU), takes W + N batches and prints one JSON line: images/s over the N,
+// seconds from the loader's creation to its first batch, seconds to open the dataset.
+int loader_bench(const PipelineArgs& args, int64_t batches, int64_t warmup);
 // Prints every group's lr at every iteration (table or CSV) and optionally writes a PNG plot.
 int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::string& png);
 // Prints docs/config.md: every core key and every built-in plugin option (from the schemas).

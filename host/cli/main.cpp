@@ -128,6 +128,15 @@ int dispatch(int argc, char** argv) {
   CLI::App* plan = app.add_subcommand("plan", "print the resolved pipeline and parameter groups");
   add_pipeline(plan);
 
+  CLI::App* bench = app.add_subcommand(
+      "loader-bench", "time the pipeline's training loader alone: images/s and the first batch");
+  add_pipeline(bench);
+  int64_t bench_batches = 50, bench_warmup = 5;
+  bench->add_option("--batches", bench_batches, "batches measured (default 50)")
+      ->check(CLI::Range(int64_t{1}, int64_t{1} << 30));
+  bench->add_option("--warmup", bench_warmup, "batches taken first, not measured (default 5)")
+      ->check(CLI::NonNegativeNumber);
+
   CLI::App* lr = app.add_subcommand("lr-schedule", "print every group's lr at every iteration");
   add_pipeline(lr);
   int64_t lr_iters = 0;
@@ -206,6 +215,7 @@ int dispatch(int argc, char** argv) {
   if (*export_cmd) return kiln::cli::export_weights(export_from, export_to, export_dtype);
   if (*validate) return kiln::cli::validate(args, validate_world);
   if (*plan) return kiln::cli::plan(args);
+  if (*bench) return kiln::cli::loader_bench(args, bench_batches, bench_warmup);
   if (*lr) return kiln::cli::lr_schedule(args, lr_iters, lr_csv, lr_png);
   if (*config_docs) return kiln::cli::config_docs();
   if (*list) return kiln::cli::plugins_list(plugin_dirs);

@@ -15,7 +15,6 @@ const OptionSet* table_with(const Pipeline& p, const std::string& section,
     return nullptr;
   }
   const OptionSet* plain = section == "run"          ? &p.run
-                           : section == "data"       ? &p.data
                            : section == "lr_scaling" ? &p.lr_scaling
                            : section == "dist"       ? &p.dist
                            : section == "memory"     ? &p.memory
@@ -50,6 +49,7 @@ const ComponentChoice* choice_of(const Pipeline& p, const std::string& section) 
   if (section == "optimizer") return &p.optimizer;
   if (section == "lr_policy") return &p.lr_policy;
   if (section == "precision") return &p.precision;
+  if (section == "data") return &p.dataset;
   return nullptr;
 }
 

@@ -142,15 +142,17 @@ OptionSet plain_section(const Document& doc, const std::string& section, Diagnos
 
 // The component's name as the section gives it (or its default), and where it came from;
 // nullopt when absent or not a string (resolve_entries reports that).
+// The component a section names with `key` ("name"; [data]'s "dataset"), its schema's first
+// spec.
 std::optional<std::string> component_name(const Document& doc, const std::string& section,
-                                          Where& where) {
+                                          const std::string& key, Where& where) {
   where = doc.file_where();
   const kiln_option_spec& spec = core_schema(section).front();
   if (const Section* sec = doc.find(section)) {
     for (const auto& entry : sec->entries) {
-      if (entry.key != "name") continue;
+      if (entry.key != key) continue;
       std::string ignored;
-      const auto value = check_value(*entry.node, spec, section + ".name", true, ignored);
+      const auto value = check_value(*entry.node, spec, section + "." + key, true, ignored);
       if (!value) return std::nullopt;
       where = entry.value_where;
       return value->string_value;
@@ -178,13 +180,14 @@ std::optional<std::string> swapped_norm(const Document& doc, std::optional<std::
 }
 
 ComponentChoice component_section(const Document& doc, const std::string& section, int32_t kind,
-                                  const plugin::Registry& registry, Diagnostics& diagnostics) {
+                                  const plugin::Registry& registry, Diagnostics& diagnostics,
+                                  const std::string& key = "name") {
   ComponentChoice choice;
   choice.section = section;
   const auto& core = core_schema(section);
   Where name_where;
-  auto name = component_name(doc, section, name_where);
-  std::string name_key = section + ".name";  // the key an unknown name is reported under
+  auto name = component_name(doc, section, key, name_where);
+  std::string name_key = section + "." + key;  // the key an unknown name is reported under
   if (section == "norm") name = swapped_norm(doc, name, name_where, name_key);
   if (name) choice.component = registry.find(kind, *name);
   if (name && choice.component == nullptr) {
@@ -216,7 +219,7 @@ ComponentChoice component_section(const Document& doc, const std::string& sectio
                                      [&](const kiln_option_spec& c) { return &c == resolved; });
     (is_core ? choice.core : choice.options).set(spec->name, value);
   }
-  if (choice.core.has("name")) choice.name_pos = choice.core.get("name").pos;
+  if (choice.core.has(key)) choice.name_pos = choice.core.get(key).pos;
   return choice;
 }
 
@@ -323,7 +326,9 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
   p.path = doc.name();
   for (const auto& s : doc.sections()) p.table_pos[s.name] = s.where.pos;
   p.run = plain_section(doc, "run", diagnostics);
-  p.data = plain_section(doc, "data", diagnostics);
+  p.dataset =
+      component_section(doc, "data", KILN_COMPONENT_DATASET, registry, diagnostics, "dataset");
+  p.data = p.dataset.core;
   p.model = component_section(doc, "model", KILN_COMPONENT_MODEL, registry, diagnostics);
   p.norm = component_section(doc, "norm", KILN_COMPONENT_NORM, registry, diagnostics);
   p.optimizer =
@@ -397,7 +402,7 @@ std::string to_toml(const Pipeline& pipeline) {
     emit(out, choice.options);
   };
   plain("run", pipeline.run);
-  plain("data", pipeline.data);
+  component(pipeline.dataset);
   component(pipeline.model);
   component(pipeline.norm);
   component(pipeline.optimizer);

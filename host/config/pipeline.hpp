@@ -27,13 +27,14 @@ struct ComponentChoice {
   const plugin::Component* component = nullptr;  // from the registry
   OptionSet core;                                // the section's core keys (e.g. optimizer.lr)
   OptionSet options;                             // the component's own options
-  SourcePos name_pos;                            // where `name` was set
+  SourcePos name_pos;                            // where `name` (data.dataset) was set
 };
 
 struct Pipeline {
   std::string path;                            // the TOML file
   OptionSet run;                               // [run]
-  OptionSet data;                              // [data]
+  OptionSet data;                              // [data]: the host's keys (dataset.core)
+  ComponentChoice dataset;                     // [data]: data.dataset and its options
   ComponentChoice model;                       // [model]
   ComponentChoice norm;                        // [norm]
   ComponentChoice optimizer;                   // [optimizer]

@@ -104,8 +104,9 @@ std::string reference_markdown(const plugin::Registry& registry) {
     }
   }
   out += "\n## Components\n";
-  for (int32_t kind : {KILN_COMPONENT_MODEL, KILN_COMPONENT_NORM, KILN_COMPONENT_OPTIMIZER,
-                       KILN_COMPONENT_LR_POLICY, KILN_COMPONENT_PRECISION}) {
+  for (int32_t kind :
+       {KILN_COMPONENT_DATASET, KILN_COMPONENT_MODEL, KILN_COMPONENT_NORM, KILN_COMPONENT_OPTIMIZER,
+        KILN_COMPONENT_LR_POLICY, KILN_COMPONENT_PRECISION}) {
     auto components = registry.of_kind(kind);
     std::sort(components.begin(), components.end(),
               [](const plugin::Component* a, const plugin::Component* b) {

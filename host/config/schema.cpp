@@ -96,9 +96,10 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
        }},
       {"data",
        {
-           choice("dataset", "fashion-mnist,synthetic", "\"fashion-mnist\"", "dataset to train on"),
-           spec("root", KILN_OPT_STRING, "\"/usr/share/datasets/fashion-mnist\"",
-                "folder holding the dataset files"),
+           spec("dataset", KILN_OPT_STRING, "\"fashion-mnist\"",
+                "dataset component to train on (image_folder, cifar10, cifar100, tensors, idx, "
+                "fashion-mnist, synthetic, or a plugin's); its own options (root, ...) go in "
+                "this section too"),
            spec("batch_size", KILN_OPT_INT, "128",
                 "training batch size, global: a distributed run gives each rank batch_size / "
                 "world size",
@@ -157,12 +158,6 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                   "a sample that cannot be read: stop with its path, or skip = replace it by "
                   "the next sample (the same replacement on every run), log its path once and "
                   "count it"),
-           spec("synthetic_train", KILN_OPT_INT, "2048", "synthetic dataset: training samples", 1),
-           spec("synthetic_test", KILN_OPT_INT, "512", "synthetic dataset: test samples", 1),
-           spec("synthetic_classes", KILN_OPT_INT, "10", "synthetic dataset: classes", 2, 1000),
-           spec("channels", KILN_OPT_INT, "1", "synthetic dataset: image channels", 1, 16),
-           spec("height", KILN_OPT_INT, "28", "synthetic dataset: image height", 1, 4096),
-           spec("width", KILN_OPT_INT, "28", "synthetic dataset: image width", 1, 4096),
        }},
       {"model",
        {spec("name", KILN_OPT_STRING, nullptr, "model component to train"),

@@ -33,7 +33,6 @@ RunSettings run_settings(const OptionSet& r) {
 DataSettings data_settings(const OptionSet& d) {
   DataSettings s;
   s.dataset = d.get_string("dataset");
-  s.root = d.get_string("root");
   s.batch_size = d.get_int("batch_size");
   s.eval_batch_size = d.get_int("eval_batch_size");
   s.workers = d.get_int("workers");
@@ -55,12 +54,6 @@ DataSettings data_settings(const OptionSet& d) {
   s.mix_prob = d.get_float("mix_prob");
   s.mix_switch_prob = d.get_float("mix_switch_prob");
   s.skip_bad_samples = d.get_string("on_error") == "skip";
-  s.synthetic_train = d.get_int("synthetic_train");
-  s.synthetic_test = d.get_int("synthetic_test");
-  s.synthetic_classes = d.get_int("synthetic_classes");
-  s.channels = d.get_int("channels");
-  s.height = d.get_int("height");
-  s.width = d.get_int("width");
   return s;
 }
 

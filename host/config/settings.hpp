@@ -34,8 +34,7 @@ struct RunSettings {
 };
 
 struct DataSettings {
-  std::string dataset;  // fashion-mnist, synthetic
-  std::string root;
+  std::string dataset;       // the dataset component's name; its options: Pipeline::dataset
   int64_t batch_size = 128;  // global
   int64_t eval_batch_size = 1000;
   int64_t workers = 2;
@@ -54,8 +53,6 @@ struct DataSettings {
   double mixup_alpha = 0.0, cutmix_alpha = 0.0;  // 0: off
   double mix_prob = 1.0, mix_switch_prob = 0.5;
   bool skip_bad_samples = false;  // on_error = "skip" (else "stop")
-  int64_t synthetic_train = 0, synthetic_test = 0, synthetic_classes = 0;
-  int64_t channels = 1, height = 28, width = 28;
 };
 
 struct ModelSettings {

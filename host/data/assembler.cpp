@@ -47,9 +47,19 @@ BatchAssembler::BatchAssembler(const Source& source, const LoaderOptions& option
     out_h_ = size[0];
     out_w_ = size[1];
   } else if (!fixed) {
-    throw std::invalid_argument(
-        "samples differ in size: set data.random_resized_crop or data.resize + "
-        "data.center_crop");
+    // A folder whose images may all share one size (MNIST as PNGs): sample 0's, checked for
+    // every sample from its header before it is decoded.
+    const SampleHeader first = source.probe(0);
+    out_h_ = first.height;
+    out_w_ = first.width;
+    if (options_.resize > 0) {  // then every sample must resize to sample 0's size
+      const auto size = resize_shorter_size(out_h_, out_w_, options_.resize);
+      out_h_ = size[0];
+      out_w_ = size[1];
+    } else {
+      plain_ = true;
+      check_sizes_ = true;
+    }
   } else {
     plain_ = true;
   }
@@ -88,6 +98,18 @@ std::mt19937_64 BatchAssembler::stream(int64_t epoch, int64_t batch_index, uint3
 int64_t BatchAssembler::load_sample(int64_t index, std::mt19937_64* gen, Scratch& scratch,
                                     uint8_t* dst) const {
   if (plain_) {
+    if (check_sizes_) {
+      const SampleHeader h = source_.probe(index);
+      if (h.height != out_h_ || h.width != out_w_) {
+        // Not a SampleError: skipping would not help, the pipeline needs a crop.
+        throw std::invalid_argument(
+            "sample " + std::to_string(index) + " is " + std::to_string(h.height) + "x" +
+            std::to_string(h.width) + ", sample 0 " + std::to_string(out_h_) + "x" +
+            std::to_string(out_w_) +
+            ": samples differ in size: set data.random_resized_crop or data.resize + "
+            "data.center_crop");
+      }
+    }
     const DecodedSample s = source_.decode(index, 1, dst, bytes(out_h_, out_w_, channels_));
     if (s.height != out_h_ || s.width != out_w_) {
       throw SampleError("sample " + std::to_string(index) + " decoded as " +
@@ -131,8 +153,13 @@ int64_t BatchAssembler::load_sample(int64_t index, std::mt19937_64* gen, Scratch
              center_crop_box(h, w, options_.center_crop, options_.center_crop), false, dst);
   } else {
     if (resized.size(2) != out_h_ || resized.size(3) != out_w_) {
-      throw SampleError("sample " + std::to_string(index) + " is not " + std::to_string(out_h_) +
-                        "x" + std::to_string(out_w_) + " after resizing");
+      // Not a SampleError: skipping would not help, the pipeline needs a crop.
+      throw std::invalid_argument(
+          "sample " + std::to_string(index) + " is " + std::to_string(resized.size(2)) + "x" +
+          std::to_string(resized.size(3)) + " after resizing, sample 0 " + std::to_string(out_h_) +
+          "x" + std::to_string(out_w_) +
+          ": samples differ in size: set data.random_resized_crop or data.resize + "
+          "data.center_crop");
     }
     copy_out(resized.contiguous(at::MemoryFormat::ChannelsLast));
   }

@@ -50,8 +50,9 @@ class BatchAssembler {
   const Source& source_;
   LoaderOptions options_;
   int64_t channels_;
-  int64_t out_h_, out_w_;  // a transformed sample, before padding/crop and flip
-  bool plain_;             // a fixed-size source and no resizing transform
+  int64_t out_h_, out_w_;     // a transformed sample, before padding/crop and flip
+  bool plain_;                // a fixed-size source and no resizing transform
+  bool check_sizes_ = false;  // sizes vary by the source: each sample must match sample 0's
   // Cleared once pinned allocation fails, so later batches go straight to pageable memory.
   mutable std::atomic<bool> pin_;
   mutable std::atomic<int64_t> skipped_{0};

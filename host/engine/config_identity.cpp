@@ -18,7 +18,8 @@ const std::set<std::string> kFreeRunKeys = {
     "epochs",          "max_steps",   "log_interval",       "eval",
     "threads",         "output_dir",  "checkpoint_every",   "checkpoint_keep",
     "resume_fallback", "tensorboard", "max_nonfinite_steps"};
-const std::set<std::string> kFreeDataKeys = {"workers", "prefetch", "eval_batch_size", "root"};
+const std::set<std::string> kFreeDataKeys = {"workers", "prefetch", "eval_batch_size", "root",
+                                             "val_root"};
 
 // Splits a `key = value` line of config::to_toml's output after its key, which may be quoted
 // (and then hold " = " itself).

@@ -2,7 +2,6 @@
 
 #include <fmt/format.h>
 
-#include "data/dataset.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/plan.hpp"
 #include "engine/run_data.hpp"
@@ -12,21 +11,7 @@
 namespace kiln::engine {
 
 int64_t train_batches_per_epoch(const config::Pipeline& p) {
-  const config::DataSettings& d = p.settings.data;
-  data::Dataset dataset;
-  if (d.dataset == "synthetic") {
-    // Only the length matters; a one-pixel dataset of the right size gives it.
-    data::SyntheticSpec spec;
-    spec.samples = d.synthetic_train;
-    spec.num_classes = d.synthetic_classes;
-    spec.channels = d.channels;  // a mean per channel must find its channels
-    spec.height = spec.width = 1;
-    dataset = data::make_synthetic(spec);
-  } else {
-    dataset = data::load_fashion_mnist(d.root, "train");
-  }
-  const data::TensorSource source(dataset.images, dataset.labels, dataset.num_classes);
-  return batches_per_epoch(d, source, /*world_size=*/1);
+  return batches_per_epoch(p.settings.data, *open_train_split(p), /*world_size=*/1);
 }
 
 LrTable lr_table(const config::Pipeline& p, int64_t iters) {

@@ -1,5 +1,6 @@
 #include "engine/model_build.hpp"
 
+#include "engine/run_data.hpp"
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
 #include "plugin/norm_layer.hpp"
@@ -30,14 +31,15 @@ std::shared_ptr<plugin::NormWindow> norm_window_for(const config::Pipeline& p) {
 }
 
 kiln_model_input described_input(const config::Pipeline& p) {
+  // The training split's batches as the loader shapes them (crops included).
+  const std::shared_ptr<const data::Source> train = open_train_split(p);
+  const auto shape = train_sample_shape(p.settings.data, *train);
   kiln_model_input input{};
   input.struct_size = sizeof(input);
-  const config::DataSettings& d = p.settings.data;
-  const bool synthetic = d.dataset == "synthetic";
-  input.channels = synthetic ? d.channels : 1;
-  input.height = synthetic ? d.height : 28;
-  input.width = synthetic ? d.width : 28;
-  input.num_classes = synthetic ? d.synthetic_classes : 10;
+  input.channels = shape[0];
+  input.height = shape[1];
+  input.width = shape[2];
+  input.num_classes = train->num_classes();
   return input;
 }
 

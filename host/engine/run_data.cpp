@@ -4,41 +4,19 @@
 
 #include <string>
 
-#include "data/dataset.hpp"
 #include "engine/checks.hpp"
+#include "plugin/dataset_source.hpp"
 
 namespace kiln::engine {
 
 namespace {
 
-// In-memory splits (synthetic, Fashion-MNIST's IDX files) as TensorSources. Dataset plugins
-// (sdk/include/kiln/dataset.h) come in here as further branches returning their Sources.
-DataSplits read_splits(const config::DataSettings& d, uint64_t seed) {
-  const auto wrap = [](const data::Dataset& set) {
-    return std::make_shared<data::TensorSource>(set.images, set.labels, set.num_classes);
-  };
-  if (d.dataset == "synthetic") {
-    data::SyntheticSpec spec;
-    const int64_t n_train = d.synthetic_train;
-    spec.samples = n_train + d.synthetic_test;
-    spec.num_classes = d.synthetic_classes;
-    spec.channels = d.channels;
-    spec.height = d.height;
-    spec.width = d.width;
-    spec.seed = seed;
-    data::Dataset all = data::make_synthetic(spec);
-    auto slice = [&](int64_t from, int64_t to) {
-      data::Dataset part;
-      part.images = all.images.slice(0, from, to).contiguous();
-      part.labels = all.labels.slice(0, from, to).contiguous();
-      part.num_classes = all.num_classes;
-      return wrap(part);
-    };
-    return {slice(0, n_train), slice(n_train, spec.samples)};
-  }
-  const std::string root = d.root;
-  return {wrap(data::load_fashion_mnist(root, "train")),
-          wrap(data::load_fashion_mnist(root, "test"))};
+// The pipeline's dataset component, opened for both splits (data/plugin: DatasetSource).
+DataSplits read_splits(const config::Pipeline& p, uint64_t seed) {
+  const plugin::Component& dataset = *p.dataset.component;
+  return {
+      std::make_shared<plugin::DatasetSource>(dataset, p.dataset.options, KILN_SPLIT_TRAIN, seed),
+      std::make_shared<plugin::DatasetSource>(dataset, p.dataset.options, KILN_SPLIT_VAL, seed)};
 }
 
 // The data section's transform options against the data they will meet.
@@ -61,31 +39,21 @@ void check_transforms(const config::DataSettings& d, const data::Source& train,
                                            values->size(), channels));
     }
   }
-  const char* const differ =
-      "samples differ in size: set data.random_resized_crop or data.resize + data.center_crop";
-  const auto varies = [](const data::Source& s) {
-    return s.fixed_height() <= 0 || s.fixed_width() <= 0;
-  };
-  if (varies(train) && d.random_resized_crop == 0 && d.center_crop == 0) {
-    throw PipelineError("data.random_resized_crop", std::string("the training split's ") + differ);
-  }
-  if (varies(test) && d.center_crop == 0) {
-    throw PipelineError("data.center_crop", std::string("the test split's ") + differ);
-  }
 }
 
 }  // namespace
 
-DataSplits load_data(const config::DataSettings& d, uint64_t seed) {
-  DataSplits splits;
-  try {
-    splits = read_splits(d, seed);
-  } catch (const std::exception& e) {
-    // Data that cannot be read as configured is the data section's fault.
-    throw PipelineError(d.dataset == "synthetic" ? "data.dataset" : "data.root", e.what());
-  }
-  check_transforms(d, *splits.train, *splits.test);
+DataSplits load_data(const config::Pipeline& p, uint64_t seed) {
+  // A refusal of the dataset's create names the option it concerns (an OptionsRefused, located
+  // at that key of [data] by as_config_errors); a broken dataset plugin is its own fault.
+  DataSplits splits = read_splits(p, seed);
+  check_transforms(p.settings.data, *splits.train, *splits.test);
   return splits;
+}
+
+std::shared_ptr<const data::Source> open_train_split(const config::Pipeline& p) {
+  return std::make_shared<plugin::DatasetSource>(*p.dataset.component, p.dataset.options,
+                                                 KILN_SPLIT_TRAIN, p.settings.run.seed);
 }
 
 data::LoaderOptions loader_options(const config::DataSettings& d, uint64_t seed, bool train,

@@ -8,6 +8,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "config/pipeline.hpp"
 #include "config/settings.hpp"
 #include "data/loader.hpp"
 #include "data/source.hpp"
@@ -19,12 +20,15 @@ struct DataSplits {
   std::shared_ptr<const data::Source> train, test;
 };
 
-// Train and test splits. Synthetic splits come from one draw (same class prototypes, disjoint
-// samples), so the test split measures what the model learnt. Data that cannot be read throws
-// PipelineError at data.root (data.dataset for synthetic data); so do transform options that do
-// not fit the data (samples of different sizes without a crop, a mean per channel of another
-// channel count).
-DataSplits load_data(const config::DataSettings& data, uint64_t seed);
+// Train and test splits of the pipeline's dataset component (data.dataset), opened with the
+// run's seed. Data that cannot be opened as configured throws the component's refusal
+// (plugin::OptionsRefused naming the option, e.g. data.root); transform options that do not fit
+// the data (samples of different sizes without a crop, a mean per channel of another channel
+// count) a PipelineError. Both become located configuration errors under as_config_errors.
+DataSplits load_data(const config::Pipeline& pipeline, uint64_t seed);
+
+// The training split alone (`kiln plan`, `kiln lr-schedule`: its size and sample shape).
+std::shared_ptr<const data::Source> open_train_split(const config::Pipeline& pipeline);
 
 // This rank's loader: data.batch_size is the global batch, split evenly over the ranks; the
 // training shards are padded to equal length, the evaluation shards see every sample once.

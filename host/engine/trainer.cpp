@@ -358,6 +358,11 @@ void Trainer::Impl::finish() {
   if (skipped > 0) {
     spdlog::info("{} of {} steps skipped for non-finite gradients", skipped, position.step);
   }
+  // data.on_error = "skip": each replaced sample was logged with its path when first met.
+  if (const int64_t replaced = data->train->skipped_samples(); replaced > 0) {
+    spdlog::warn("{} unreadable training samples were replaced (data.on_error = \"skip\")",
+                 replaced);
+  }
 }
 
 io::EvalRecord Trainer::Impl::evaluate() {

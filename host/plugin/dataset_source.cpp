@@ -17,7 +17,7 @@ std::string contract(const std::string& who, const std::string& what) {
 }  // namespace
 
 DatasetSource::DatasetSource(const Component& component, const config::OptionSet& options,
-                             int32_t split)
+                             int32_t split, uint64_t seed)
     : name_(component.name()),
       library_(component.library_path),
       vtable_(static_cast<const kiln_dataset_vtable*>(component.descriptor->vtable)) {
@@ -31,10 +31,11 @@ DatasetSource::DatasetSource(const Component& component, const config::OptionSet
   kiln_dataset_open open{};
   open.struct_size = sizeof open;
   open.split = split;
+  open.seed = seed;
   check_options(
       call_plugin([&] { return where("create"); },
                   [&] { return vtable_->create(host_api(), options.c_view(), &open, &instance_); }),
-      "dataset '" + name_ + "' refused its options", "dataset");
+      "dataset '" + name_ + "' refused its options", "data");
   // From here the instance exists: a broken info must still release it.
   try {
     kiln_dataset_info info{};
@@ -185,8 +186,8 @@ data::DecodedSample DatasetSource::decode(int64_t index, int scale_denom, uint8_
 
 std::unique_ptr<DatasetSource> make_dataset_source(const Registry& registry,
                                                    const std::string& name,
-                                                   const config::OptionSet& options,
-                                                   int32_t split) {
+                                                   const config::OptionSet& options, int32_t split,
+                                                   uint64_t seed) {
   const Component* component = registry.find(KILN_COMPONENT_DATASET, name);
   if (component == nullptr) {
     std::string known;
@@ -196,7 +197,7 @@ std::unique_ptr<DatasetSource> make_dataset_source(const Registry& registry,
     throw std::invalid_argument("no dataset component named '" + name +
                                 "'; available: " + (known.empty() ? std::string("none") : known));
   }
-  return std::make_unique<DatasetSource>(*component, options, split);
+  return std::make_unique<DatasetSource>(*component, options, split, seed);
 }
 
 config::OptionSet default_options(const Component& component) {

@@ -17,10 +17,11 @@ namespace kiln::plugin {
 class DatasetSource final : public data::Source {
  public:
   // Opens `split` (KILN_SPLIT_*) of `component` (a KILN_COMPONENT_DATASET) with its validated
-  // options. A refusal of create is an OptionsRefused (section "dataset"): a configuration
-  // error naming the option and path. An info that breaks the contract (no samples, no
-  // classes, no channels, a non-zero reserved field) is a ComponentError.
-  DatasetSource(const Component& component, const config::OptionSet& options, int32_t split);
+  // options; `seed` is the run's (kiln_dataset_open.seed). A refusal of create is an OptionsRefused
+  // (section "dataset"): a configuration error naming the option and path. An info that breaks the
+  // contract (no samples, no classes, no channels, a non-zero reserved field) is a ComponentError.
+  DatasetSource(const Component& component, const config::OptionSet& options, int32_t split,
+                uint64_t seed = 0);
   ~DatasetSource() override;
   DatasetSource(const DatasetSource&) = delete;
   DatasetSource& operator=(const DatasetSource&) = delete;
@@ -58,7 +59,8 @@ class DatasetSource final : public data::Source {
 // naming the datasets there are when none is called `name`.
 std::unique_ptr<DatasetSource> make_dataset_source(const Registry& registry,
                                                    const std::string& name,
-                                                   const config::OptionSet& options, int32_t split);
+                                                   const config::OptionSet& options, int32_t split,
+                                                   uint64_t seed = 0);
 
 // The component's options at their schema defaults (required ones, which have none, absent):
 // a start for callers that set a few options without a pipeline file (tests, tools).

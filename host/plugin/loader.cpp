@@ -87,10 +87,15 @@ VtableRule vtable_rule(int32_t kind) {
   }
 }
 
+// The pipeline table a component kind's options are written in: its own, but [data] for a
+// dataset, beside the loader's keys.
+std::string section_of(const std::string& kind) { return kind == "dataset" ? "data" : kind; }
+
 // The keys the host owns in the [section] of a component kind; none where the kind has no core
-// section of its own (datasets: the host decides where their options are written).
-const std::vector<kiln_option_spec>& host_keys(const std::string& section) {
+// section of its own.
+const std::vector<kiln_option_spec>& host_keys(const std::string& kind) {
   static const std::vector<kiln_option_spec> none;
+  const std::string section = section_of(kind);
   const auto& sections = config::core_sections();
   if (std::find(sections.begin(), sections.end(), section) == sections.end()) return none;
   return config::core_schema(section);
@@ -195,7 +200,7 @@ std::string check_component(const kiln_component_descriptor* c, size_t index, ui
     for (const kiln_option_spec& core : host_keys(kind)) {
       if (std::strcmp(core.name, o.name) == 0) {
         return who + " (" + kind + ") option '" + o.name + "' is a name the host reserves in [" +
-               kind + "] (" + reserved_names(kind) + "; see docs/abi.md)";
+               section_of(kind) + "] (" + reserved_names(kind) + "; see docs/abi.md)";
       }
     }
   }

@@ -72,6 +72,12 @@ const kiln_component_descriptor kSgdDesc = component(KILN_COMPONENT_OPTIMIZER, "
 const kiln_component_descriptor kAdamwDesc = component(KILN_COMPONENT_OPTIMIZER, "adamw", kAdamw);
 const kiln_component_descriptor kStepDesc = component(KILN_COMPONENT_LR_POLICY, "constant", kStep);
 const kiln_component_descriptor kFp32Desc = component(KILN_COMPONENT_PRECISION, "fp32", {});
+// [data]'s default dataset, whose options sit in [data] beside the loader's keys.
+const std::vector<kiln_option_spec> kFashion = {
+    opt("root", KILN_OPT_STRING, "\"/usr/share/datasets/fashion-mnist\""),
+    opt("num_classes", KILN_OPT_INT, "10", 0)};
+const kiln_component_descriptor kFashionDesc =
+    component(KILN_COMPONENT_DATASET, "fashion-mnist", kFashion);
 
 plugin::Registry make_registry() {
   plugin::Registry registry;
@@ -84,6 +90,7 @@ plugin::Registry make_registry() {
   add(kAdamwDesc, "libkiln-adamw.so");
   add(kStepDesc, "libkiln_lr_schedules.so");
   add(kFp32Desc, "libkiln-fp32.so");
+  add(kFashionDesc, "libkiln_datasets.so");
   return registry;
 }
 
@@ -163,13 +170,14 @@ TEST_F(ConfigTest, ValidFileResolvesWithDefaultsAndPositions) {
   EXPECT_EQ(p.run.entries().size(), core_schema("run").size());
 
   EXPECT_EQ(p.data.get_string("dataset"), "fashion-mnist");
-  EXPECT_EQ(p.data.get_string("root"), "/usr/share/datasets/fashion-mnist");
+  EXPECT_EQ(p.dataset.component, registry_.find(KILN_COMPONENT_DATASET, "fashion-mnist"));
+  EXPECT_EQ(p.dataset.options.get_string("root"), "/usr/share/datasets/fashion-mnist");
   EXPECT_EQ(p.data.get_int("batch_size"), 128);
   EXPECT_EQ(p.data.get_int("eval_batch_size"), 1000);
   EXPECT_EQ(p.data.get_float_list("mean"), std::vector<double>{0.286});
   EXPECT_EQ(p.data.get_float_list("std"), std::vector<double>{0.353});
   EXPECT_FALSE(p.data.get_bool("random_flip"));
-  EXPECT_EQ(p.data.get_int("width"), 28);
+  EXPECT_EQ(p.dataset.options.get_int("num_classes"), 10);
 
   EXPECT_EQ(p.model.section, "model");
   EXPECT_EQ(p.model.component, registry_.find(KILN_COMPONENT_MODEL, "mlp"));
@@ -282,7 +290,7 @@ TEST_F(ConfigTest, CoreSchemaIsDocumented) {
   }
   EXPECT_EQ(core_schema("model").size(), 4u);                 // name, init, norm, memory_format
   EXPECT_EQ(core_schema("model")[0].default_value, nullptr);  // required
-  EXPECT_EQ(core_schema("data").size(), 29u);
+  EXPECT_EQ(core_schema("data").size(), 22u);  // the dataset's own options (root, ...) are its own
   EXPECT_THROW(core_schema("nope"), std::out_of_range);
 }
 
@@ -423,6 +431,7 @@ TEST_F(ConfigTest, UnknownDefaultComponentPointsAtTheFile) {
   registry.add(plugin::Component{&kSgdDesc, nullptr, "/fake/libkiln-sgd.so"});
   registry.add(plugin::Component{&kStepDesc, nullptr, "/fake/libkiln_lr_schedules.so"});
   registry.add(plugin::Component{&kFp32Desc, nullptr, "/fake/libkiln-fp32.so"});
+  registry.add(plugin::Component{&kFashionDesc, nullptr, "/fake/libkiln_datasets.so"});
   try {
     load_pipeline_text("[model]\nname = \"mlp\"\n", "p.toml", {}, registry);
     FAIL() << "no ConfigError";
@@ -487,7 +496,7 @@ TEST_F(ConfigTest, OverridesReplaceAddAndCreate) {
   EXPECT_EQ(p.run.get_string("device"), "cpu");                  // a bare string
   EXPECT_DOUBLE_EQ(p.norm.options.get_float("momentum"), 0.25);  // a section the file lacks
   EXPECT_EQ(p.model.options.get_int_list("hidden"), (std::vector<int64_t>{4, 5}));
-  EXPECT_EQ(p.data.get_string("root"), "/tmp/my data");
+  EXPECT_EQ(p.dataset.options.get_string("root"), "/tmp/my data");
   EXPECT_EQ(p.plugin_paths, (std::vector<std::string>{"/a", "/b"}));
 }
 
@@ -498,7 +507,7 @@ TEST_F(ConfigTest, AnOverrideOfAStringOptionTakesItsTextAsTyped) {
       load_pipeline_text("[model]\nname = \"mlp\"\n", "p.toml",
                          {"run.output_dir=2024", "data.root=1.5", "model.init=true"}, registry_);
   EXPECT_EQ(p.run.get_string("output_dir"), "2024");
-  EXPECT_EQ(p.data.get_string("root"), "1.5");
+  EXPECT_EQ(p.dataset.options.get_string("root"), "1.5");
   EXPECT_EQ(p.model.core.get_string("init"), "true");
   EXPECT_EQ(p.run.get("output_dir").pos.argument, "run.output_dir=2024");
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[run]\noutput_dir = 2024\n"),

@@ -59,8 +59,8 @@ OptionSet options_of(const std::string& name,
 
 std::unique_ptr<DatasetSource> open(const std::string& name,
                                     const std::vector<std::pair<std::string, Value>>& set,
-                                    int32_t split = KILN_SPLIT_TRAIN) {
-  return kiln::plugin::make_dataset_source(registry(), name, options_of(name, set), split);
+                                    int32_t split = KILN_SPLIT_TRAIN, uint64_t seed = 0) {
+  return kiln::plugin::make_dataset_source(registry(), name, options_of(name, set), split, seed);
 }
 
 // The message `name`'s create refuses `set` with.
@@ -393,10 +393,10 @@ TEST(SyntheticDataset, TheHostsPixelsForTheSameSeed) {
         {"synthetic_classes", int_value(classes)},
         {"channels", int_value(channels)},
         {"height", int_value(height)},
-        {"width", int_value(width)},
-        {"seed", int_value(seed)}};
-    auto train = open("synthetic", set);
-    auto val = open("synthetic", set, KILN_SPLIT_VAL);
+        {"width", int_value(width)}};
+    // The run's seed reaches the dataset through kiln_dataset_open.seed.
+    auto train = open("synthetic", set, KILN_SPLIT_TRAIN, static_cast<uint64_t>(seed));
+    auto val = open("synthetic", set, KILN_SPLIT_VAL, static_cast<uint64_t>(seed));
     ASSERT_EQ(train->size(), n_train);
     ASSERT_EQ(val->size(), n_test);
     const int64_t pixels = channels * height * width;

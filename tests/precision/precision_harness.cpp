@@ -51,7 +51,8 @@ const kiln::plugin::Registry& registry() {
   static const kiln::plugin::Registry reg = [] {
     kiln::plugin::Registry r;
     kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
-    for (const char* lib : {"libkiln_fp32.so", "libkiln_amp.so"}) {
+    // The datasets library: [data]'s default dataset (fashion-mnist) must resolve.
+    for (const char* lib : {"libkiln_fp32.so", "libkiln_amp.so", "libkiln_datasets.so"}) {
       loader.load_library(std::string(KILN_PLUGIN_DIR) + "/" + lib, r);
     }
     for (const auto* d : {&kModel, &kNorm, &kOptimizer, &kLrPolicy}) {

@@ -88,7 +88,7 @@ PIN_SIZE(kiln_model_vtable, 24);
 _Static_assert(KILN_MODEL_VTABLE_V1_SIZE == 24, "model vtable v1 size");
 
 /* 1.7: the dataset component (kiln/dataset.h) */
-PIN_SIZE(kiln_dataset_open, 16);
+PIN_SIZE(kiln_dataset_open, 24);
 PIN_SIZE(kiln_dataset_info, 56);
 PIN_OFFSET(kiln_dataset_info, num_samples, 8);
 PIN_OFFSET(kiln_dataset_info, channels, 24);

@@ -84,7 +84,9 @@ std::unique_ptr<FixedDataset> open_cifar(const char* component, const kiln_optio
   return d;
 }
 
-std::unique_ptr<FixedDataset> open_cifar10(const kiln_options* options, int32_t split) {
+std::unique_ptr<FixedDataset> open_cifar10(const kiln_options* options,
+                                           const kiln_dataset_open& open) {
+  const int32_t split = open.split;
   std::vector<std::string> names;
   if (split == KILN_SPLIT_TRAIN) {
     for (int k = 1; k <= 5; ++k) names.push_back("data_batch_" + std::to_string(k) + ".bin");
@@ -94,7 +96,9 @@ std::unique_ptr<FixedDataset> open_cifar10(const kiln_options* options, int32_t 
   return open_cifar("cifar10", options, names, 1, 0, 10);
 }
 
-std::unique_ptr<FixedDataset> open_cifar100(const kiln_options* options, int32_t split) {
+std::unique_ptr<FixedDataset> open_cifar100(const kiln_options* options,
+                                            const kiln_dataset_open& open) {
+  const int32_t split = open.split;
   const std::string which = string_option(options, "label");
   if (which != "fine" && which != "coarse") {
     invalid("cifar100: option 'label' is \"" + which + "\"; \"fine\" or \"coarse\"");

@@ -129,7 +129,10 @@ kiln_status* create_with(Factory factory, const kiln_host_api* host, const kiln_
     if (open->split != KILN_SPLIT_TRAIN && open->split != KILN_SPLIT_VAL) {
       invalid("unknown split " + std::to_string(open->split));
     }
-    std::unique_ptr<FixedDataset> data = factory(options, open->split);
+    if (open->struct_size < KILN_SIZE_UP_TO(kiln_dataset_open, seed)) {
+      invalid("create: kiln_dataset_open of " + std::to_string(open->struct_size) + " bytes");
+    }
+    std::unique_ptr<FixedDataset> data = factory(options, *open);
     if (data->num_samples <= 0) invalid("the split holds no samples");
     *out = new Instance{host, std::move(data)};
   });

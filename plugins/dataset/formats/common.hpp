@@ -30,8 +30,9 @@ class FixedDataset {
   virtual void pixels(int64_t index, uint8_t* out) const = 0;
 };
 
-// Opens `split` (KILN_SPLIT_*) as `options` say; throws kiln::Error.
-using Factory = std::unique_ptr<FixedDataset> (*)(const kiln_options* options, int32_t split);
+// Opens `open.split` (KILN_SPLIT_*) as `options` say; throws kiln::Error.
+using Factory = std::unique_ptr<FixedDataset> (*)(const kiln_options* options,
+                                                  const kiln_dataset_open& open);
 
 // Errors the factories throw: a bad option or a missing path (the host reports it as a
 // configuration error), and unreadable data.

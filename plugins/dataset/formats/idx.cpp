@@ -32,7 +32,8 @@ class IdxDataset final : public FixedDataset {
 };
 
 template <const char* Name>
-std::unique_ptr<FixedDataset> open_idx(const kiln_options* options, int32_t split) {
+std::unique_ptr<FixedDataset> open_idx(const kiln_options* options, const kiln_dataset_open& open) {
+  const int32_t split = open.split;
   const std::string root = string_option(options, "root");
   require_path(Name, "root", root, /*folder=*/true);
   const bool train = split == KILN_SPLIT_TRAIN;

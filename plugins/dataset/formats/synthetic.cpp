@@ -47,14 +47,16 @@ class SyntheticDataset final : public FixedDataset {
   }
 };
 
-std::unique_ptr<FixedDataset> open_synthetic(const kiln_options* options, int32_t split) {
+std::unique_ptr<FixedDataset> open_synthetic(const kiln_options* options,
+                                             const kiln_dataset_open& open) {
+  const int32_t split = open.split;
   const int64_t n_train = int_option(options, "synthetic_train");
   const int64_t n_test = int_option(options, "synthetic_test");
   const int64_t classes = int_option(options, "synthetic_classes");
   const int64_t channels = int_option(options, "channels");
   const int64_t height = int_option(options, "height");
   const int64_t width = int_option(options, "width");
-  const auto seed = static_cast<uint64_t>(int_option(options, "seed"));
+  const uint64_t seed = open.seed;  // the run's: the same draw as data::make_synthetic's
   // The schema bounds these; a caller without the host's validation still gets a reason.
   if (n_train < 1 || n_test < 1 || classes < 1 || channels < 1 || channels > 16 || height < 1 ||
       height > 4096 || width < 1 || width > 4096) {
@@ -127,9 +129,7 @@ const kiln_option_spec kSyntheticOptions[] = {
     KILN_OPTION_RANGE_INIT("synthetic_classes", KILN_OPT_INT, 2.0, 1000.0, "10", "classes"),
     KILN_OPTION_RANGE_INIT("channels", KILN_OPT_INT, 1.0, 16.0, "1", "image channels"),
     KILN_OPTION_RANGE_INIT("height", KILN_OPT_INT, 1.0, 4096.0, "28", "image height"),
-    KILN_OPTION_RANGE_INIT("width", KILN_OPT_INT, 1.0, 4096.0, "28", "image width"),
-    KILN_OPTION_INIT("seed", KILN_OPT_INT, "0",
-                     "seed of the images and labels (the host passes run.seed)")};
+    KILN_OPTION_RANGE_INIT("width", KILN_OPT_INT, 1.0, 4096.0, "28", "image width")};
 
 const kiln_dataset_vtable kSyntheticVtable = make_vtable<open_synthetic>();
 

@@ -52,7 +52,9 @@ const io::SafetensorsEntry& find_tensor(const io::SafetensorsLayout& layout,
           "'); the file holds " + (names.empty() ? std::string("none") : names));
 }
 
-std::unique_ptr<FixedDataset> open_tensors(const kiln_options* options, int32_t split) {
+std::unique_ptr<FixedDataset> open_tensors(const kiln_options* options,
+                                           const kiln_dataset_open& open) {
+  const int32_t split = open.split;
   const char* file_option = split == KILN_SPLIT_TRAIN ? "train" : "val";
   const std::string path = string_option(options, file_option);
   if (path.empty()) {

@@ -24,6 +24,9 @@ typedef struct kiln_dataset_open {
   size_t struct_size; /* sizeof(kiln_dataset_open) as the host knows it */
   int32_t split;      /* KILN_SPLIT_* */
   int32_t reserved;   /* zero */
+  /* The run's seed (run.seed), for datasets that generate or subsample their samples: the same
+   * seed gives the same samples. */
+  uint64_t seed;
 } kiln_dataset_open;
 
 /* What an instance holds; filled by `info`. */
