@@ -11,17 +11,22 @@ namespace kiln::engine {
 
 namespace {
 
-// The pipeline's dataset component, opened for both splits (data/plugin: DatasetSource).
+// The pipeline's dataset component (plugin::DatasetSource), opened for training and, when the
+// run evaluates, for validation: a folder without a validation split trains with eval = false.
 DataSplits read_splits(const config::Pipeline& p, uint64_t seed) {
   const plugin::Component& dataset = *p.dataset.component;
-  return {
-      std::make_shared<plugin::DatasetSource>(dataset, p.dataset.options, KILN_SPLIT_TRAIN, seed),
-      std::make_shared<plugin::DatasetSource>(dataset, p.dataset.options, KILN_SPLIT_VAL, seed)};
+  DataSplits splits;
+  splits.train =
+      std::make_shared<plugin::DatasetSource>(dataset, p.dataset.options, KILN_SPLIT_TRAIN, seed);
+  if (p.settings.run.eval) {
+    splits.test =
+        std::make_shared<plugin::DatasetSource>(dataset, p.dataset.options, KILN_SPLIT_VAL, seed);
+  }
+  return splits;
 }
 
 // The data section's transform options against the data they will meet.
-void check_transforms(const config::DataSettings& d, const data::Source& train,
-                      const data::Source& test) {
+void check_transforms(const config::DataSettings& d, const data::Source& train) {
   for (const auto& [key, range] :
        {std::pair<const char*, const std::vector<double>*>{"data.rrc_scale", &d.rrc_scale},
         {"data.rrc_ratio", &d.rrc_ratio}}) {
@@ -47,7 +52,7 @@ DataSplits load_data(const config::Pipeline& p, uint64_t seed) {
   // A refusal of the dataset's create names the option it concerns (an OptionsRefused, located
   // at that key of [data] by as_config_errors); a broken dataset plugin is its own fault.
   DataSplits splits = read_splits(p, seed);
-  check_transforms(p.settings.data, *splits.train, *splits.test);
+  check_transforms(p.settings.data, *splits.train);
   return splits;
 }
 

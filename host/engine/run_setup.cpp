@@ -53,7 +53,9 @@ std::unique_ptr<RunData> load_run_data(const config::Pipeline& p, at::Device dev
   r->train_set = std::move(splits.train);
   r->test_set = std::move(splits.test);
   r->train.emplace(*r->train_set, loader_options(d, seed, true, device, ranks.rank, ranks.world));
-  r->test.emplace(*r->test_set, loader_options(d, seed, false, device, ranks.rank, ranks.world));
+  if (r->test_set) {
+    r->test.emplace(*r->test_set, loader_options(d, seed, false, device, ranks.rank, ranks.world));
+  }
   r->batches_per_epoch = r->train->batches_per_epoch();
   return r;
 }

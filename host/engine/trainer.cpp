@@ -367,6 +367,9 @@ void Trainer::Impl::finish() {
 
 io::EvalRecord Trainer::Impl::evaluate() {
   eval_due = false;
+  if (!data->test) {
+    throw std::logic_error("run.eval = false: the run opened no evaluation split to evaluate on");
+  }
   const Evaluation e = evaluate_model(inputs(*data->test), ranks.group.get());
   // The epoch just trained: the open one, or the one before the next to open (0 before any).
   const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
