@@ -52,7 +52,23 @@ DataSplits load_data(const config::Pipeline& p, uint64_t seed) {
   // A refusal of the dataset's create names the option it concerns (an OptionsRefused, located
   // at that key of [data] by as_config_errors); a broken dataset plugin is its own fault.
   DataSplits splits = read_splits(p, seed);
-  check_transforms(p.settings.data, *splits.train);
+  const config::DataSettings& d = p.settings.data;
+  check_transforms(d, *splits.train);
+  if (splits.test) {
+    // The model takes one input size: evaluation's batches must come out as training's.
+    const auto train = train_sample_shape(d, *splits.train);
+    data::LoaderOptions eval = loader_options(d, 0, false, at::kCPU, 0, 1);
+    eval.workers = 0;
+    const auto test = data::Loader(*splits.test, eval).sample_shape();
+    if (train != test) {
+      throw PipelineError(
+          "data.center_crop",
+          fmt::format("evaluation batches would be {}x{}x{}, training batches {}x{}x{}: set "
+                      "data.center_crop (and data.resize) so that evaluation gets training's "
+                      "size, as torchvision's Resize + CenterCrop after RandomResizedCrop",
+                      test[0], test[1], test[2], train[0], train[1], train[2]));
+    }
+  }
   return splits;
 }
 

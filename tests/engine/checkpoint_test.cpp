@@ -133,9 +133,11 @@ size_t files_in(const fs::path& dir) {
   return n;
 }
 
-TEST(Checkpoint, KillNineAtARandomStepThenResumeIsBitIdentical) {
+// Kills a run with SIGKILL at a random step, resumes it, and requires the final checkpoint to
+// equal an uninterrupted run's; `extra` adds options to both runs.
+void kill_nine_then_resume_is_bit_identical(const std::string& extra) {
   const fs::path dir = temp_dir();
-  const std::string every = " --set run.checkpoint_every=1 --set run.checkpoint_keep=2";
+  const std::string every = " --set run.checkpoint_every=1 --set run.checkpoint_keep=2" + extra;
   Result reference = kiln(base_args(dir / "a") + every);
   ASSERT_EQ(reference.code, 0) << reference.output;
 
@@ -177,6 +179,17 @@ TEST(Checkpoint, KillNineAtARandomStepThenResumeIsBitIdentical) {
   EXPECT_EQ(*steps.rbegin(), 128);
   EXPECT_LE(lines, 129);
   fs::remove_all(dir);
+}
+
+TEST(Checkpoint, KillNineAtARandomStepThenResumeIsBitIdentical) {
+  kill_nine_then_resume_is_bit_identical("");
+}
+
+// The resumed epoch continues with the same crops, flips and mixing as the uninterrupted run.
+TEST(Checkpoint, KillNineThenResumeKeepsEveryAugmentationAndMix) {
+  kill_nine_then_resume_is_bit_identical(
+      " --set data.random_resized_crop=24 --set data.center_crop=24 --set data.random_flip=true"
+      " --set data.mixup_alpha=0.4 --set data.cutmix_alpha=1.0 --set data.mix_prob=0.8");
 }
 
 // Flips one byte in the middle of `path`.
