@@ -98,20 +98,28 @@ std::mt19937_64 BatchAssembler::stream(int64_t epoch, int64_t batch_index, uint3
 int64_t BatchAssembler::load_sample(int64_t index, std::mt19937_64* gen, Scratch& scratch,
                                     uint8_t* dst) const {
   if (plain_) {
-    if (check_sizes_) {
-      const SampleHeader h = source_.probe(index);
-      if (h.height != out_h_ || h.width != out_w_) {
-        // Not a SampleError: skipping would not help, the pipeline needs a crop.
-        throw std::invalid_argument(
-            "sample " + std::to_string(index) + " is " + std::to_string(h.height) + "x" +
-            std::to_string(h.width) + ", sample 0 " + std::to_string(out_h_) + "x" +
-            std::to_string(out_w_) +
-            ": samples differ in size: set data.random_resized_crop or data.resize + "
-            "data.center_crop");
+    // Not a SampleError: skipping would not help, the pipeline needs a crop.
+    const auto differ = [&](int64_t h, int64_t w) {
+      return std::invalid_argument(
+          "sample " + std::to_string(index) + " is " + std::to_string(h) + "x" + std::to_string(w) +
+          ", sample 0 " + std::to_string(out_h_) + "x" + std::to_string(out_w_) +
+          ": samples differ in size: set data.random_resized_crop or data.resize + "
+          "data.center_crop");
+    };
+    DecodedSample s;
+    try {
+      s = source_.decode(index, 1, dst, bytes(out_h_, out_w_, channels_));
+    } catch (const std::invalid_argument&) {
+      // Sources refuse a buffer too small for the sample: a larger one than sample 0, if that
+      // is why (the header is read only then, not for every sample).
+      if (check_sizes_) {
+        const SampleHeader h = source_.probe(index);
+        if (h.height != out_h_ || h.width != out_w_) throw differ(h.height, h.width);
       }
+      throw;
     }
-    const DecodedSample s = source_.decode(index, 1, dst, bytes(out_h_, out_w_, channels_));
     if (s.height != out_h_ || s.width != out_w_) {
+      if (check_sizes_) throw differ(s.height, s.width);
       throw SampleError("sample " + std::to_string(index) + " decoded as " +
                         std::to_string(s.height) + "x" + std::to_string(s.width) + ", not " +
                         std::to_string(out_h_) + "x" + std::to_string(out_w_));

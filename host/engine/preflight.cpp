@@ -21,7 +21,7 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
     plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
     const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());
 
-    const DataSplits splits = load_data(p, p.settings.run.seed);
+    const DataSplits splits = load_data(p);
     const data::Source& train = *splits.train;
     const auto shape = train_sample_shape(p.settings.data, train);
     kiln_model_input input{};

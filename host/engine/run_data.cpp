@@ -11,18 +11,10 @@ namespace kiln::engine {
 
 namespace {
 
-// The pipeline's dataset component (plugin::DatasetSource), opened for training and, when the
-// run evaluates, for validation: a folder without a validation split trains with eval = false.
-DataSplits read_splits(const config::Pipeline& p, uint64_t seed) {
-  const plugin::Component& dataset = *p.dataset.component;
-  DataSplits splits;
-  splits.train =
-      std::make_shared<plugin::DatasetSource>(dataset, p.dataset.options, KILN_SPLIT_TRAIN, seed);
-  if (p.settings.run.eval) {
-    splits.test =
-        std::make_shared<plugin::DatasetSource>(dataset, p.dataset.options, KILN_SPLIT_VAL, seed);
-  }
-  return splits;
+// One split of the pipeline's dataset component, opened with the run's seed.
+std::shared_ptr<const data::Source> open_split(const config::Pipeline& p, int32_t split) {
+  return std::make_shared<plugin::DatasetSource>(*p.dataset.component, p.dataset.options, split,
+                                                 p.settings.run.seed);
 }
 
 // The data section's transform options against the data they will meet.
@@ -48,10 +40,13 @@ void check_transforms(const config::DataSettings& d, const data::Source& train) 
 
 }  // namespace
 
-DataSplits load_data(const config::Pipeline& p, uint64_t seed) {
+DataSplits load_data(const config::Pipeline& p) {
   // A refusal of the dataset's create names the option it concerns (an OptionsRefused, located
-  // at that key of [data] by as_config_errors); a broken dataset plugin is its own fault.
-  DataSplits splits = read_splits(p, seed);
+  // at that key of [data] by as_config_errors); a broken dataset plugin is its own fault. The
+  // validation split only when the run evaluates: a folder without one trains with eval = false.
+  DataSplits splits;
+  splits.train = open_split(p, KILN_SPLIT_TRAIN);
+  if (p.settings.run.eval) splits.test = open_split(p, KILN_SPLIT_VAL);
   const config::DataSettings& d = p.settings.data;
   check_transforms(d, *splits.train);
   if (splits.test) {
@@ -73,8 +68,7 @@ DataSplits load_data(const config::Pipeline& p, uint64_t seed) {
 }
 
 std::shared_ptr<const data::Source> open_train_split(const config::Pipeline& p) {
-  return std::make_shared<plugin::DatasetSource>(*p.dataset.component, p.dataset.options,
-                                                 KILN_SPLIT_TRAIN, p.settings.run.seed);
+  return open_split(p, KILN_SPLIT_TRAIN);
 }
 
 data::LoaderOptions loader_options(const config::DataSettings& d, uint64_t seed, bool train,

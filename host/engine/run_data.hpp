@@ -21,12 +21,12 @@ struct DataSplits {
 };
 
 // Train and test splits of the pipeline's dataset component (data.dataset), opened with the
-// run's seed; no test split when run.eval is false. Data that cannot be opened as configured throws
-// the component's refusal (plugin::OptionsRefused naming the option, e.g. data.root); transform
-// options that do not fit the data (samples of different sizes without a crop, a mean per channel
-// of another channel count) a PipelineError. Both become located configuration errors under
-// as_config_errors.
-DataSplits load_data(const config::Pipeline& pipeline, uint64_t seed);
+// run's seed; no test split when run.eval is false. Data that cannot be opened as configured
+// throws the component's refusal (plugin::OptionsRefused naming the option, e.g. data.root);
+// transform options that do not fit the data (a mean per channel of another channel count,
+// evaluation batches of another size than training's) a PipelineError. Both become located
+// configuration errors under as_config_errors.
+DataSplits load_data(const config::Pipeline& pipeline);
 
 // The training split alone (`kiln plan`, `kiln lr-schedule`: its size and sample shape).
 std::shared_ptr<const data::Source> open_train_split(const config::Pipeline& pipeline);
