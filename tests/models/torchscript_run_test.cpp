@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -133,9 +134,13 @@ class TorchscriptRun : public ::testing::Test {
   static void expect_near(const std::vector<double>& got, const std::vector<double>& want,
                           const std::string& what) {
     ASSERT_EQ(got.size(), want.size()) << what;
+    double worst = 0.0;
     for (size_t i = 0; i < got.size(); ++i) {
       EXPECT_NEAR(got[i], want[i], kTolerance * std::abs(want[i])) << what << ", step " << i + 1;
+      worst = std::max(worst, std::abs(got[i] - want[i]) / std::abs(want[i]));
     }
+    std::printf("%s: %zu steps, largest relative difference %.3g\n", what.c_str(), got.size(),
+                worst);
   }
 
   // A refusal before the run: exit 2, the output starting with `location` and holding `reason`.

@@ -124,7 +124,7 @@ def train(s, cfg):
     with torch.no_grad():
         logits = net(xt)
         test_loss = F.cross_entropy(logits, yt, reduction="sum").item() / xt.shape[0]
-        accuracy = (logits.argmax(1) == yt).float().mean().item()
+        accuracy = (logits.argmax(1) == yt).sum().item() / xt.shape[0]
     (s.dir / "result.json").write_text(
         json.dumps({"losses": losses, "test_loss": test_loss, "test_accuracy": accuracy}))
     safetensors.torch.save_file({k: v.contiguous() for k, v in net.state_dict().items()},

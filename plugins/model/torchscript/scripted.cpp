@@ -105,11 +105,12 @@ std::shared_ptr<ScriptedModel> load_scripted(const ScriptedConfig& config,
   torch::jit::Module module;
   try {
     module = torch::jit::load(path, c10::Device(c10::kCPU));
-  } catch (const c10::Error& e) {
+  } catch (const std::exception& e) {
+    const auto* c10_error = dynamic_cast<const c10::Error*>(&e);
     refuse(path,
            "not a TorchScript archive (write one with torch.jit.save(torch.jit.script(model), "
            "path); torch.save of a module or state_dict is not one): " +
-               last_line(e.what_without_backtrace()));
+               last_line(c10_error != nullptr ? c10_error->what_without_backtrace() : e.what()));
   }
   if (!module.find_method("forward")) refuse(path, "the module has no forward method");
   if (module.named_parameters(/*recurse=*/true).size() == 0) {
@@ -129,11 +130,14 @@ std::shared_ptr<ScriptedModel> load_scripted(const ScriptedConfig& config,
     model->train(false);
     out = model->forward(at::zeros(shape));
   } catch (const Error&) {
-    model->train(training);
     throw;
   } catch (const c10::Error& e) {
     refuse(path, "forward on a zero batch of the dataset's shape " + shape_text(shape) +
                      " failed: " + last_line(e.what_without_backtrace()));
+  } catch (const std::exception& e) {
+    // The interpreter rethrows an operator's error as a std::runtime_error with its traceback.
+    refuse(path, "forward on a zero batch of the dataset's shape " + shape_text(shape) +
+                     " failed: " + last_line(e.what()));
   }
   model->train(training);
   if (out.dim() != 2 || out.size(0) != 1 || out.size(1) != input.num_classes) {
