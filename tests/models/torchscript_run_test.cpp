@@ -234,6 +234,30 @@ TEST_F(TorchscriptRun, WhatItCannotHonourIsRefusedAtItsKey) {
   // The default norm, named or not, is no choice: accepted.
   EXPECT_EQ(shell(std::string(KILN_CLI) + " validate " + path + " --set norm.name=batchnorm").code,
             0);
+  // The rule is the host's, for any model that asks for no norm layer: an mlp without
+  // norm_layers too, and with them the same norm is accepted.
+  scratch_->write_text("mlp.toml",
+                       "[run]\ndevice = \"cpu\"\n[data]\ndataset = \"synthetic\"\n"
+                       "[model]\nname = \"mlp\"\nhidden = [8]\n");
+  const std::string mlp = scratch_->path("mlp.toml");
+  expect_refused("validate " + mlp + " --set norm.name=frozen_bn", "--set norm.name=frozen_bn",
+                 "norm.name: model 'mlp' builds no norm layers through the host");
+  const Result with_layers = shell(std::string(KILN_CLI) + " validate " + mlp +
+                                   " --set norm.name=frozen_bn --set model.norm_layers=true");
+  EXPECT_EQ(with_layers.code, 0) << with_layers.output;
+}
+
+TEST_F(TorchscriptRun, TrainsOnTwoDataParallelRanks) {
+  // DDP over the registered parameters (Gloo on the CPU); each rank's batch norm sees its half.
+  pipeline("ddp", "net.pt");
+  const std::string metrics = scratch_->path("ddp.jsonl");
+  const Result r = shell(std::string(KILN_CLI) + " launch --nproc 2 " + scratch_->path("ddp.toml") +
+                         " --metrics " + metrics);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const Metrics m = read_metrics("ddp.jsonl");
+  ASSERT_EQ(m.losses.size(), static_cast<size_t>(kSteps)) << r.output;
+  for (double loss : m.losses) EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_GT(m.test_accuracy, 0.0);
 }
 
 }  // namespace

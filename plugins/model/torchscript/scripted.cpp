@@ -5,6 +5,7 @@
 #include <sys/stat.h>
 #include <torch/csrc/jit/runtime/graph_executor.h>
 #include <torch/csrc/jit/serialization/import.h>
+#include <unistd.h>
 
 #include <set>
 #include <sstream>
@@ -101,7 +102,17 @@ std::shared_ptr<ScriptedModel> load_scripted(const ScriptedConfig& config,
                                              const kiln_model_input& input) {
   const std::string& path = config.path;
   if (path.empty()) refuse(path, "empty; name the file torch.jit.save wrote");
-  if (!is_file(path)) refuse(path, "no such file");
+  if (!is_file(path)) {
+    // A relative path is from the folder kiln runs in, as data.root's: say which that was.
+    std::string where;
+    if (path[0] != '/') {
+      std::vector<char> cwd(4096);
+      if (::getcwd(cwd.data(), cwd.size()) != nullptr) {
+        where = " (relative to the folder kiln runs in, " + std::string(cwd.data()) + ")";
+      }
+    }
+    refuse(path, "no such file" + where);
+  }
   torch::jit::Module module;
   try {
     module = torch::jit::load(path, c10::Device(c10::kCPU));
