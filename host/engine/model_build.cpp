@@ -1,5 +1,6 @@
 #include "engine/model_build.hpp"
 
+#include "engine/checks.hpp"
 #include "engine/run_data.hpp"
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
@@ -7,6 +8,32 @@
 #include "plugin/norm_window.hpp"
 
 namespace kiln::engine {
+namespace {
+
+// The key by which the pipeline chose its norm explicitly, or "": a norm component other than
+// the default (norm.name, or model.norm that swapped it), else the first [norm] key set to
+// other than its default.
+std::string explicit_norm_key(const config::Pipeline& p) {
+  const config::ComponentChoice& norm = p.norm;
+  std::string default_name;
+  for (const kiln_option_spec& spec : config::core_schema("norm")) {
+    if (std::string(spec.name) == "name" && spec.default_value != nullptr) {
+      default_name = spec.default_value;  // a TOML literal: "\"batchnorm\""
+    }
+  }
+  if (norm.component != nullptr &&
+      "\"" + std::string(norm.component->name()) + "\"" != default_name) {
+    return p.settings.model.norm.empty() ? "norm.name" : "model.norm";
+  }
+  for (const config::OptionSet* table : {&norm.core, &norm.options}) {
+    for (const auto& [key, value] : table->entries()) {
+      if (key != "name" && !value.is_default) return "norm." + key;
+    }
+  }
+  return "";
+}
+
+}  // namespace
 
 std::shared_ptr<kiln::Model> build_model(const config::Pipeline& p, const kiln_model_input& input,
                                          int32_t world_size,
@@ -14,11 +41,25 @@ std::shared_ptr<kiln::Model> build_model(const config::Pipeline& p, const kiln_m
                                          dist::ProcessGroup* group) {
   // Reached only through this model's create call (its context), so runs built side by side
   // never take each other's norm plugin.
+  int64_t layers = 0;
   const plugin::NormFactory norms = [&](const kiln_norm_request& request) {
+    ++layers;
     return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request,
                                                      world_size, window, group);
   };
-  return plugin::create_model(*p.model.component, p.model.options, input, &norms);
+  std::shared_ptr<kiln::Model> model =
+      plugin::create_model(*p.model.component, p.model.options, input, &norms);
+  // A [norm] choice that reaches no layer would be ignored in silence (a scripted model's batch
+  // norm is its own, an mlp without norm_layers has none): say so before the run.
+  if (layers == 0) {
+    if (const std::string key = explicit_norm_key(p); !key.empty()) {
+      throw PipelineError(key, "model '" + std::string(p.model.component->name()) +
+                                   "' builds no norm layers through the host, so the pipeline's "
+                                   "norm settings would not apply; remove them (its own layers, "
+                                   "if any, are part of the model)");
+    }
+  }
+  return model;
 }
 
 std::shared_ptr<plugin::NormWindow> norm_window_for(const config::Pipeline& p) {

@@ -22,7 +22,9 @@ namespace kiln::engine {
 
 // The model of `pipeline` for inputs `input`, in a run of `world_size` ranks (synced norm
 // layers check their grouping against it). Throws plugin::OptionsRefused when the model or the
-// norm plugin refuses its options, plugin::ComponentError for other failures.
+// norm plugin refuses its options, plugin::ComponentError for other failures, and PipelineError
+// when the model asked for no norm layer while the pipeline chose its norm explicitly (a norm
+// component other than the default, or a [norm] key set): those settings would do nothing.
 // `window`: the run's window of micro-batches for norm.running_stats_update (norm_window_for),
 // or nullptr. `group`: the run's process group, which the norm layers' collectives use (it must
 // outlive the model); nullptr for a single process.

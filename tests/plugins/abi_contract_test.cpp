@@ -102,9 +102,9 @@ TEST(AbiContract, BuiltInLibrariesRecordTheirTorch) {
       EXPECT_EQ(c.plugin->torch_cxx11_abi, kCxx11Abi);
     }
   }
-  EXPECT_EQ(libraries.size(), 17u);  // sgd, rmsprop, adam, lamb, lion, lr-schedules, fp32, amp,
+  EXPECT_EQ(libraries.size(), 18u);  // sgd, rmsprop, adam, lamb, lion, lr-schedules, fp32, amp,
                                      // batchnorm, syncbn, frozen-bn, inplace-abn, mlp, resnet, vit,
-                                     // datasets, image-folder
+                                     // torchscript, datasets, image-folder
 }
 
 // good_c_macros.c fills every struct with the initialiser macros: sizes, counts, bounds,

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs Kiln into a temporary prefix, builds the examples from that prefix alone —
-# examples/lr_policy_c (find_package(Kiln), and pkg-config for a build without CMake) and
-# examples/optimizer_cpp (find_package(Kiln) + the LibTorch the host runs) — and trains a
+# examples/lr_policy_c (find_package(Kiln), and pkg-config for a build without CMake),
+# examples/optimizer_cpp and examples/model_cpp (find_package(Kiln) + the LibTorch the host
+# runs) — and trains a
 # pipeline with the installed kiln and both: the lr must follow base_lr * min(1, sqrt(offset /
 # iter)) and the loss must fall.
 # Usage: install_example.sh <kiln build dir> <kiln source dir> <torch cmake prefix>
@@ -38,8 +39,14 @@ cmake -S "$src/examples/optimizer_cpp" -B "$work/signum" -DCMAKE_PREFIX_PATH="$p
   { tail -30 "$work/configure-signum.log"; exit 1; }
 cmake --build "$work/signum" >"$work/build-signum.log" 2>&1 || { tail -30 "$work/build-signum.log"; exit 1; }
 
-# The installed kiln reads both as docs/plugin-guide.md shows (plugins --plugin-path … describe).
-for plugin in example:inverse_sqrt:lr_policy signum:signum:optimizer; do
+# The C++ model (docs/plugin-guide.md section 9 trains with it): the same, a model component.
+cmake -S "$src/examples/model_cpp" -B "$work/cnn" -DCMAKE_PREFIX_PATH="$prefix;$torch_prefix" \
+  -DCMAKE_BUILD_TYPE=Release >"$work/configure-cnn.log" 2>&1 ||
+  { tail -30 "$work/configure-cnn.log"; exit 1; }
+cmake --build "$work/cnn" >"$work/build-cnn.log" 2>&1 || { tail -30 "$work/build-cnn.log"; exit 1; }
+
+# The installed kiln reads them as docs/plugin-guide.md shows (plugins --plugin-path … describe).
+for plugin in example:inverse_sqrt:lr_policy signum:signum:optimizer cnn:small_cnn:model; do
   IFS=: read -r dir name kind <<<"$plugin"
   "$prefix/bin/kiln" plugins --plugin-path "$work/$dir" describe "$name" >"$work/describe.log" 2>&1 ||
     { cat "$work/describe.log"; exit 1; }

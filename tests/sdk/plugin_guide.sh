@@ -5,6 +5,8 @@
 # by this checkout, a temporary prefix and the given Python. A block after
 # `<!-- excerpt: FILE -->` must appear in FILE (of the checkout) as it is. Then the run's metrics
 # must show the guide's lrs.
+# Section 9 builds examples/model_cpp (C++ over the LibTorch of that Python's torch) and trains
+# with it.
 # Usage: plugin_guide.sh <kiln source dir> <kiln build dir> <python with torch and safetensors>
 set -euo pipefail
 src=$(cd "$1" && pwd)
@@ -50,7 +52,8 @@ fi
 bash "$work/steps.sh" >"$work/guide.log" 2>&1 || { tail -40 "$work/guide.log"; exit 1; }
 # describe saw the component; the misspelt key was refused with the suggestion the guide shows.
 for expected in "linear_decay (lr_policy)" "unknown key; did you mean 'end_factor'?" \
-  "adagrad (optimizer)" "straight: 20 steps" "resumed: 20 steps"; do
+  "adagrad (optimizer)" "straight: 20 steps" "resumed: 20 steps" "small_cnn (model)" \
+  "activation checkpointing: sqrt (n=3, k=2)"; do
   grep -qF "$expected" "$work/guide.log" || { echo "missing: $expected"; tail -40 "$work/guide.log"; exit 1; }
 done
 metrics=$(find "$work" -name metrics.jsonl | head -1)

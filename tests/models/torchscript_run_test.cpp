@@ -1,0 +1,263 @@
+// `model.name = "torchscript"` through `kiln run`, against the Python module it came from
+// (tests/oracle/torchscript_train.py): the scripted file and a traced one train step by step as
+// the eager module does in PyTorch (same data in order, SGD with momentum and weight decay) and
+// evaluate to its test loss and accuracy in eval mode; model.init starts it from other weights;
+// a resumed run continues bit for bit. What it cannot honour is a configuration error at its key
+// before the run (exit 2): a missing or foreign file (model.path), activation checkpointing
+// (memory.checkpoint) and the pipeline's norm (norm.name, model.norm, a [norm] key).
+#include <gtest/gtest.h>
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <regex>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "kiln_test_paths.h"
+#include "scratch.hpp"
+
+namespace {
+
+struct Result {
+  int code;
+  std::string output;  // stdout and stderr together
+};
+
+Result shell(const std::string& command) {
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  std::string output;
+  std::array<char, 4096> buffer{};
+  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
+  const int status = pclose(pipe);
+  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+}
+
+// 6 batches of 16 per epoch, in order; 48 test images.
+constexpr int kTrain = 96, kTest = 48, kSize = 12, kSeed = 3, kBatch = 16, kSteps = 6;
+constexpr double kMean = 0.3, kStd = 0.3, kLr = 0.05, kMomentum = 0.9, kDecay = 5e-4;
+// float32 on one thread, the same operations as PyTorch's eager module: the losses agree to
+// float rounding; 1e-5 relative leaves room for a reordered sum and fails on any real change.
+constexpr double kTolerance = 1e-5;
+
+struct Metrics {
+  std::vector<double> losses;  // per step
+  double test_loss = NAN, test_accuracy = NAN;
+};
+
+class TorchscriptRun : public ::testing::Test {
+ protected:
+  static void SetUpTestSuite() {
+    scratch_ = new kiln::test::Scratch();
+    scratch_->write_text("config.json", R"({"phase": "prepare", "seed": )" + std::to_string(kSeed) +
+                                            R"(, "train": )" + std::to_string(kTrain) +
+                                            R"(, "test": )" + std::to_string(kTest) +
+                                            R"(, "size": )" + std::to_string(kSize) + "}");
+    scratch_->run("torchscript_train.py");
+  }
+  static void TearDownTestSuite() { delete scratch_; }
+
+  // A pipeline on the prepared data that trains `file`; `extra` is appended TOML.
+  static std::string pipeline(const std::string& name, const std::string& file,
+                              const std::string& model_extra = "", const std::string& extra = "") {
+    std::ostringstream t;
+    t << "[run]\ndevice = \"cpu\"\nseed = 1\nepochs = 1\ntensorboard = false\nthreads = 1\n"
+      << "output_dir = \"" << scratch_->path(name) << "\"\n"
+      << "[data]\ndataset = \"fashion-mnist\"\nroot = \"" << scratch_->path("") << "\"\n"
+      << "batch_size = " << kBatch << "\nworkers = 0\nshuffle = false\nmean = " << kMean
+      << "\nstd = " << kStd << "\n"
+      << "[model]\nname = \"torchscript\"\npath = \"" << scratch_->path(file) << "\"\n"
+      << model_extra << "[optimizer]\nname = \"sgd\"\nlr = " << kLr << "\nmomentum = " << kMomentum
+      << "\nweight_decay = " << kDecay << "\n"
+      << "[lr_policy]\nname = \"constant\"\n"
+      << extra;
+    scratch_->write_text(name + ".toml", t.str());
+    return scratch_->path(name + ".toml");
+  }
+
+  static Metrics read_metrics(const std::string& path) {
+    Metrics m;
+    const std::string text = scratch_->read_text(path);
+    const std::regex step(R"(\{"type":"step","step":\d+,"epoch":\d+,"loss":([^,}]+))");
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), step);
+         it != std::sregex_iterator(); ++it) {
+      m.losses.push_back(std::stod((*it)[1]));
+    }
+    std::smatch e;
+    if (std::regex_search(text, e,
+                          std::regex(R"("type":"eval".*"accuracy":([^,]+),"loss":([^}]+))"))) {
+      m.test_accuracy = std::stod(e[1]);
+      m.test_loss = std::stod(e[2]);
+    }
+    return m;
+  }
+
+  // `kiln run` of pipeline `name` (plus `args`); its metrics, written to `tag`.jsonl (default:
+  // the name).
+  static Metrics run(const std::string& name, const std::string& args = "",
+                     const std::string& tag = "") {
+    const std::string metrics = (tag.empty() ? name : tag) + ".jsonl";
+    const Result r = shell(std::string(KILN_CLI) + " run " + scratch_->path(name + ".toml") +
+                           " --metrics " + scratch_->path(metrics) + " " + args);
+    EXPECT_EQ(r.code, 0) << name << ":\n" << r.output;
+    return read_metrics(metrics);
+  }
+
+  // The eager PyTorch module trained as Kiln trains it; `init`: other starting weights.
+  static Metrics oracle(int steps, const std::string& init = "") {
+    std::ostringstream c;
+    c << R"({"phase": "train", "size": )" << kSize << R"(, "lr": )" << kLr << R"(, "momentum": )"
+      << kMomentum << R"(, "weight_decay": )" << kDecay << R"(, "batch": )" << kBatch
+      << R"(, "steps": )" << steps << R"(, "mean": )" << kMean << R"(, "std": )" << kStd
+      << R"(, "init": ")" << init << R"("})";
+    scratch_->write_text("config.json", c.str());
+    scratch_->run("torchscript_train.py");
+    Metrics m;
+    const std::string json = scratch_->read_text("result.json");
+    std::smatch list;
+    EXPECT_TRUE(std::regex_search(json, list, std::regex(R"("losses": \[([^\]]*)\])"))) << json;
+    std::stringstream in(list[1].str());
+    for (std::string item; std::getline(in, item, ',');) m.losses.push_back(std::stod(item));
+    std::smatch v;
+    if (std::regex_search(json, v, std::regex(R"("test_loss": ([^,}]+))"))) {
+      m.test_loss = std::stod(v[1]);
+    }
+    if (std::regex_search(json, v, std::regex(R"("test_accuracy": ([^,}]+))"))) {
+      m.test_accuracy = std::stod(v[1]);
+    }
+    return m;
+  }
+
+  static void expect_near(const std::vector<double>& got, const std::vector<double>& want,
+                          const std::string& what) {
+    ASSERT_EQ(got.size(), want.size()) << what;
+    double worst = 0.0;
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_NEAR(got[i], want[i], kTolerance * std::abs(want[i])) << what << ", step " << i + 1;
+      worst = std::max(worst, std::abs(got[i] - want[i]) / std::abs(want[i]));
+    }
+    std::printf("%s: %zu steps, largest relative difference %.3g\n", what.c_str(), got.size(),
+                worst);
+  }
+
+  // A refusal before the run: exit 2, the output starting with `location` and holding `reason`.
+  static void expect_refused(const std::string& command, const std::string& location,
+                             const std::string& reason) {
+    const Result r = shell(std::string(KILN_CLI) + " " + command);
+    EXPECT_EQ(r.code, 2) << command << "\n" << r.output;
+    EXPECT_EQ(r.output.rfind(location, 0), 0u) << command << "\n" << r.output;
+    EXPECT_NE(r.output.find(reason), std::string::npos) << command << "\n" << r.output;
+    EXPECT_EQ(r.output.find("training"), std::string::npos) << r.output;
+  }
+
+  static kiln::test::Scratch* scratch_;
+};
+
+kiln::test::Scratch* TorchscriptRun::scratch_ = nullptr;
+
+TEST_F(TorchscriptRun, ScriptedAndTracedModulesTrainAsInPyTorch) {
+  const Metrics want = oracle(kSteps);
+  // The comparison can fail: the loss moves over the steps.
+  ASSERT_GT(std::abs(want.losses.front() - want.losses.back()), 0.05);
+  pipeline("scripted", "net.pt");
+  const Metrics scripted = run("scripted");
+  expect_near(scripted.losses, want.losses, "scripted");
+  // Evaluation in eval mode: batch norm's running statistics, as the eager module's.
+  EXPECT_NEAR(scripted.test_loss, want.test_loss, kTolerance * want.test_loss);
+  EXPECT_NEAR(scripted.test_accuracy, want.test_accuracy, 1e-9);
+
+  // A trace: training mode as traced, so the training steps agree (evaluation would not: a trace
+  // keeps the batch norm's mode it was traced in, which the docs say).
+  pipeline("traced", "traced.pt");
+  const Metrics traced = run("traced", "--set run.eval=false");
+  expect_near(traced.losses, want.losses, "traced");
+
+  // The graph executor's optimisations on: the same model, the same losses to float rounding.
+  pipeline("optimized", "net.pt", "optimize = true\n");
+  expect_near(run("optimized").losses, want.losses, "optimize = true");
+}
+
+TEST_F(TorchscriptRun, ModelInitStartsFromOtherWeights) {
+  pipeline("init", "net.pt", "init = \"" + scratch_->path("other.safetensors") + "\"\n");
+  const Metrics got = run("init", "--set run.eval=false");
+  const Metrics want = oracle(kSteps, "other.safetensors");
+  expect_near(got.losses, want.losses, "model.init");
+  EXPECT_GT(std::abs(got.losses.front() - oracle(1).losses.front()), 1e-3);
+}
+
+TEST_F(TorchscriptRun, AResumedRunContinuesBitForBit) {
+  pipeline("straight", "net.pt");
+  const std::string args = "--set run.epochs=2 --set run.checkpoint_every=3 --set run.eval=false";
+  const Metrics straight = run("straight", args);
+  ASSERT_EQ(straight.losses.size(), 2u * kSteps);
+  // From the checkpoint after step 6 (batch norm's statistics and momentum buffers included).
+  char dir[32];
+  std::snprintf(dir, sizeof dir, "step-%09d", kSteps);
+  const std::string checkpoint = scratch_->path("straight") + "/version_0/checkpoints/" + dir;
+  const Metrics resumed = run("straight", args + " --resume " + checkpoint, "resumed");
+  ASSERT_EQ(resumed.losses.size(), static_cast<size_t>(kSteps));
+  for (int i = 0; i < kSteps; ++i) {
+    EXPECT_EQ(resumed.losses[i], straight.losses[kSteps + i]) << "step " << kSteps + i + 1;
+  }
+}
+
+TEST_F(TorchscriptRun, WhatItCannotHonourIsRefusedAtItsKey) {
+  const std::string path = pipeline("refusals", "net.pt");
+  struct Case {
+    std::string set, location, reason;
+  };
+  const std::vector<Case> cases = {
+      {"model.path='\"" + scratch_->path("missing.pt") + "\"'", "--set model.path=",
+       "model.path: model 'torchscript' could not be built: torchscript: path '" +
+           scratch_->path("missing.pt") + "': no such file"},
+      {"model.path='\"" + scratch_->path("state.pt") + "\"'",
+       "--set model.path=", "': not a TorchScript archive"},
+      {"model.path='\"" + scratch_->path("seven.pt") + "\"'",
+       "--set model.path=", "gave [1, 7]; the dataset wants logits [1, 10] (10 classes)"},
+      {"memory.checkpoint=sqrt", "--set memory.checkpoint=sqrt",
+       "memory.checkpoint: model 'torchscript' exposes no blocks to checkpoint"},
+      {"norm.name=frozen_bn", "--set norm.name=frozen_bn",
+       "norm.name: model 'torchscript' builds no norm layers through the host"},
+      {"model.norm=syncbn", "--set model.norm=syncbn",
+       "model.norm: model 'torchscript' builds no norm layers through the host"},
+      {"norm.momentum=0.3", "--set norm.momentum=0.3",
+       "norm.momentum: model 'torchscript' builds no norm layers through the host"},
+  };
+  for (const Case& c : cases) {
+    for (const char* command : {"validate ", "run "}) {
+      expect_refused(command + path + " --set " + c.set, c.location, c.reason);
+    }
+  }
+  // The default norm, named or not, is no choice: accepted.
+  EXPECT_EQ(shell(std::string(KILN_CLI) + " validate " + path + " --set norm.name=batchnorm").code,
+            0);
+  // The rule is the host's, for any model that asks for no norm layer: an mlp without
+  // norm_layers too, and with them the same norm is accepted.
+  scratch_->write_text("mlp.toml",
+                       "[run]\ndevice = \"cpu\"\n[data]\ndataset = \"synthetic\"\n"
+                       "[model]\nname = \"mlp\"\nhidden = [8]\n");
+  const std::string mlp = scratch_->path("mlp.toml");
+  expect_refused("validate " + mlp + " --set norm.name=frozen_bn", "--set norm.name=frozen_bn",
+                 "norm.name: model 'mlp' builds no norm layers through the host");
+  const Result with_layers = shell(std::string(KILN_CLI) + " validate " + mlp +
+                                   " --set norm.name=frozen_bn --set model.norm_layers=true");
+  EXPECT_EQ(with_layers.code, 0) << with_layers.output;
+}
+
+TEST_F(TorchscriptRun, TrainsOnTwoDataParallelRanks) {
+  // DDP over the registered parameters (Gloo on the CPU); each rank's batch norm sees its half.
+  pipeline("ddp", "net.pt");
+  const std::string metrics = scratch_->path("ddp.jsonl");
+  const Result r = shell(std::string(KILN_CLI) + " launch --nproc 2 " + scratch_->path("ddp.toml") +
+                         " --metrics " + metrics);
+  ASSERT_EQ(r.code, 0) << r.output;
+  const Metrics m = read_metrics("ddp.jsonl");
+  ASSERT_EQ(m.losses.size(), static_cast<size_t>(kSteps)) << r.output;
+  for (double loss : m.losses) EXPECT_TRUE(std::isfinite(loss));
+  EXPECT_GT(m.test_accuracy, 0.0);
+}
+
+}  // namespace
