@@ -24,7 +24,7 @@
 #include <vector>
 
 #include "config/pipeline.hpp"
-#include "engine/resume.hpp"
+#include "engine/init_weights.hpp"
 #include "io/safetensors.hpp"
 #include "kiln_test_paths.h"
 #include "plugin/adapters.hpp"
