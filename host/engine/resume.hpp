@@ -12,6 +12,7 @@
 
 #include "config/pipeline.hpp"
 #include "engine/config_identity.hpp"
+#include "engine/init_weights.hpp"  // load_weights, declared here before it moved
 #include "engine/optimizer_side.hpp"
 #include "engine/run_position.hpp"
 #include "io/checkpoint.hpp"
