@@ -16,7 +16,7 @@
 // - cnn: the resnet plugin at depth "small" (conv3x3 stem, BasicBlocks, conv1x1 + norm
 //   shortcuts on strided blocks, global average pool, fc) with the batchnorm plugin and relu.
 // - tiny: the mlp plugin (flatten, [linear, relu] per hidden width, linear head).
-// Parameter and buffer names are the plugins' (stem.conv1.weight, layer2.0.downsample.1.bias,
+// Parameter and buffer names are the plugins' (conv1.weight, bn1.bias, layer2.0.downsample.1.bias,
 // layers.3.linear.weight, head.bias, ...), so --init takes the file Kiln's model.init takes.
 // Without --init the weights are drawn as the plugins draw them, in the plugins' order, after
 // at::manual_seed(seed), as Kiln does before building the model.
@@ -181,27 +181,15 @@ class BasicBlock : public Layer {
   std::shared_ptr<Chain> downsample_;
 };
 
-// conv3x3/1 → bn+relu.
-class Stem : public Layer {
- public:
-  Stem(int64_t in, int64_t width) {
-    conv1_ = register_module("conv1", std::make_shared<Conv>(in, width, 3, 1));
-    bn1_ = register_module("bn1", std::make_shared<BatchNorm>(width, true));
-  }
-  at::Tensor forward(const at::Tensor& x) override { return bn1_->forward(conv1_->forward(x)); }
-
- private:
-  std::shared_ptr<Conv> conv1_;
-  std::shared_ptr<BatchNorm> bn1_;
-};
-
-// resnet, depth "small": stem → layer1 … layerN (stage i: `blocks[i]` BasicBlocks of width·2^i,
+// resnet, depth "small": stem (conv1 3x3/1 → bn1+relu, registered on the model as the plugin and
+// torchvision do) → layer1 … layerN (stage i: `blocks[i]` BasicBlocks of width·2^i,
 // the first strided by 2 from stage 2 on) → global average pool → fc.
 class SmallResNet : public Layer {
  public:
   SmallResNet(int64_t in_channels, int64_t width, const std::vector<int64_t>& blocks,
               int64_t classes) {
-    stem_ = register_module("stem", std::make_shared<Stem>(in_channels, width));
+    conv1_ = register_module("conv1", std::make_shared<Conv>(in_channels, width, 3, 1));
+    bn1_ = register_module("bn1", std::make_shared<BatchNorm>(width, true));
     int64_t channels = width, planes = width;
     for (size_t i = 0; i < blocks.size(); ++i) {
       if (i > 0) planes *= 2;
@@ -215,13 +203,14 @@ class SmallResNet : public Layer {
     fc_ = register_module("fc", std::make_shared<Linear>(channels, classes));
   }
   at::Tensor forward(const at::Tensor& x) override {
-    at::Tensor y = stem_->forward(x);
+    at::Tensor y = bn1_->forward(conv1_->forward(x));
     for (const auto& s : stages_) y = s->forward(y);
     return fc_->forward(y.mean({2, 3}));
   }
 
  private:
-  std::shared_ptr<Stem> stem_;
+  std::shared_ptr<Conv> conv1_;
+  std::shared_ptr<BatchNorm> bn1_;
   std::vector<std::shared_ptr<Chain>> stages_;
   std::shared_ptr<Linear> fc_;
 };

@@ -10,7 +10,7 @@
 - ResNet50: plugins/model/resnet with depth "50" (torchvision's ResNet-50), for
   bench/gpu_throughput.py; see its section at the end.
 
-Parameter names match the plugins' ("stem.conv1.weight", "layer2.0.downsample.1.bias",
+Parameter names match the plugins' ("conv1.weight", "bn1.bias", "layer2.0.downsample.1.bias",
 "blocks.3.attn.qkv.weight", "pos_embed", ...), so Kiln's parameter-group rules (custom_keys,
 norm and bias decay) apply to the same tensors here. Norm layers derive from NormLayer so the
 precision modes can keep them in float32 the way the host does (host/engine/precision.cpp).
@@ -60,16 +60,6 @@ def conv(cin, cout, kernel, stride):
     return nn.Conv2d(cin, cout, kernel, stride, padding=kernel // 2, bias=False)
 
 
-class Stem(nn.Module):
-    def __init__(self, cin, width):
-        super().__init__()
-        self.conv1 = conv(cin, width, 3, 1)
-        self.bn1 = BatchNormAct(width, relu=True)
-
-    def forward(self, x):
-        return self.bn1(self.conv1(x))
-
-
 class Downsample(nn.Sequential):
     def __init__(self, cin, cout, stride):
         super().__init__(conv(cin, cout, 1, stride), BatchNormAct(cout, relu=False))
@@ -90,8 +80,11 @@ class BasicBlock(nn.Module):
 
 
 class StagedResNet(nn.Module):
-    """The body both ResNet twins share: stages layer1..layerN of `block`s (the first block of
-    every later stage strided 2), global average pooling, fc."""
+    """The body both ResNet twins share: the stem registered on the model itself (conv1, bn1 as
+    torchvision names them; max-pool after it with `maxpool`), stages layer1..layerN of `block`s
+    (the first block of every later stage strided 2), global average pooling, fc."""
+
+    maxpool = False
 
     def add_stages(self, block, channels, planes, blocks, expansion=1):
         for i, (count, width) in enumerate(zip(blocks, planes)):
@@ -104,7 +97,9 @@ class StagedResNet(nn.Module):
         return channels
 
     def forward(self, x):
-        x = self.stem(x)
+        x = self.bn1(self.conv1(x))
+        if self.maxpool:
+            x = F.max_pool2d(x, 3, 2, 1)
         for i in range(self.num_stages):
             x = getattr(self, f"layer{i + 1}")(x)
         return self.fc(x.mean((2, 3)))
@@ -113,7 +108,8 @@ class StagedResNet(nn.Module):
 class ResNetSmall(StagedResNet):
     def __init__(self, in_channels=1, num_classes=10, width=16, blocks=(1, 1, 1)):
         super().__init__()
-        self.stem = Stem(in_channels, width)
+        self.conv1 = conv(in_channels, width, 3, 1)
+        self.bn1 = BatchNormAct(width, relu=True)
         planes = [width * 2**i for i in range(len(blocks))]
         channels = self.add_stages(BasicBlock, width, planes, blocks)
         self.fc = nn.Linear(channels, num_classes)
@@ -294,7 +290,7 @@ def build_for_input(model_options, channels, height, width, num_classes=10):
 # stem (conv7x7/2, norm + relu, max-pool 3/2/1) for images of 64 pixels and more (the plugin's
 # imagenet_stem = height >= 64), else conv3x3/1 without max-pool; global average pool, fc.
 # Convolutions have no bias; inits are torch.nn's defaults, as the plugin's. Names are the
-# plugin's: stem.conv1.weight, stem.bn1.*, layer3.2.conv2.weight, layer2.0.downsample.{0,1}.*,
+# plugin's (torchvision's): conv1.weight, bn1.*, layer3.2.conv2.weight, layer2.0.downsample.{0,1}.*,
 # fc.{weight,bias}. The norm layers are nn.BatchNorm2d, so their state_dict also holds
 # num_batches_tracked, which Kiln's norm layers do not have (the bench drops it from the init file;
 # load_state_dict fills it back in). ReLUs and the residual add run in place, as torchvision's
@@ -334,23 +330,13 @@ class Bottleneck(nn.Module):
         return F.relu_(y)
 
 
-class Stem50(nn.Module):
-    def __init__(self, cin, width, imagenet):
-        super().__init__()
-        self.imagenet = imagenet
-        self.conv1 = conv(cin, width, 7, 2) if imagenet else conv(cin, width, 3, 1)
-        self.bn1 = BatchNormReLU(width, relu=True)
-
-    def forward(self, x):
-        x = self.bn1(self.conv1(x))
-        return F.max_pool2d(x, 3, 2, 1) if self.imagenet else x
-
-
 class ResNet50(StagedResNet):
     def __init__(self, in_channels=3, num_classes=1000, imagenet_stem=True,
                  blocks=(3, 4, 6, 3)):
         super().__init__()
-        self.stem = Stem50(in_channels, 64, imagenet_stem)
+        self.maxpool = imagenet_stem
+        self.conv1 = conv(in_channels, 64, 7, 2) if imagenet_stem else conv(in_channels, 64, 3, 1)
+        self.bn1 = BatchNormReLU(64, relu=True)
         channels = self.add_stages(Bottleneck, 64, (64, 128, 256, 512), blocks,
                                    Bottleneck.expansion)
         self.fc = nn.Linear(channels, num_classes)

@@ -295,20 +295,21 @@ std::vector<ParamRule> param_rules(const Document& doc, Diagnostics& diagnostics
   return rules;
 }
 
-// optimizer.freeze: the engine compiles each pattern, so a bad one is a config error here.
-void freeze_patterns(const Document& doc, const ComponentChoice& optimizer,
-                     Diagnostics& diagnostics) {
-  if (!optimizer.core.has("freeze")) return;
+// A list of regular expressions (optimizer.freeze, model.init_skip): the engine compiles each
+// pattern, so a bad one is a config error here, at the key's value.
+void regex_list(const Document& doc, const std::string& section, const std::string& key,
+                const ComponentChoice& choice, Diagnostics& diagnostics) {
+  if (!choice.core.has(key)) return;
   Where where = doc.file_where();
-  if (const Section* sec = doc.find("optimizer")) {
+  if (const Section* sec = doc.find(section)) {
     for (const auto& entry : sec->entries) {
-      if (entry.key == "freeze") where = entry.value_where;
+      if (entry.key == key) where = entry.value_where;
     }
   }
-  const auto& patterns = optimizer.core.get_string_list("freeze");
+  const auto& patterns = choice.core.get_string_list(key);
   for (std::size_t i = 0; i < patterns.size(); ++i) {
     if (const std::string problem = regex_problem(patterns[i]); !problem.empty()) {
-      diagnostics.add(where, "optimizer.freeze[" + std::to_string(i) + "]: " + problem);
+      diagnostics.add(where, section + "." + key + "[" + std::to_string(i) + "]: " + problem);
     }
   }
 }
@@ -330,10 +331,11 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
       component_section(doc, "data", KILN_COMPONENT_DATASET, registry, diagnostics, "dataset");
   p.data = p.dataset.core;
   p.model = component_section(doc, "model", KILN_COMPONENT_MODEL, registry, diagnostics);
+  regex_list(doc, "model", "init_skip", p.model, diagnostics);
   p.norm = component_section(doc, "norm", KILN_COMPONENT_NORM, registry, diagnostics);
   p.optimizer =
       component_section(doc, "optimizer", KILN_COMPONENT_OPTIMIZER, registry, diagnostics);
-  freeze_patterns(doc, p.optimizer, diagnostics);
+  regex_list(doc, "optimizer", "freeze", p.optimizer, diagnostics);
   p.lr_policy =
       component_section(doc, "lr_policy", KILN_COMPONENT_LR_POLICY, registry, diagnostics);
   p.param_rules = param_rules(doc, diagnostics);

@@ -161,9 +161,15 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
        }},
       {"model",
        {spec("name", KILN_OPT_STRING, nullptr, "model component to train"),
-        spec("init", KILN_OPT_STRING, "\"\"",
-             "safetensors file of starting weights by parameter name (from Python or kiln "
-             "export); empty = the model's own initialisation"),
+        spec(
+            "init", KILN_OPT_STRING, "\"\"",
+            "safetensors file of starting weights by parameter name (from Python or kiln "
+            "export, or a torchvision/timm state_dict saved with safetensors); empty = the model's "
+            "own initialisation"),
+        spec("init_skip", KILN_OPT_STRING_LIST, "[]",
+             "regular expressions (ECMAScript, searched in the name, as optimizer.freeze): "
+             "model tensors that match keep the model's own initialisation instead of "
+             "model.init's, e.g. [\"^fc\\\\.\"] for a new head (docs/finetune.md)"),
         spec("norm", KILN_OPT_STRING, "\"\"",
              "norm component behind every norm layer of the model, e.g. \"syncbn\" "
              "(convert_sync_batchnorm as one key); wins over norm.name; its options stay in "

@@ -105,6 +105,7 @@ Settings read_settings(const Pipeline& p) {
   s.run = run_settings(p.run);
   s.data = data_settings(p.data);
   s.model.init = p.model.core.get_string("init");
+  s.model.init_skip = p.model.core.get_string_list("init_skip");
   s.model.norm = p.model.core.get_string("norm");
   s.model.memory_format = p.model.core.get_string("memory_format");
   s.norm.running_stats_update = p.norm.core.get_string("running_stats_update");

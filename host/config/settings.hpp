@@ -56,9 +56,10 @@ struct DataSettings {
 };
 
 struct ModelSettings {
-  std::string init;           // safetensors file of starting weights; empty: none
-  std::string norm;           // norm component wired into the model; empty: norm.name
-  std::string memory_format;  // auto, contiguous, channels_last
+  std::string init;                    // safetensors file of starting weights; empty: none
+  std::vector<std::string> init_skip;  // regexes: tensors left at the model's initialisation
+  std::string norm;                    // norm component wired into the model; empty: norm.name
+  std::string memory_format;           // auto, contiguous, channels_last
 };
 
 struct NormSettings {

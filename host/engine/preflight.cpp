@@ -4,6 +4,7 @@
 
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
+#include "engine/init_weights.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/model_build.hpp"
@@ -34,7 +35,7 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
         build_model(p, input, static_cast<int32_t>(world_size), norm_window_for(p));
     if (const std::string& init = p.settings.model.init; !init.empty()) {
       try {
-        load_weights(*model, init);
+        (void)load_weights(*model, init, p.settings.model.init_skip);
       } catch (const std::exception& e) {
         throw PipelineError("model.init", e.what());
       }

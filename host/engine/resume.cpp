@@ -4,12 +4,7 @@
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
-#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
-
-#include <set>
-
-#include "io/safetensors.hpp"
 
 namespace kiln::engine {
 std::map<std::string, std::string> plugin_versions(const config::Pipeline& p) {
@@ -71,39 +66,6 @@ RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model,
     cuda.set_state(it->second);
   }
   return RunPosition{data.info.step, data.info.epoch, data.info.batches_in_epoch};
-}
-
-void load_weights(torch::nn::Module& model, const std::string& path) {
-  at::NoGradGuard no_grad;
-  const io::SafetensorsFile file = io::read_safetensors(path);
-  std::set<std::string> unused;
-  for (const auto& [name, t] : file.tensors) unused.insert(name);
-  std::vector<std::string> missing;
-  auto load = [&](const std::string& name, const at::Tensor& target) {
-    const at::Tensor* source = file.find(name);
-    if (source == nullptr) {
-      missing.push_back(name);
-      return;
-    }
-    if (source->sizes() != target.sizes()) {
-      throw std::runtime_error(fmt::format("{}: '{}' has shape {}, the model's is {}", path, name,
-                                           fmt::join(source->sizes(), "x"),
-                                           fmt::join(target.sizes(), "x")));
-    }
-    target.copy_(*source);
-    unused.erase(name);
-  };
-  for (const auto& item : model.named_parameters()) load(item.key(), item.value());
-  for (const auto& item : model.named_buffers()) load(item.key(), item.value());
-  if (!missing.empty()) {
-    throw std::runtime_error(fmt::format("{}: no weights for {} of the model's tensors: {}", path,
-                                         missing.size(), fmt::join(missing, ", ")));
-  }
-  if (!unused.empty()) {
-    spdlog::warn("{}: {} tensors the model does not have were ignored: {}", path, unused.size(),
-                 fmt::join(unused, ", "));
-  }
-  spdlog::info("initial weights from {}", path);
 }
 
 std::optional<io::CheckpointData> choose_checkpoint(const std::string& resume,

@@ -12,6 +12,7 @@
 
 #include "config/pipeline.hpp"
 #include "engine/config_identity.hpp"
+#include "engine/init_weights.hpp"  // load_weights, declared here before it moved
 #include "engine/optimizer_side.hpp"
 #include "engine/run_position.hpp"
 #include "io/checkpoint.hpp"
@@ -30,11 +31,6 @@ io::CheckpointData capture(const RunPosition& position, torch::nn::Module& model
 // io::CheckpointError when the checkpoint does not fit the model (names, shapes).
 RunPosition restore(const io::CheckpointData& data, torch::nn::Module& model,
                     OptimizerSide& optimizer, c10::Device device);
-
-// Copies the tensors of a safetensors file into the model's parameters and buffers of the same
-// names (cast to their dtype). Every model tensor must be in the file with its shape; names
-// the model lacks are listed in a warning. Throws std::runtime_error naming the file.
-void load_weights(torch::nn::Module& model, const std::string& path);
 
 // The checkpoint to resume from. `resume` is "auto" (the newest usable one under `root`) or a
 // checkpoint folder. Unusable ones (corrupt, truncated, another configuration than

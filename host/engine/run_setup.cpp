@@ -8,6 +8,7 @@
 
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
+#include "engine/init_weights.hpp"
 #include "engine/memory_format.hpp"
 #include "engine/model_build.hpp"
 #include "engine/resume.hpp"
@@ -76,7 +77,7 @@ ModelSide build_model_side(const config::Pipeline& p, const RunData& data, const
   m.model = build_model(p, input, ranks.world, m.norm_window, ranks.group.get());
   if (const std::string& init = p.settings.model.init; !init.empty()) {
     try {
-      load_weights(*m.model, init);
+      (void)load_weights(*m.model, init, p.settings.model.init_skip);
     } catch (const std::exception& e) {
       throw PipelineError("model.init", e.what());
     }

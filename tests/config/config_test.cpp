@@ -288,7 +288,8 @@ TEST_F(ConfigTest, CoreSchemaIsDocumented) {
       EXPECT_GT(std::strlen(spec.doc), 0u) << section << "." << spec.name;
     }
   }
-  EXPECT_EQ(core_schema("model").size(), 4u);                 // name, init, norm, memory_format
+  // name, init, init_skip, norm, memory_format
+  EXPECT_EQ(core_schema("model").size(), 5u);
   EXPECT_EQ(core_schema("model")[0].default_value, nullptr);  // required
   EXPECT_EQ(core_schema("data").size(), 22u);  // the dataset's own options (root, ...) are its own
   EXPECT_THROW(core_schema("nope"), std::out_of_range);
@@ -729,6 +730,11 @@ TEST_F(ConfigTest, CustomKeysErrors) {
             at(4, 10) +
                 ": optimizer.freeze[1]: invalid regular expression: Unexpected character "
                 "within '[...]' in regular expression");
+  // model.init_skip likewise, at its value, before anything is built.
+  EXPECT_EQ(error_of("[model]\nname = \"mlp\"\ninit_skip = [\"^fc\\\\.\", \"(\"]\n"),
+            at(3, 13) +
+                ": model.init_skip[1]: invalid regular expression: Mismatched '(' and ')' "
+                "in regular expression");
 }
 
 }  // namespace

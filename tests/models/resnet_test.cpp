@@ -50,7 +50,7 @@ TEST(ResNetTest, SmallOutputShapeForBothInputs) {
 TEST(ResNetTest, SmallFollowsWidthAndBlocks) {
   auto model = build(OptionSet().set_int("width", 8).set_int_list("blocks", {2, 1}), 1, 28, 28);
   EXPECT_EQ(model->block_names(), (std::vector<std::string>{"layer1.0", "layer1.1", "layer2.0"}));
-  EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({8, 1, 3, 3}));
+  EXPECT_EQ(parameter(*model, "conv1.weight").sizes(), at::IntArrayRef({8, 1, 3, 3}));
   EXPECT_EQ(parameter(*model, "layer1.1.conv2.weight").sizes(), at::IntArrayRef({8, 8, 3, 3}));
   EXPECT_EQ(parameter(*model, "layer2.0.conv1.weight").sizes(), at::IntArrayRef({16, 8, 3, 3}));
   EXPECT_EQ(parameter(*model, "layer2.0.downsample.0.weight").sizes(),
@@ -82,7 +82,7 @@ TEST(ResNetTest, SmallBackwardReachesEveryParameter) {
 
 TEST(ResNetTest, InitialisesLikeTorchDefaults) {
   auto model = build(OptionSet(), 3, 32, 32);
-  for (auto [name, fan_in] : {std::pair<std::string, int64_t>{"stem.conv1.weight", 3 * 9},
+  for (auto [name, fan_in] : {std::pair<std::string, int64_t>{"conv1.weight", 3 * 9},
                               {"layer2.0.conv2.weight", 32 * 9},
                               {"fc.weight", 64},
                               {"fc.bias", 64}}) {
@@ -99,7 +99,7 @@ TEST(ResNetTest, InitialisesLikeTorchDefaults) {
 TEST(ResNetTest, Resnet18MatchesTorchvisionAt224) {
   auto model = build(OptionSet().set_string("depth", "18"), 3, 224, 224);
   EXPECT_EQ(parameter_count(*model), 11181642);
-  EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({64, 3, 7, 7}));
+  EXPECT_EQ(parameter(*model, "conv1.weight").sizes(), at::IntArrayRef({64, 3, 7, 7}));
   EXPECT_EQ(parameter(*model, "layer4.1.conv2.weight").sizes(), at::IntArrayRef({512, 512, 3, 3}));
   EXPECT_EQ(model->block_names(), four_stages({2, 2, 2, 2}));
 }
@@ -114,16 +114,39 @@ TEST(ResNetTest, Resnet50MatchesTorchvisionAt224) {
   EXPECT_EQ(model->block_names(), four_stages({3, 4, 6, 3}));
 }
 
+// torchvision's parameter counts less the 1000-class head's difference (num_classes 10).
+TEST(ResNetTest, DeeperResnetsMatchTorchvisionCounts) {
+  struct Case {
+    const char* depth;
+    int64_t parameters;
+    std::vector<int> blocks;
+  };
+  for (const Case& c : {Case{"34", 21797672 - 990 * 513, {3, 4, 6, 3}},
+                        Case{"101", 44549160 - 990 * 2049, {3, 4, 23, 3}},
+                        Case{"152", 60192808 - 990 * 2049, {3, 8, 36, 3}}}) {
+    auto model = build(OptionSet().set_string("depth", c.depth), 3, 64, 64);
+    EXPECT_EQ(parameter_count(*model), c.parameters) << c.depth;
+    EXPECT_EQ(model->block_names(), four_stages(c.blocks)) << c.depth;
+    EXPECT_EQ(parameter(*model, "conv1.weight").sizes(), at::IntArrayRef({64, 3, 7, 7}));
+    EXPECT_EQ(parameter(*model, "bn1.weight").sizes(), at::IntArrayRef({64}));
+  }
+  EXPECT_EQ(create_error(OptionSet().set_string("depth", "101").set_bool("preact", true)),
+            KILN_ERR_INVALID_ARGUMENT);
+  // preact builds BasicBlocks, so 34 takes it.
+  auto preact = build(OptionSet().set_string("depth", "34").set_bool("preact", true), 3, 64, 64);
+  EXPECT_EQ(preact->forward(at::randn({1, 3, 64, 64})).sizes(), at::IntArrayRef({1, 10}));
+}
+
 TEST(ResNetTest, Resnet18TrainsOnSmallImages) {
   auto model = build(OptionSet().set_string("depth", "18"), 3, 32, 32);
   // Small images get a 3×3 stride-1 stem and no maxpool.
-  EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({64, 3, 3, 3}));
+  EXPECT_EQ(parameter(*model, "conv1.weight").sizes(), at::IntArrayRef({64, 3, 3, 3}));
   expect_trains(*model, 2, 3, 32, 32, 10);
 }
 
 TEST(ResNetTest, Resnet18ImageNetStemRunsAt64) {
   auto model = build(OptionSet().set_string("depth", "18"), 1, 64, 64, 5);
-  EXPECT_EQ(parameter(*model, "stem.conv1.weight").sizes(), at::IntArrayRef({64, 1, 7, 7}));
+  EXPECT_EQ(parameter(*model, "conv1.weight").sizes(), at::IntArrayRef({64, 1, 7, 7}));
   EXPECT_EQ(model->forward(at::randn({2, 1, 64, 64})).sizes(), at::IntArrayRef({2, 5}));
 }
 
@@ -138,7 +161,7 @@ TEST(ResNetTest, RejectsInvalidOptions) {
   EXPECT_EQ(create_error(OptionSet().set_int("width", 0)), KILN_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(create_error(OptionSet().set_int("width", int64_t{1} << 40)),
             KILN_ERR_INVALID_ARGUMENT);
-  EXPECT_EQ(create_error(OptionSet().set_string("depth", "34")), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_string("depth", "35")), KILN_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(create_error(OptionSet().set_int("depth", 18)), KILN_ERR_INVALID_ARGUMENT);
 }
 
@@ -196,7 +219,7 @@ TEST(ResNetTest, PreActivationBlocksNameAndProtectTheirInputs) {
   auto model =
       build(OptionSet().set_bool("preact", true).set_int_list("blocks", {2, 1}), 1, 28, 28);
   const auto names = parameter_names(*model);
-  EXPECT_EQ(names.count("stem.bn1.weight"), 0u);  // the small pre-activation stem is a bare conv
+  EXPECT_EQ(names.count("bn1.weight"), 0u);  // the small pre-activation stem is a bare conv
   EXPECT_EQ(names.count("bn.weight"), 1u);
   EXPECT_EQ(parameter(*model, "layer2.0.downsample.0.weight").sizes(),
             at::IntArrayRef({32, 16, 1, 1}));

@@ -12,12 +12,14 @@ using kiln::Error;
 
 const kiln_option_spec kOptions[] = {
     {sizeof(kiln_option_spec), "depth", KILN_OPT_STRING, 0, 0, 0, 0.0, 0.0, "\"small\"",
-     "small,18,50",
-     "small: CIFAR-style for 28/32-pixel images; 18 and 50: torchvision's ResNet-18/50"},
+     "small,18,34,50,101,152",
+     "small: CIFAR-style for 28/32-pixel images; 18, 34, 50, 101, 152: torchvision's "
+     "ResNet-18 ... ResNet-152 with its parameter names and shapes (images of 64 pixels and more "
+     "get its conv7x7/2 + maxpool stem, so its weights load with model.init)"},
     {sizeof(kiln_option_spec), "width", KILN_OPT_INT, 1, 0, 0, 1.0, 0.0, "16", nullptr,
-     "channels of the first stage for depth small (18 and 50 use 64)"},
+     "channels of the first stage for depth small (18 ... 152 use 64)"},
     {sizeof(kiln_option_spec), "blocks", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, "[1, 1, 1]", nullptr,
-     "BasicBlocks per stage for depth small; ignored for 18 and 50"},
+     "BasicBlocks per stage for depth small; ignored for 18 ... 152"},
     {sizeof(kiln_option_spec), "activation", KILN_OPT_STRING, 0, 0, 0, 0.0, 0.0, "\"relu\"",
      "relu,leaky_relu,elu",
      "activation after each norm layer and residual sum; the norm layer is asked to apply it "
@@ -25,7 +27,8 @@ const kiln_option_spec kOptions[] = {
     {sizeof(kiln_option_spec), "activation_param", KILN_OPT_FLOAT, 0, 0, 0, 0.0, 0.0, "nan",
      nullptr, "leaky_relu slope or elu alpha; nan = 0.01 (InPlace-ABN's slope) or 1.0"},
     {sizeof(kiln_option_spec), "preact", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "false", nullptr,
-     "pre-activation BasicBlocks (ResNet v2: norm, act, conv) with a final norm; not for depth 50"},
+     "pre-activation BasicBlocks (ResNet v2: norm, act, conv) with a final norm; depth small, 18 "
+     "or 34"},
 };
 
 // Widest channel count a small ResNet may reach; guards width·2^stages against overflow.
@@ -102,18 +105,32 @@ kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
     config.stem_width = width;
     return config;
   }
-  if (depth != "18" && depth != "50") {
-    throw Error(KILN_ERR_INVALID_ARGUMENT,
-                "resnet: depth must be small, 18 or 50, not '" + depth + "'");
+  // torchvision's resnet18 … resnet152: blocks per stage, Bottlenecks from 50 on.
+  const struct {
+    const char* depth;
+    std::vector<int64_t> blocks;
+    bool bottleneck;
+  } kDepths[] = {{"18", {2, 2, 2, 2}, false},
+                 {"34", {3, 4, 6, 3}, false},
+                 {"50", {3, 4, 6, 3}, true},
+                 {"101", {3, 4, 23, 3}, true},
+                 {"152", {3, 8, 36, 3}, true}};
+  bool known = false;
+  for (const auto& d : kDepths) {
+    if (depth != d.depth) continue;
+    known = true;
+    config.blocks = d.blocks;
+    config.bottleneck = d.bottleneck;
   }
-  config.bottleneck = depth == "50";
+  if (!known) {
+    throw Error(KILN_ERR_INVALID_ARGUMENT,
+                "resnet: depth must be small, 18, 34, 50, 101 or 152, not '" + depth + "'");
+  }
   if (preact && config.bottleneck) {
-    throw Error(KILN_ERR_INVALID_ARGUMENT,
-                "resnet: preact = true builds BasicBlocks; depth 50 uses Bottlenecks (use depth "
-                "small or 18)");
+    throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: preact = true builds BasicBlocks; depth " +
+                                               depth +
+                                               " uses Bottlenecks (use depth small, 18 or 34)");
   }
-  config.blocks =
-      config.bottleneck ? std::vector<int64_t>{3, 4, 6, 3} : std::vector<int64_t>{2, 2, 2, 2};
   config.planes = {64, 128, 256, 512};
   config.stem_width = 64;
   // The ImageNet stem shrinks 4× up front; small images keep their resolution instead.
@@ -147,7 +164,7 @@ const kiln_component_descriptor kComponent = {sizeof(kiln_component_descriptor),
                                               0,
                                               "resnet",
                                               {1, 0, 0},
-                                              "residual network (small CIFAR-style, 18 or 50)",
+                                              "residual network (small, or torchvision's 18-152)",
                                               &kCapabilities,
                                               sizeof(kOptions) / sizeof(kOptions[0]),
                                               kOptions,

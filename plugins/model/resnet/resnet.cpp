@@ -4,27 +4,18 @@
 
 namespace kiln_resnet {
 
-Stem::Stem(const BlockSetup& setup, int64_t in_channels, int64_t width, bool imagenet, bool bare)
-    : maxpool_(imagenet) {
-  conv1_ = register_module("conv1", imagenet ? std::make_shared<Conv2d>(in_channels, width, 7, 2)
-                                             : std::make_shared<Conv2d>(in_channels, width, 3, 1));
-  if (!bare) bn1_ = register_module("bn1", setup.norm(width, true, true));
-}
-
-at::Tensor Stem::forward(const at::Tensor& input) {
-  at::Tensor x = conv1_->forward(input);
-  if (bn1_) x = bn1_->forward(x);
-  return maxpool_ ? at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1}) : x;
-}
-
 ResNet::ResNet(const kiln::NormSource& norms, const ResNetConfig& config) {
   BlockSetup setup;
   setup.norms = norms;
   setup.activation = config.activation;
-  const bool bare_stem = config.preact && !config.imagenet_stem;
-  stem_ =
-      register_module("stem", std::make_shared<Stem>(setup, config.in_channels, config.stem_width,
-                                                     config.imagenet_stem, bare_stem));
+  const int64_t width = config.stem_width;
+  conv1_ = register_module(
+      "conv1", config.imagenet_stem ? std::make_shared<Conv2d>(config.in_channels, width, 7, 2)
+                                    : std::make_shared<Conv2d>(config.in_channels, width, 3, 1));
+  if (!(config.preact && !config.imagenet_stem)) {
+    bn1_ = register_module("bn1", setup.norm(width, true, true));
+  }
+  maxpool_ = config.imagenet_stem;
   const BlockKind kind = config.preact       ? BlockKind::kPreAct
                          : config.bottleneck ? BlockKind::kBottleneck
                                              : BlockKind::kBasic;
@@ -41,7 +32,9 @@ ResNet::ResNet(const kiln::NormSource& norms, const ResNetConfig& config) {
 }
 
 at::Tensor ResNet::forward(const at::Tensor& input) {
-  at::Tensor x = stem_->forward(input);
+  at::Tensor x = conv1_->forward(input);
+  if (bn1_) x = bn1_->forward(x);
+  if (maxpool_) x = at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
   for (const auto& stage : stages_) x = stage->forward(x);
   if (final_norm_) x = final_norm_->forward(x);
   // Global average pool: [N, C, H, W] → [N, C].

@@ -1,7 +1,8 @@
-// The ResNet model: stem → layer1 … layerN → global average pool → fc. Parameter names are
-// torchvision's with the stem's prefixed: stem.conv1.weight, stem.bn1.*, layer1.0.conv1.weight,
-// layer2.0.downsample.0.weight, fc.weight, fc.bias. The pre-activation variant adds the final
-// norm+act before pooling as "bn" and its small stem is a bare conv.
+// The ResNet model: stem → layer1 … layerN → global average pool → fc. Parameter and buffer
+// names and shapes are torchvision's (conv1.weight, bn1.*, layer1.0.conv1.weight,
+// layer2.0.downsample.0.weight, fc.weight, fc.bias), so a torchvision state_dict loads with
+// model.init (its num_batches_tracked buffers aside). The pre-activation variant adds the final
+// norm+act before pooling as "bn" and its small stem is a bare conv1 (no bn1).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -31,26 +32,18 @@ struct ResNetConfig {
   int64_t num_classes = 0;
 };
 
-// conv → norm+act (→ maxpool for the ImageNet stem); a bare conv for the small pre-activation
-// stem, whose first block starts with norm+act.
-class Stem : public torch::nn::Module {
- public:
-  Stem(const BlockSetup& setup, int64_t in_channels, int64_t width, bool imagenet, bool bare);
-  at::Tensor forward(const at::Tensor& input);
-
- private:
-  std::shared_ptr<Conv2d> conv1_;
-  std::shared_ptr<kiln::NormLayer> bn1_;
-  bool maxpool_;
-};
-
 class ResNet : public kiln::Model {
  public:
   ResNet(const kiln::NormSource& norms, const ResNetConfig& config);
   at::Tensor forward(const at::Tensor& input) override;
 
  private:
-  std::shared_ptr<Stem> stem_;
+  // The stem, registered on the model itself as torchvision does: conv1 → bn1+act (→ maxpool
+  // for the ImageNet stem); bn1 is null for the small pre-activation stem, whose first block
+  // starts with norm+act.
+  std::shared_ptr<Conv2d> conv1_;
+  std::shared_ptr<kiln::NormLayer> bn1_;
+  bool maxpool_ = false;
   std::vector<std::shared_ptr<Stage>> stages_;
   std::shared_ptr<kiln::NormLayer> final_norm_;  // pre-activation only
   std::shared_ptr<Linear> fc_;

@@ -21,7 +21,9 @@ const kiln_option_spec kOptions[] = {
     {sizeof(kiln_option_spec), "mlp_ratio", KILN_OPT_FLOAT, 1, 0, 0, 0.0, 0.0, "2.0", nullptr,
      "MLP hidden width as a multiple of dim (hidden = int(dim x mlp_ratio) >= 1)"},
     {sizeof(kiln_option_spec), "pool", KILN_OPT_STRING, 0, 0, 0, 0.0, 0.0, "\"cls\"", "cls,mean",
-     "what the head reads: the class token (cls) or the mean of the patch tokens (mean)"},
+     "what the head reads: the class token (cls: timm's global_pool 'token') or the mean of the "
+     "patch tokens, without a class token (mean: timm's class_token=False, global_pool='avg', "
+     "fc_norm=False; the final norm runs before the pooling)"},
     {sizeof(kiln_option_spec), "dropout", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.0", nullptr,
      "dropout after the position embedding, attention projection and MLP layers, in [0, 1)"},
 };
@@ -125,7 +127,7 @@ const kiln_component_descriptor kComponent = {sizeof(kiln_component_descriptor),
                                               0,
                                               "vit",
                                               {1, 0, 0},
-                                              "Vision Transformer (timm-style, pre-norm)",
+                                              "Vision Transformer (timm's VisionTransformer)",
                                               &kCapabilities,
                                               sizeof(kOptions) / sizeof(kOptions[0]),
                                               kOptions,

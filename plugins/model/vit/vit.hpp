@@ -1,8 +1,11 @@
 // The Vision Transformer: patch_embed → [cls token] + pos_embed → dropout → blocks → norm →
 // head on the cls token or the token mean. Parameter names are timm's: patch_embed.proj.*,
 // cls_token (pool cls only), pos_embed, blocks.<i>.{norm1,attn.qkv,attn.proj,norm2,mlp.fc1,
-// mlp.fc2}.*, norm.*, head.*. With pool mean the final norm stays "norm" and runs before the
-// pooling (timm would name it fc_norm and run it after).
+// mlp.fc2}.*, norm.*, head.*: timm's VisionTransformer(img_size, patch_size, embed_dim, depth,
+// num_heads, mlp_ratio) with its defaults, whose state_dict model.init loads as it is
+// (tests/engine/init_weights_test.cpp). Pool mean is timm's class_token=False, global_pool='avg'
+// with fc_norm=False: the final norm stays "norm" and runs before the pooling (timm's default for
+// avg, fc_norm=None, would name it fc_norm and run it after; that variant is not built).
 #pragma once
 
 #include <ATen/core/Tensor.h>
