@@ -278,9 +278,9 @@ TEST_F(ConfigTest, CViewPointsIntoTheOptionSet) {
 }
 
 TEST_F(ConfigTest, CoreSchemaIsDocumented) {
-  EXPECT_EQ(core_sections(),
-            (std::vector<std::string>{"run", "data", "model", "norm", "optimizer", "lr_policy",
-                                      "lr_scaling", "precision", "dist", "memory", "plugins"}));
+  EXPECT_EQ(core_sections(), (std::vector<std::string>{"run", "data", "model", "norm", "optimizer",
+                                                       "lr_policy", "lr_scaling", "precision",
+                                                       "dist", "memory", "loss", "plugins"}));
   for (const auto& section : core_sections()) {
     for (const auto& spec : core_schema(section)) {
       EXPECT_EQ(spec.struct_size, sizeof(kiln_option_spec));

@@ -70,7 +70,7 @@ class LossRun : public ::testing::Test {
       << "[model]\nname = \"" << model << "\"\n"
       << (model == "mlp" ? std::string("hidden = ") + kHidden + "\n" : "") << "init = \""
       << scratch_->path(model == "mlp" ? "mlp.safetensors" : "linear.safetensors") << "\"\n"
-      << "[optimizer]\nname = \"sgd\"\nlr = " << kLr << "\n"
+      << "[optimizer]\nname = \"sgd\"\nlr = " << kLr << "\nmomentum = 0.0\n"
       << "[loss]\n"
       << loss;
     if (!plugins.empty()) {
@@ -106,9 +106,9 @@ class LossRun : public ::testing::Test {
     EXPECT_EQ(number("evals"), 1) << report;
     EXPECT_LE(number("step_loss"), kTolerance) << report;
     EXPECT_LE(number("eval_loss"), kTolerance) << report;
-    // Fractions of 40 samples: equal, unless a logit ties within float32 noise.
-    EXPECT_EQ(number("accuracy"), 0.0) << report;
-    EXPECT_EQ(number("top5"), 0.0) << report;
+    // Fractions of 40 samples (one is 0.025), PyTorch's in float32: the same count.
+    EXPECT_LE(number("accuracy"), 1e-6) << report;
+    EXPECT_LE(number("top5"), 1e-6) << report;
     EXPECT_GT(number("expected_top5"), 0.0) << report;
     EXPECT_NE(r.output.find("top-5"), std::string::npos) << r.output;
   }

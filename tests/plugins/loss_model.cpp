@@ -57,6 +57,7 @@ kiln_status* loss(kiln_torch_module* /*model*/, const kiln_model_loss_args* args
 }
 
 #ifdef OLD_VTABLE
+[[maybe_unused]] const auto kUnused = &loss;  // the 1.7 build has no slot for it
 kiln_status* never_called(kiln_torch_module*, const kiln_model_loss_args*) { std::abort(); }
 // A 1.7 vtable's size, and after it what happens to lie in memory.
 const kiln_model_vtable kVtableStorage = {KILN_MODEL_VTABLE_V1_SIZE, &create,
