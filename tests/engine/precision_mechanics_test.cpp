@@ -542,7 +542,7 @@ TEST(CudaGraph, GraphedStepNeedsACudaDevice) {
   Rig rig("");
   std::vector<at::Tensor> params;
   for (const auto& g : rig.groups) params.insert(params.end(), g.params.begin(), g.params.end());
-  const Loss loss(config::LossSettings{}, 5, at::Device(at::kCPU));
+  const Loss loss(kiln::config::LossSettings{}, 5, at::Device(at::kCPU));
   EXPECT_THROW(GraphedStep(*rig.model, loss, params, rig.plan, 2.0, at::Device(at::kCPU)),
                std::invalid_argument);
 }
