@@ -120,7 +120,7 @@ const kiln_capabilities caps =
     KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DEVICE_CUDA | KILN_CAP_DTYPE_F32 |
                            KILN_CAP_DTYPE_F16 | KILN_CAP_DTYPE_BF16);
 
-const kiln_model_vtable vtable = {sizeof(kiln_model_vtable), &create, &kiln::destroy_model_handle};
+const kiln_model_vtable vtable = KILN_MODEL_VTABLE_INIT(&create, &kiln::destroy_model_handle);
 
 const kiln_component_descriptor component = KILN_COMPONENT_OPTIONS_INIT(
     KILN_COMPONENT_MODEL, "small_cnn", KILN_VERSION_INIT(1, 0, 0),

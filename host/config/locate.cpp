@@ -18,6 +18,7 @@ const OptionSet* table_with(const Pipeline& p, const std::string& section,
                            : section == "lr_scaling" ? &p.lr_scaling
                            : section == "dist"       ? &p.dist
                            : section == "memory"     ? &p.memory
+                           : section == "loss"       ? &p.loss
                                                      : nullptr;
   return plain != nullptr && plain->has(name) ? plain : nullptr;
 }

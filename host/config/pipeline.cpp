@@ -344,6 +344,7 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
       component_section(doc, "precision", KILN_COMPONENT_PRECISION, registry, diagnostics);
   p.dist = plain_section(doc, "dist", diagnostics);
   p.memory = plain_section(doc, "memory", diagnostics);
+  p.loss = plain_section(doc, "loss", diagnostics);
   const OptionSet plugins = plain_section(doc, "plugins", diagnostics);
   if (plugins.has("paths")) p.plugin_paths = plugins.get_string_list("paths");
   diagnostics.throw_if_any();
@@ -419,6 +420,7 @@ std::string to_toml(const Pipeline& pipeline) {
   plain("lr_scaling", pipeline.lr_scaling);
   component(pipeline.precision);
   plain("dist", pipeline.dist);
+  plain("loss", pipeline.loss);
   Value paths;
   paths.type = KILN_OPT_STRING_LIST;
   paths.string_list = pipeline.plugin_paths;

@@ -43,6 +43,7 @@ struct Pipeline {
   OptionSet lr_scaling;                        // [lr_scaling]
   OptionSet dist;                              // [dist]: data-parallel settings
   OptionSet memory;                            // [memory]: activation checkpointing
+  OptionSet loss;                              // [loss]: the training and evaluation loss
   std::vector<ParamRule> param_rules;          // [optimizer.custom_keys], in file order
   std::vector<std::string> plugin_paths;       // [plugins] paths: extra plugin folders
   std::map<std::string, SourcePos> table_pos;  // where each [section] the file has begins
@@ -69,7 +70,7 @@ Pipeline load_pipeline_text(const std::string& text, const std::string& name,
 
 // The core schema of each section, as option specs (the same shape plugins use), for docs and
 // `kiln plan`. Sections: run, data, model, norm, optimizer, lr_policy, lr_scaling, precision,
-// dist, plugins.
+// dist, memory, loss, plugins.
 const std::vector<kiln_option_spec>& core_schema(const std::string& section);
 const std::vector<std::string>& core_sections();
 

@@ -78,6 +78,14 @@ std::string reference_markdown(const plugin::Registry& registry) {
           "several match, the longest matched text wins, then the longer expression. Custom "
           "keys take precedence over the bias and norm rules.\n";
     }
+    if (section == "loss") {
+      out +=
+          "\nA model whose plugin computes its own loss (the model vtable's `loss` slot, ABI "
+          "1.8) trains and evaluates with it; a `[loss]` key other than its default is then a "
+          "configuration error. Evaluation reports this loss over the test split (the mean "
+          "over all its samples, as one batch would give), top-1 and top-5 accuracy (top-k with "
+          "k = min(5, classes)); docs/loss.md.\n";
+    }
     if (section == "lr_policy") {
       out +=
           "\nIterations are optimizer steps numbered from 1: the run's first step trains at the "

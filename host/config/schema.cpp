@@ -284,6 +284,28 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
              "activation checkpointing: \"none\", \"sqrt\" (sqrt(n) segments over the model's "
              "blocks) or a list of block or chain names (kiln plan lists them); checkpointed "
              "segments keep only their input and recompute the rest in backward")}},
+      {"loss",
+       {
+           choice("name", "cross_entropy,bce_with_logits", "\"cross_entropy\"",
+                  "training and evaluation loss: cross_entropy = F.cross_entropy (labels, or "
+                  "mixup/cutmix's soft targets as probabilities); bce_with_logits = "
+                  "F.binary_cross_entropy_with_logits against one-hot targets (timm "
+                  "BinaryCrossEntropy), averaged over samples and classes"),
+           spec("label_smoothing", KILN_OPT_FLOAT, "0.0",
+                "cross_entropy: F.cross_entropy's label_smoothing (targets become (1 - s) x "
+                "target + s / classes); bce_with_logits: the same on the one-hot or soft targets "
+                "(timm's off = s / classes, on = 1 - s + off)",
+                0, 1),
+           spec("class_weights", KILN_OPT_FLOAT_LIST, "[]",
+                "one weight per class (as many as the dataset has classes): cross_entropy's "
+                "weight (a batch's mean is over the weights of its labels, as torch's); "
+                "bce_with_logits' weight, per class; [] = none",
+                0),
+           spec("pos_weight", KILN_OPT_FLOAT_LIST, "[]",
+                "bce_with_logits: weight of the positive term, one per class (torch's "
+                "pos_weight); [] = none",
+                0),
+       }},
       {"plugins",
        {spec("paths", KILN_OPT_STRING_LIST, "[]", "extra folders to search for plugin libraries")}},
   };
@@ -302,7 +324,7 @@ const std::vector<kiln_option_spec>& core_schema(const std::string& section) {
 const std::vector<std::string>& core_sections() {
   static const std::vector<std::string> sections = {
       "run",        "data",      "model", "norm",   "optimizer", "lr_policy",
-      "lr_scaling", "precision", "dist",  "memory", "plugins"};
+      "lr_scaling", "precision", "dist",  "memory", "loss",      "plugins"};
   return sections;
 }
 

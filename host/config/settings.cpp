@@ -114,6 +114,10 @@ Settings read_settings(const Pipeline& p) {
   s.lr_scaling.base_batch = p.lr_scaling.get_int("base_batch");
   s.dist = dist_settings(p.dist);
   s.memory.checkpoint = p.memory.get_string_list("checkpoint");
+  s.loss.name = p.loss.get_string("name");
+  s.loss.label_smoothing = p.loss.get_float("label_smoothing");
+  s.loss.class_weights = p.loss.get_float_list("class_weights");
+  s.loss.pos_weight = p.loss.get_float_list("pos_weight");
   return s;
 }
 

@@ -109,6 +109,13 @@ struct MemorySettings {
   std::vector<std::string> checkpoint;  // activation checkpointing: none, sqrt or block names
 };
 
+struct LossSettings {
+  std::string name = "cross_entropy";  // cross_entropy, bce_with_logits
+  double label_smoothing = 0.0;
+  std::vector<double> class_weights;  // empty: none
+  std::vector<double> pos_weight;     // bce_with_logits; empty: none
+};
+
 struct Settings {
   RunSettings run;
   DataSettings data;
@@ -119,6 +126,7 @@ struct Settings {
   LrScalingSettings lr_scaling;
   DistSettings dist;
   MemorySettings memory;
+  LossSettings loss;
 };
 
 // Reads every host key of `pipeline`'s tables (validated, defaults filled). Throws

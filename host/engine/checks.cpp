@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "config/locate.hpp"
+#include "engine/loss.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/precision.hpp"
 #include "kiln/torch.hpp"
@@ -65,6 +66,13 @@ void check_pipeline(const config::Pipeline& p, c10::Device device, int64_t world
         "memory.checkpoint",
         "memory.checkpoint and dist.find_unused_parameters cannot be combined: the unused-"
         "parameter search cannot see inside checkpointed segments; turn one off");
+  }
+  if (plugin::has_model_loss(*p.model.component)) {
+    if (const std::string key = first_loss_key_set(p.settings.loss); !key.empty()) {
+      throw PipelineError(key, fmt::format("model '{}' computes its own loss (its plugin's loss "
+                                           "slot); [loss] keys keep their defaults with it",
+                                           p.model.component->name()));
+    }
   }
   plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
   const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());

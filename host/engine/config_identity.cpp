@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "config/value_check.hpp"
 #include "io/crc.hpp"
 
 namespace kiln::engine {
@@ -35,6 +36,17 @@ std::pair<std::string, std::string> split_entry(const std::string& line) {
   return {line.substr(0, at), line.substr(at + 3)};
 }
 
+// Whether a `key = value` line of to_toml's [loss] is that key's default.
+bool default_loss_line(const std::string& line) {
+  auto [name, value] = split_entry(line);
+  for (const kiln_option_spec& spec : config::core_schema("loss")) {
+    if (name != spec.name) continue;
+    const auto defaults = config::parse_default(spec);
+    return defaults && defaults->to_toml() == value;
+  }
+  return false;
+}
+
 // The resolved pipeline's lines that the identity covers, with their keys: one pass for both
 // the hash (over the lines, as checkpoints have always been hashed) and the keys.
 struct IdentityLines {
@@ -49,6 +61,15 @@ IdentityLines identity_lines(const config::Pipeline& p) {
   while (std::getline(text, line)) {
     if (!line.empty() && line[0] == '[') {
       section = line;
+      // [loss] came with ABI 1.8: its defaults are what every earlier checkpoint trained with,
+      // so only keys set otherwise join the identity, and those checkpoints keep their hash.
+      if (section == "[loss]") continue;
+    } else if (section == "[loss]") {
+      if (line.empty() || default_loss_line(line)) continue;
+      auto [name, value] = split_entry(line);
+      out.keys["loss." + name] = value;
+      out.hashed += "loss." + line + "\n";
+      continue;
     } else {
       const std::string key = line.substr(0, line.find_first_of(" ="));
       if (section == "[run]" && kFreeRunKeys.count(key)) continue;

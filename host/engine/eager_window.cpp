@@ -1,9 +1,8 @@
-#include <ATen/ops/cross_entropy_loss.h>
-
 #include <chrono>
 
 #include "data/loader.hpp"
 #include "dist/data_parallel.hpp"
+#include "engine/loss.hpp"
 #include "engine/memory_format.hpp"
 #include "engine/optimizer_step.hpp"
 #include "engine/window_pass.hpp"
@@ -67,9 +66,7 @@ class EagerWindow final : public WindowPass {
     {
       // Forward and loss under autocast, as torch.amp recommends; backward outside it.
       AutocastScope autocast(in_.device.type(), in_.plan.autocast_dtype, in_.plan.autocast);
-      at::Tensor logits = in_.model->forward(x);
-      loss = at::cross_entropy_loss(
-          logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat), y);
+      loss = (*in_.loss)(in_.model->forward(x), y);
     }
     const double factor = scale / static_cast<double>(window);
     if (ddp_) ddp_->before_backward(sync, loss);

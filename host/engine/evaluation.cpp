@@ -1,17 +1,26 @@
 #include "engine/evaluation.hpp"
 
 #include <ATen/core/grad_mode.h>
-#include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/tensor.h>
 
+#include <algorithm>
 #include <cmath>
 #include <vector>
 
 #include "data/loader.hpp"
 #include "dist/process_group.hpp"
+#include "engine/loss.hpp"
 #include "kiln/torch.hpp"
 
 namespace kiln::engine {
+namespace {
+
+// `sum` + `add`, where an undefined `sum` is none yet.
+void accumulate(at::Tensor& sum, const at::Tensor& add) { sum = sum.defined() ? sum + add : add; }
+
+double value(const at::Tensor& t) { return t.defined() ? t.item<double>() : 0.0; }
+
+}  // namespace
 
 Evaluation evaluate_model(const WindowInputs& in, dist::ProcessGroup* group) {
   at::NoGradGuard no_grad;
@@ -19,34 +28,42 @@ Evaluation evaluate_model(const WindowInputs& in, dist::ProcessGroup* group) {
   model.eval();
   in.loader->start_epoch(0);
   // Sums stay on the device until the end: no host sync per batch.
-  at::Tensor loss_total, correct_total;
+  at::Tensor loss_total, loss_count, correct_total, top5_total;
   int64_t seen = 0;
   while (auto batch = in.loader->next()) {
     const at::Tensor x = model_input(batch->images, in);
     const at::Tensor y = on_device(batch->labels, in.device);
     at::Tensor logits;
+    Loss::Sums loss;
     {
+      // The loss under autocast as in training; [loss] computes in float32 either way.
       AutocastScope autocast(in.device.type(), in.plan.autocast_dtype, in.plan.autocast);
-      logits = model.forward(x).to(at::kFloat);
+      logits = model.forward(x);
+      loss = in.loss->sums(logits, y);
     }
-    at::Tensor loss = at::cross_entropy_loss(logits, y, {}, at::Reduction::Sum).to(at::kDouble);
-    at::Tensor correct = logits.argmax(1).eq(y).sum();
-    loss_total = loss_total.defined() ? loss_total + loss : loss;
-    correct_total = correct_total.defined() ? correct_total + correct : correct;
+    const at::Tensor scores = logits.to(at::kFloat);
+    const int64_t k = std::min<int64_t>(5, scores.size(1));
+    const at::Tensor top = std::get<1>(scores.topk(k, /*dim=*/1));
+    accumulate(correct_total, scores.argmax(1).eq(y).sum());
+    accumulate(top5_total, top.eq(y.unsqueeze(1)).any(1).sum());
+    accumulate(loss_total, loss.total);
+    accumulate(loss_count, loss.count);
     seen += y.size(0);
   }
   model.train();
-  double loss_sum = loss_total.defined() ? loss_total.item<double>() : 0.0;
-  int64_t correct = correct_total.defined() ? correct_total.item<int64_t>() : 0;
+  std::vector<double> sums = {value(loss_total), value(loss_count), value(correct_total),
+                              value(top5_total), static_cast<double>(seen)};
   if (group != nullptr) {
-    at::Tensor sums = at::tensor(
-        std::vector<double>{loss_sum, static_cast<double>(correct), static_cast<double>(seen)});
-    group->allreduce(sums, "sum");
-    loss_sum = sums[0].item<double>();
-    correct = static_cast<int64_t>(sums[1].item<double>());
-    seen = static_cast<int64_t>(sums[2].item<double>());
+    at::Tensor all = at::tensor(sums);
+    group->allreduce(all, "sum");
+    for (size_t i = 0; i < sums.size(); ++i) sums[i] = all[static_cast<int64_t>(i)].item<double>();
   }
-  return {seen ? static_cast<double>(correct) / seen : NAN, seen ? loss_sum / seen : NAN};
+  const double n = sums[4];
+  Evaluation e;
+  e.loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
+  e.accuracy = n > 0 ? sums[2] / n : NAN;
+  e.accuracy_top5 = n > 0 ? sums[3] / n : NAN;
+  return e;
 }
 
 }  // namespace kiln::engine

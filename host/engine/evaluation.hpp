@@ -1,5 +1,6 @@
-// Test-split accuracy and loss, the forward run as in training (dtype, autocast, layout). In a
-// distributed run each rank evaluates its shard and the sums are all-reduced.
+// Test-split accuracy (top-1 and top-5) and loss, the forward run as in training (dtype,
+// autocast, layout) and the loss the run trains with (engine/loss.hpp). In a distributed run
+// each rank evaluates its shard and the sums are all-reduced.
 #pragma once
 
 #include "engine/window_pass.hpp"
@@ -11,11 +12,13 @@ class ProcessGroup;
 namespace kiln::engine {
 
 struct Evaluation {
-  double accuracy = 0.0;  // fraction in [0, 1]; NaN when the split is empty
-  double loss = 0.0;      // mean cross-entropy
+  double accuracy = 0.0;       // top-1, fraction in [0, 1]; NaN when the split is empty
+  double loss = 0.0;           // the run's loss over the split (Loss::sums' ratio)
+  double accuracy_top5 = 0.0;  // top-k with k = min(5, classes); NaN when the split is empty
 };
 
-// `in.loader` is the test loader; `in.updates` is not used. `group` may be null.
+// `in.loader` is the test loader, `in.loss` the run's loss; `in.updates` is not used. `group`
+// may be null.
 Evaluation evaluate_model(const WindowInputs& in, dist::ProcessGroup* group);
 
 }  // namespace kiln::engine

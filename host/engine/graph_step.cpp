@@ -5,7 +5,6 @@
 #include <ATen/core/grad_mode.h>
 #include <ATen/cuda/CUDAEvent.h>
 #include <ATen/cuda/CUDAGraph.h>
-#include <ATen/ops/cross_entropy_loss.h>
 #include <ATen/ops/full.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
@@ -15,6 +14,8 @@
 
 #include <stdexcept>
 #include <utility>
+
+#include "engine/loss.hpp"
 
 namespace kiln::engine {
 
@@ -34,6 +35,7 @@ std::string graph_unsupported_reason(const GraphConditions& c) {
 
 struct GraphedStep::Impl {
   kiln::Model& model;
+  const Loss& loss_fn;
   std::vector<at::Tensor> params;
   PrecisionPlan plan;
   double norm_type;
@@ -48,8 +50,10 @@ struct GraphedStep::Impl {
   int eager_steps = 0;
   bool failed = false;  // a capture failed: eager from then on
 
-  Impl(kiln::Model& m, std::vector<at::Tensor> p, const PrecisionPlan& pl, double n, at::Device d)
+  Impl(kiln::Model& m, const Loss& l, std::vector<at::Tensor> p, const PrecisionPlan& pl, double n,
+       at::Device d)
       : model(m),
+        loss_fn(l),
         params(std::move(p)),
         plan(pl),
         norm_type(n),
@@ -63,9 +67,7 @@ struct GraphedStep::Impl {
     at::Tensor loss;
     {
       AutocastScope autocast(device.type(), plan.autocast_dtype, plan.autocast);
-      at::Tensor logits = model.forward(x);
-      loss = at::cross_entropy_loss(
-          logits.scalar_type() == at::kFloat ? logits : logits.to(at::kFloat), y);
+      loss = loss_fn(model.forward(x), y);
     }
     (scaled() ? loss * scale : loss).backward();
     at::NoGradGuard no_grad;
@@ -189,10 +191,10 @@ at::Device cuda_device(at::Device device) {
 
 }  // namespace
 
-GraphedStep::GraphedStep(kiln::Model& model, std::vector<at::Tensor> params,
+GraphedStep::GraphedStep(kiln::Model& model, const Loss& loss, std::vector<at::Tensor> params,
                          const PrecisionPlan& plan, double norm_type, at::Device device)
-    : impl_(
-          std::make_unique<Impl>(model, std::move(params), plan, norm_type, cuda_device(device))) {
+    : impl_(std::make_unique<Impl>(model, loss, std::move(params), plan, norm_type,
+                                   cuda_device(device))) {
   c10::cuda::CUDAStreamGuard guard(impl_->stream);
   impl_->scale = at::full({}, 1.0, at::TensorOptions().dtype(at::kFloat).device(device));
 }

@@ -20,6 +20,8 @@
 
 namespace kiln::engine {
 
+class Loss;
+
 // What decides whether a pipeline's step can be captured.
 struct GraphConditions {
   bool cuda = false;
@@ -38,9 +40,10 @@ class GraphedStep {
   // happen outside it.
   static constexpr int kWarmupSteps = 3;
 
-  // `params`: the trainable parameters (what the check reads); `norm_type`: the check's p.
-  GraphedStep(kiln::Model& model, std::vector<at::Tensor> params, const PrecisionPlan& plan,
-              double norm_type, at::Device device);
+  // `loss`: the run's (it must outlive the graph); `params`: the trainable parameters (what the
+  // check reads); `norm_type`: the check's p.
+  GraphedStep(kiln::Model& model, const Loss& loss, std::vector<at::Tensor> params,
+              const PrecisionPlan& plan, double norm_type, at::Device device);
   ~GraphedStep();
   GraphedStep(const GraphedStep&) = delete;
   GraphedStep& operator=(const GraphedStep&) = delete;

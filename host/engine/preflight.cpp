@@ -5,6 +5,7 @@
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
 #include "engine/init_weights.hpp"
+#include "engine/loss.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/model_build.hpp"
@@ -44,6 +45,7 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
                                          std::string(p.model.component->name()));
     cast_model(*model, plan);
     check_model_precision(*model, plan);
+    (void)build_loss(p, model, train.num_classes(), device);
 
     (void)build_param_groups(*model, group_rules(p));
     plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options);

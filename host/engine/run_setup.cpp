@@ -121,7 +121,8 @@ std::unique_ptr<dist::DataParallel> data_parallel(const config::DistSettings& d,
 
 std::unique_ptr<GraphedStep> step_graph(const config::Pipeline& p, const Ranks& ranks,
                                         at::Device device, const PrecisionPlan& plan,
-                                        const ModelSide& model, OptimizerSide& optimizer,
+                                        const ModelSide& model, const Loss& loss,
+                                        OptimizerSide& optimizer,
                                         std::function<int64_t()> next_step) {
   if (!p.settings.run.cuda_graph) return nullptr;
   GraphConditions conditions;
@@ -137,7 +138,7 @@ std::unique_ptr<GraphedStep> step_graph(const config::Pipeline& p, const Ranks& 
   std::vector<at::Tensor> trainable;
   for (const auto& g : optimizer.groups())
     trainable.insert(trainable.end(), g.params.begin(), g.params.end());
-  auto graph = std::make_unique<GraphedStep>(*model.model, std::move(trainable), plan,
+  auto graph = std::make_unique<GraphedStep>(*model.model, loss, std::move(trainable), plan,
                                              optimizer.clip().norm_type, device);
   OptimizerStep& updates = optimizer.updates();
   if (updates.capturable()) {

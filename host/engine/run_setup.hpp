@@ -65,7 +65,8 @@ std::unique_ptr<dist::DataParallel> data_parallel(const config::DistSettings& di
 // why); with a capturable optimizer the graph enqueues its update, numbered from `next_step`.
 std::unique_ptr<GraphedStep> step_graph(const config::Pipeline& pipeline, const Ranks& ranks,
                                         at::Device device, const PrecisionPlan& plan,
-                                        const ModelSide& model, OptimizerSide& optimizer,
+                                        const ModelSide& model, const Loss& loss,
+                                        OptimizerSide& optimizer,
                                         std::function<int64_t()> next_step);
 
 // The run's opening lines: what trains, where, how long, in which precision.

@@ -15,6 +15,7 @@
 #include "engine/checkpointer.hpp"
 #include "engine/checks.hpp"
 #include "engine/evaluation.hpp"
+#include "engine/loss.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/optimizer_side.hpp"
 #include "engine/resume.hpp"
@@ -52,6 +53,7 @@ struct Trainer::Impl {
   PrecisionPlan plan;
   std::unique_ptr<RunData> data;
   ModelSide model;
+  std::unique_ptr<Loss> loss;  // [loss], or the model's own
   ScheduleFrame frame;
   std::unique_ptr<OptimizerSide> optimizer;
   std::unique_ptr<dist::DataParallel> ddp;
@@ -88,7 +90,8 @@ struct Trainer::Impl {
   void finish();
   io::EvalRecord evaluate();
   WindowInputs inputs(data::Loader& loader) {
-    return {&loader, model.model.get(), device, plan, model.channels_last, &optimizer->updates()};
+    return {&loader,   model.model.get(), device, plan, model.channels_last, &optimizer->updates(),
+            loss.get()};
   }
   // Whether optimizer step `step` gets a progress line.
   bool logged(int64_t step) const {
@@ -142,6 +145,10 @@ void Trainer::Impl::build() {
   plan = plan_precision(precision->policy(), precision->name());
   data = load_run_data(p, device, ranks);
   model = build_model_side(p, *data, ranks, device, plan);
+  loss = build_loss(p, model.model, data->train_set->num_classes(), device, ranks.group.get());
+  if (const std::string what = loss->describe(); what != "cross_entropy") {
+    spdlog::info("loss: {}", what);
+  }
   frame = schedule_frame(p, data->batches_per_epoch);
   optimizer =
       std::make_unique<OptimizerSide>(p, *model.model, plan, *precision, frame, ranks.group.get());
@@ -159,8 +166,8 @@ void Trainer::Impl::build() {
   }
 
   ddp = data_parallel(s.dist, ranks, *model.model);
-  graph =
-      step_graph(p, ranks, device, plan, model, *optimizer, [this] { return position.step + 1; });
+  graph = step_graph(p, ranks, device, plan, model, *loss, *optimizer,
+                     [this] { return position.step + 1; });
   window = graph ? graphed_window(inputs(*data->train), *graph, optimizer->scaler())
                  : eager_window(inputs(*data->train), ddp.get(), model.norm_window.get(),
                                 s.dist.sync_every_micro_step);
@@ -373,7 +380,7 @@ io::EvalRecord Trainer::Impl::evaluate() {
   const Evaluation e = evaluate_model(inputs(*data->test), ranks.group.get());
   // The epoch just trained: the open one, or the one before the next to open (0 before any).
   const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
-  const io::EvalRecord record{epoch, position.step, e.accuracy, e.loss};
+  const io::EvalRecord record{epoch, position.step, e.accuracy, e.loss, e.accuracy_top5};
   result.test_accuracy = e.accuracy;
   result.test_loss = e.loss;
   sinks.eval(record);

@@ -31,6 +31,7 @@ class NormWindow;
 namespace kiln::engine {
 
 class GraphedStep;
+class Loss;
 class LossScaler;
 class OptimizerStep;
 
@@ -65,6 +66,7 @@ struct WindowInputs {
   PrecisionPlan plan;
   bool channels_last = false;
   OptimizerStep* updates = nullptr;
+  const Loss* loss = nullptr;  // the run's loss (engine/loss.hpp)
 };
 
 // Eager: with data parallelism (`ddp`, may be null) the window's last backward all-reduces, or
@@ -83,8 +85,7 @@ std::unique_ptr<WindowPass> graphed_window(const WindowInputs& in, GraphedStep& 
 // as it is, without a call through the dispatcher.
 at::Tensor on_device(const at::Tensor& t, const c10::Device& device);
 // What the loss compares the logits with, on `device`: the batch's soft targets where it has
-// them (mixup/cutmix: cross-entropy with probabilities, -sum(p * log_softmax) averaged over the
-// batch, as F.cross_entropy), else its labels.
+// them (mixup/cutmix: float [N, C], probabilities for cross_entropy), else its labels.
 at::Tensor loss_target(const data::Batch& batch, const c10::Device& device);
 // A batch's images on the run's device, in the model's dtype and memory layout.
 at::Tensor model_input(const at::Tensor& images, const WindowInputs& in);

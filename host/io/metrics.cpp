@@ -143,8 +143,9 @@ void MetricsWriter::write(const StepRecord& r) {
 void MetricsWriter::write(const EvalRecord& r) {
   if (!enabled()) return;
   fmt::format_to(fmt::appender(file_.buffer()),
-                 "{{\"type\":\"eval\",\"epoch\":{},\"step\":{},\"accuracy\":{},\"loss\":{}}}\n",
-                 r.epoch, r.step, num(r.accuracy), num(r.loss));
+                 "{{\"type\":\"eval\",\"epoch\":{},\"step\":{},\"accuracy\":{},\"loss\":{},"
+                 "\"top5\":{}}}\n",
+                 r.epoch, r.step, num(r.accuracy), num(r.loss), num(r.accuracy_top5));
   file_.flush();
 }
 

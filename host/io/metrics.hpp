@@ -40,8 +40,9 @@ struct StepRecord {
 struct EvalRecord {
   int64_t epoch = 0;
   int64_t step = 0;
-  double accuracy = 0.0;  // fraction in [0, 1]
-  double loss = 0.0;
+  double accuracy = 0.0;       // top-1, fraction in [0, 1]
+  double loss = 0.0;           // the run's loss over the split
+  double accuracy_top5 = 0.0;  // top-5 (top-min(5, classes)), fraction in [0, 1]
 };
 
 // Buffered: step lines go to the OS once 64 KiB or a second old, with an evaluation, on flush()

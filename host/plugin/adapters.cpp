@@ -308,4 +308,48 @@ std::shared_ptr<kiln::Model> create_model(const Component& component,
   return model;
 }
 
+// ---- a model's own loss -----------------------------------------------------------------------
+
+bool has_model_loss(const Component& component) {
+  if (component.kind() != KILN_COMPONENT_MODEL) return false;
+  const auto* vt = vtable_of<kiln_model_vtable>(component);
+  return KILN_HAS_FIELD(vt, kiln_model_vtable, loss) && vt->loss != nullptr;
+}
+
+ModelLossAdapter::ModelLossAdapter(const Component& component, std::shared_ptr<kiln::Model> model,
+                                   dist::ProcessGroup* group)
+    : component_(component),
+      name_(component.name()),
+      vtable_(vtable_of<kiln_model_vtable>(component)),
+      handle_(kiln::release_model(std::move(model))) {
+  ctx_.group = group;
+}
+
+ModelLossAdapter::~ModelLossAdapter() { kiln::destroy_model_handle(handle_); }
+
+at::Tensor ModelLossAdapter::operator()(const at::Tensor& output, const at::Tensor& target,
+                                        bool training) const {
+  at::Tensor loss;
+  kiln_model_loss_args args{};
+  args.struct_size = sizeof(args);
+  args.training = training ? 1 : 0;
+  args.ctx = &ctx_;
+  args.output = kiln::tensor_handle(output);
+  args.target = kiln::tensor_handle(target);
+  args.loss = kiln::tensor_handle(loss);
+  kiln_status* status = call_plugin([&] { return entry_of(component_, "loss"); },
+                                    [&] { return vtable_->loss(handle_, &args); });
+  if (status != nullptr) check(status, context(component_, "loss"));
+  // Metadata only: no read-back, so the step stays asynchronous.
+  if (!loss.defined() || loss.numel() != 1 || !at::isFloatingType(loss.scalar_type()) ||
+      loss.device() != output.device()) {
+    throw ComponentError(
+        KILN_ERR_INTERNAL,
+        context(component_, "loss") +
+            " gave no floating scalar tensor on the output's device (kiln::set_tensor(args->loss, "
+            "...) with the batch's mean loss)");
+  }
+  return loss.scalar_type() == at::kFloat ? loss.reshape({}) : loss.reshape({}).to(at::kFloat);
+}
+
 }  // namespace kiln::plugin

@@ -151,4 +151,34 @@ std::shared_ptr<kiln::Model> create_model(const Component& component,
                                           const kiln_model_input& input,
                                           const NormFactory* norm_factory = nullptr);
 
+// Whether `component` (a model) computes its own loss: its vtable has the loss slot (ABI 1.8,
+// covered by its struct_size) and fills it.
+bool has_model_loss(const Component& component);
+
+// A model's own loss (kiln_model_vtable.loss), called through a handle the adapter keeps to the
+// model for its life.
+class ModelLossAdapter {
+ public:
+  // `component` must have the slot (has_model_loss). `group`: the run's process group, which
+  // the call's context carries (it must outlive the adapter); nullptr for a single process.
+  ModelLossAdapter(const Component& component, std::shared_ptr<kiln::Model> model,
+                   dist::ProcessGroup* group = nullptr);
+  ~ModelLossAdapter();
+  ModelLossAdapter(const ModelLossAdapter&) = delete;
+  ModelLossAdapter& operator=(const ModelLossAdapter&) = delete;
+
+  // The batch's loss from the model's `output` and `target` (labels or soft targets): a
+  // floating 0-d tensor on the output's device, as float32. Throws ComponentError on a status
+  // or on a result of another shape, dtype or device.
+  at::Tensor operator()(const at::Tensor& output, const at::Tensor& target, bool training) const;
+  const std::string& name() const { return name_; }
+
+ private:
+  const Component& component_;
+  std::string name_;
+  const kiln_model_vtable* vtable_;
+  kiln_torch_module* handle_;  // a box of the model, owned here
+  mutable kiln_call_context ctx_;
+};
+
 }  // namespace kiln::plugin

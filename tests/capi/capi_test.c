@@ -186,6 +186,14 @@ int main(int argc, char** argv) {
   first.struct_size = sizeof first;
   ok(api->session_evaluate(s, &first), "evaluate");
   CHECK(first.kind == KILN_METRICS_EVAL && first.accuracy >= 0.0 && first.accuracy <= 1.0);
+  /* V2: top-5, at least top-1; a V1 caller's struct ends before it and gets nothing there. */
+  CHECK(first.accuracy_top5 >= first.accuracy && first.accuracy_top5 <= 1.0);
+  kiln_metrics v1;
+  memset(&v1, 0, sizeof v1);
+  v1.struct_size = KILN_METRICS_V1_SIZE;
+  v1.accuracy_top5 = -7.0;
+  ok(api->session_last_metrics(s, KILN_METRICS_EVAL, &v1), "last_metrics v1");
+  CHECK(v1.kind == KILN_METRICS_EVAL && v1.accuracy == first.accuracy && v1.accuracy_top5 == -7.0);
   for (int i = 1; i <= 8; ++i) {
     ok(api->session_step(s), "step");
     p = progress_of(s);

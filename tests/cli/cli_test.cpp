@@ -230,7 +230,7 @@ TEST(Cli, TrainsAndWritesMetrics) {
       R"("micro_batches":1,"memory_mb":(null|[0-9.e+]+),"tensor_mb":[0-9.e+]+,"tensor_peak_mb":[0-9.e+]+,)"
       R"("activation_mb":[0-9.e+-]+,"allreduces":0\})");
   const std::regex eval_re(
-      R"(\{"type":"eval","epoch":(\d+),"step":(\d+),"accuracy":([-0-9.e]+),"loss":[-0-9.e]+\})");
+      R"(\{"type":"eval","epoch":(\d+),"step":(\d+),"accuracy":([-0-9.e]+),"loss":[-0-9.e]+,"top5":[-0-9.e]+\})");
   std::smatch m;
   while (std::getline(in, line)) {
     if (std::regex_match(line, m, step_re)) {

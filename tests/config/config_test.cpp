@@ -278,9 +278,9 @@ TEST_F(ConfigTest, CViewPointsIntoTheOptionSet) {
 }
 
 TEST_F(ConfigTest, CoreSchemaIsDocumented) {
-  EXPECT_EQ(core_sections(),
-            (std::vector<std::string>{"run", "data", "model", "norm", "optimizer", "lr_policy",
-                                      "lr_scaling", "precision", "dist", "memory", "plugins"}));
+  EXPECT_EQ(core_sections(), (std::vector<std::string>{"run", "data", "model", "norm", "optimizer",
+                                                       "lr_policy", "lr_scaling", "precision",
+                                                       "dist", "memory", "loss", "plugins"}));
   for (const auto& section : core_sections()) {
     for (const auto& spec : core_schema(section)) {
       EXPECT_EQ(spec.struct_size, sizeof(kiln_option_spec));
@@ -310,7 +310,36 @@ TEST_F(ConfigTest, UnknownSection) {
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n\n[zzzzzzzz]\nx = 1\n"),
             at(4, 2) +
                 ": zzzzzzzz: unknown section; valid sections: run, data, model, norm, optimizer, "
-                "lr_policy, lr_scaling, precision, dist, memory, plugins");
+                "lr_policy, lr_scaling, precision, dist, memory, loss, plugins");
+}
+
+TEST_F(ConfigTest, LossSectionIsTypedCheckedAndSuggested) {
+  const Pipeline p = load_pipeline_text(
+      "[model]\nname = \"mlp\"\n[loss]\nname = \"bce_with_logits\"\nlabel_smoothing = 0.1\n"
+      "class_weights = [1, 2.5]\n",
+      "a.toml", {}, registry_);
+  EXPECT_EQ(p.settings.loss.name, "bce_with_logits");
+  EXPECT_EQ(p.settings.loss.label_smoothing, 0.1);
+  EXPECT_EQ(p.settings.loss.class_weights, (std::vector<double>{1.0, 2.5}));
+  EXPECT_TRUE(p.settings.loss.pos_weight.empty());
+  const Pipeline d = load_pipeline_text("[model]\nname = \"mlp\"\n", "d.toml", {}, registry_);
+  EXPECT_EQ(d.settings.loss.name, "cross_entropy");
+  EXPECT_EQ(d.settings.loss.label_smoothing, 0.0);
+  EXPECT_TRUE(d.settings.loss.class_weights.empty());
+  EXPECT_NE(to_toml(p).find("[loss]\nname = \"bce_with_logits\"\nlabel_smoothing = 0.1\n"),
+            std::string::npos)
+      << to_toml(p);
+  EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[loss]\nlabel_smothing = 0.1\n"),
+            at(4, 1) + ": loss.label_smothing: unknown key; did you mean 'label_smoothing'?");
+  EXPECT_NE(error_of("[model]\nname = \"mlp\"\n[loss]\nlabel_smoothing = 1.5\n")
+                .find(at(4, 19) + ": loss.label_smoothing:"),
+            std::string::npos);
+  EXPECT_NE(error_of("[model]\nname = \"mlp\"\n[loss]\nname = \"focal\"\n")
+                .find(at(4, 8) + ": loss.name:"),
+            std::string::npos);
+  EXPECT_NE(error_of("[model]\nname = \"mlp\"\n[loss]\nclass_weights = [1, -1]\n")
+                .find("loss.class_weights"),
+            std::string::npos);
 }
 
 TEST_F(ConfigTest, UnknownKey) {

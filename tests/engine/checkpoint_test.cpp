@@ -168,7 +168,7 @@ void kill_nine_then_resume_is_bit_identical(const std::string& extra) {
   std::set<int> steps;
   int lines = 0;
   const std::regex step_re(R"(\{"type":"step","step":(\d+),.*"allreduces":0\})");
-  const std::regex eval_re(R"(\{"type":"eval",.*"loss":[-0-9.e]+\})");
+  const std::regex eval_re(R"(\{"type":"eval",.*"loss":[-0-9.e]+,"top5":[-0-9.e]+\})");
   std::smatch m;
   for (std::string line; std::getline(in, line);) {
     if (std::regex_match(line, eval_re)) continue;

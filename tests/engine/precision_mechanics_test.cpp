@@ -18,6 +18,7 @@
 #include "engine/checks.hpp"
 #include "engine/gradients.hpp"
 #include "engine/graph_step.hpp"
+#include "engine/loss.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/master_weights.hpp"
@@ -541,7 +542,8 @@ TEST(CudaGraph, GraphedStepNeedsACudaDevice) {
   Rig rig("");
   std::vector<at::Tensor> params;
   for (const auto& g : rig.groups) params.insert(params.end(), g.params.begin(), g.params.end());
-  EXPECT_THROW(GraphedStep(*rig.model, params, rig.plan, 2.0, at::Device(at::kCPU)),
+  const Loss loss(kiln::config::LossSettings{}, 5, at::Device(at::kCPU));
+  EXPECT_THROW(GraphedStep(*rig.model, loss, params, rig.plan, 2.0, at::Device(at::kCPU)),
                std::invalid_argument);
 }
 

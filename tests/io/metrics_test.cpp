@@ -72,10 +72,11 @@ TEST(MetricsWriter, AnEvaluationIsWrittenThroughWithTheLinesBeforeIt) {
   const std::string path = dir.path("m.jsonl");
   MetricsWriter w(path);
   w.write(record(1));
-  w.write(EvalRecord{1, 1, 0.5, 1.25});
+  w.write(EvalRecord{1, 1, 0.5, 1.25, 0.75});
   EXPECT_EQ(lines(dir.read_text("m.jsonl")),
             (std::vector<std::string>{
-                step_line(1), R"({"type":"eval","epoch":1,"step":1,"accuracy":0.5,"loss":1.25})"}));
+                step_line(1),
+                R"({"type":"eval","epoch":1,"step":1,"accuracy":0.5,"loss":1.25,"top5":0.75})"}));
 }
 
 TEST(MetricsWriter, AFullBufferIsWrittenWithoutAFlush) {

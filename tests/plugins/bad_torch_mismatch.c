@@ -10,7 +10,7 @@ static kiln_status* old_create(const kiln_host_api* host, const kiln_options* op
 }
 static void old_destroy(kiln_torch_module* model) {}
 
-static const kiln_model_vtable vtable = {sizeof vtable, old_create, old_destroy};
+static const kiln_model_vtable vtable = KILN_MODEL_VTABLE_INIT(old_create, old_destroy);
 static const kiln_capabilities caps =
     KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32);
 static const kiln_component_descriptor component = KILN_COMPONENT_INIT(

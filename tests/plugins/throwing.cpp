@@ -179,7 +179,7 @@ kiln_status* model_create(const kiln_host_api*, const kiln_options* options,
   return nullptr;
 }
 void model_destroy(kiln_torch_module*) {}
-const kiln_model_vtable kModelVtable = {sizeof(kiln_model_vtable), model_create, model_destroy};
+const kiln_model_vtable kModelVtable = KILN_MODEL_VTABLE_INIT(model_create, model_destroy);
 
 const kiln_option_spec kModelOptions[] = {kOptions[1]};
 

@@ -84,8 +84,10 @@ PIN_OFFSET(kiln_precision_vtable, get_state, 40);
 _Static_assert(KILN_PRECISION_VTABLE_V1_SIZE == 40, "precision vtable v1 size");
 PIN_SIZE(kiln_model_input, 48); /* 1.6: ctx appended */
 PIN_OFFSET(kiln_model_input, ctx, 40);
-PIN_SIZE(kiln_model_vtable, 24);
+PIN_SIZE(kiln_model_vtable, 32); /* 1.8: loss appended */
+PIN_OFFSET(kiln_model_vtable, loss, 24);
 _Static_assert(KILN_MODEL_VTABLE_V1_SIZE == 24, "model vtable v1 size");
+_Static_assert(KILN_MODEL_VTABLE_V1_8_SIZE == 32, "model vtable 1.8 size");
 
 /* 1.7: the dataset component (kiln/dataset.h) */
 PIN_SIZE(kiln_dataset_open, 24);
@@ -104,3 +106,11 @@ PIN_SIZE(kiln_dataset_vtable, 48);
 _Static_assert(KILN_DATASET_VTABLE_V1_SIZE == 48, "dataset vtable v1 size");
 _Static_assert(KILN_COMPONENT_DATASET == 6, "dataset kind");
 _Static_assert(KILN_ERR_DATA_LOSS == 7, "data-loss code");
+
+/* 1.8: the model's own loss (kiln/model.h) */
+PIN_SIZE(kiln_model_loss_args, 48);
+PIN_OFFSET(kiln_model_loss_args, training, 8);
+PIN_OFFSET(kiln_model_loss_args, ctx, 16);
+PIN_OFFSET(kiln_model_loss_args, output, 24);
+PIN_OFFSET(kiln_model_loss_args, target, 32);
+PIN_OFFSET(kiln_model_loss_args, loss, 40);

@@ -155,6 +155,7 @@ class Metrics:
     tensor_mb: float
     tensor_peak_mb: float
     activation_mb: float
+    accuracy_top5: float = float("nan")
 
     @classmethod
     def _from_c(cls, m):
@@ -163,7 +164,8 @@ class Metrics:
             epoch=m.epoch, loss=m.loss, accuracy=m.accuracy, lr=m.lr, grad_norm=m.grad_norm,
             loss_scale=m.loss_scale, step_seconds=m.step_seconds, data_seconds=m.data_seconds,
             samples_per_second=m.samples_per_second, tensor_mb=m.tensor_mb,
-            tensor_peak_mb=m.tensor_peak_mb, activation_mb=m.activation_mb)
+            tensor_peak_mb=m.tensor_peak_mb, activation_mb=m.activation_mb,
+            accuracy_top5=m.accuracy_top5)
 
 
 @dataclass(frozen=True)

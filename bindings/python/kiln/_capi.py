@@ -108,6 +108,7 @@ class kiln_metrics(ctypes.Structure):
         ("tensor_mb", c_double),
         ("tensor_peak_mb", c_double),
         ("activation_mb", c_double),
+        ("accuracy_top5", c_double),  # V2
     ]
 
 

@@ -32,8 +32,8 @@ class LogSink final : public RunSink {
   }
 
   void eval(const io::EvalRecord& e) override {
-    spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  loss {:.4f}", e.epoch,
-                 100.0 * e.accuracy, e.loss);
+    spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  top-5 {:.2f}%  loss {:.4f}", e.epoch,
+                 100.0 * e.accuracy, 100.0 * e.accuracy_top5, e.loss);
   }
 
  private:

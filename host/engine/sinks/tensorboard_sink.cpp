@@ -29,6 +29,7 @@ class TensorBoardSink final : public RunSink {
 
   void eval(const io::EvalRecord& e) override {
     writer_.scalar("eval/accuracy", e.accuracy, e.step);
+    writer_.scalar("eval/top5", e.accuracy_top5, e.step);
     writer_.scalar("eval/loss", e.loss, e.step);
   }
 

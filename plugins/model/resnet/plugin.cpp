@@ -157,7 +157,7 @@ const kiln_capabilities kCapabilities = {sizeof(kiln_capabilities),
                                              KILN_CAP_DTYPE_BF16 | KILN_CAP_DTYPE_F64,
                                          0, nullptr};
 
-const kiln_model_vtable kVtable = {sizeof(kiln_model_vtable), &create, &kiln::destroy_model_handle};
+const kiln_model_vtable kVtable = KILN_MODEL_VTABLE_INIT(&create, &kiln::destroy_model_handle);
 
 const kiln_component_descriptor kComponent = {sizeof(kiln_component_descriptor),
                                               KILN_COMPONENT_MODEL,

@@ -201,8 +201,11 @@ typedef struct kiln_metrics {
   double tensor_mb;          /* step: tensor memory live at the end of the step, MiB */
   double tensor_peak_mb;     /* step: the step's peak tensor memory, MiB */
   double activation_mb;      /* step: that peak above what was live when the step began, MiB */
+  /* Since V2 (filled only when the caller's struct_size covers it): */
+  double accuracy_top5; /* eval: top-5 test accuracy in [0, 1] (top-min(5, classes)) */
 } kiln_metrics;
 #define KILN_METRICS_V1_SIZE KILN_SIZE_UP_TO(kiln_metrics, activation_mb)
+#define KILN_METRICS_V2_SIZE KILN_SIZE_UP_TO(kiln_metrics, accuracy_top5)
 
 /* Called after every step and every evaluation with the new record (borrowed: valid during the
  * call). Return 0 to go on, nonzero to stop the session, as session_cancel: after this step

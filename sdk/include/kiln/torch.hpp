@@ -130,6 +130,23 @@ inline std::shared_ptr<Model> model_from_handle(kiln_torch_module* handle) {
   return reinterpret_cast<ModuleBox<Model>*>(handle)->module;
 }
 
+// The model's loss slot (ABI 1.8): a kiln_torch_tensor handle points to an at::Tensor.
+// Model plugin side: the tensor behind a borrowed handle (output, target).
+inline const at::Tensor& tensor_of(const kiln_torch_tensor* handle) {
+  return *reinterpret_cast<const at::Tensor*>(handle);
+}
+// Model plugin side: assigns `value` to an out handle (loss).
+inline void set_tensor(kiln_torch_tensor* handle, at::Tensor value) {
+  *reinterpret_cast<at::Tensor*>(handle) = std::move(value);
+}
+// Host side: handles to tensors it owns, valid while they live.
+inline const kiln_torch_tensor* tensor_handle(const at::Tensor& t) {
+  return reinterpret_cast<const kiln_torch_tensor*>(&t);
+}
+inline kiln_torch_tensor* tensor_handle(at::Tensor& t) {
+  return reinterpret_cast<kiln_torch_tensor*>(&t);
+}
+
 // Model plugin side: where a model's norm layers come from, the host's table and the context of
 // the model's create call (kiln_model_input.ctx, ABI 1.6), which names the run being built.
 // Built from the host alone (ctx NULL), or from a host before 1.6, it asks through

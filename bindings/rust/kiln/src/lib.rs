@@ -633,6 +633,8 @@ pub struct Metrics {
     pub tensor_mb: f64,
     pub tensor_peak_mb: f64,
     pub activation_mb: f64,
+    /// Eval: top-5 test accuracy in [0, 1] (top-min(5, classes)).
+    pub accuracy_top5: f64,
 }
 
 impl Metrics {
@@ -653,6 +655,7 @@ impl Metrics {
             tensor_mb: m.tensor_mb,
             tensor_peak_mb: m.tensor_peak_mb,
             activation_mb: m.activation_mb,
+            accuracy_top5: m.accuracy_top5,
         }
     }
 }

@@ -57,6 +57,7 @@ compile_error!("the kiln crate mirrors kiln.h for 64-bit targets only (LibTorch'
 pub const KILN_SESSION_OPTIONS_V1_SIZE: usize = 64;
 pub const KILN_PROGRESS_V1_SIZE: usize = 88;
 pub const KILN_METRICS_V1_SIZE: usize = 120;
+pub const KILN_METRICS_V2_SIZE: usize = 128;
 pub const KILN_PLUGIN_INFO_V1_SIZE: usize = 60;
 pub const KILN_API_V1_SIZE: usize = 192;
 
@@ -142,6 +143,8 @@ pub struct KilnMetrics {
     pub tensor_mb: f64,
     pub tensor_peak_mb: f64,
     pub activation_mb: f64,
+    /// Since V2 (KILN_METRICS_V2_SIZE).
+    pub accuracy_top5: f64,
 }
 
 /// `kiln_metrics_callback`: return 0 to go on, nonzero to stop after this step.

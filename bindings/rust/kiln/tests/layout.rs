@@ -112,6 +112,7 @@ fn all_fields() -> Vec<Field> {
             tensor_mb,
             tensor_peak_mb,
             activation_mb,
+            accuracy_top5,
         ]
     ));
     v.extend(fields!(
@@ -197,7 +198,7 @@ fn layout_matches_hand_computed_lp64_values() {
     assert_eq!(size_of::<KilnVersion>(), 12);
     assert_eq!(size_of::<KilnSessionOptions>(), 72); // process_settings appended
     assert_eq!(size_of::<KilnProgress>(), 88);
-    assert_eq!(size_of::<KilnMetrics>(), 120);
+    assert_eq!(size_of::<KilnMetrics>(), 128); // accuracy_top5 appended (V2)
     assert_eq!(size_of::<KilnPluginInfo>(), 64);
     // struct_size, version, reserved (16 bytes), then 22 slots of 8.
     assert_eq!(size_of::<KilnApi>(), 16 + 22 * 8);
@@ -240,6 +241,7 @@ fn layout_matches_hand_computed_lp64_values() {
         ("kiln_metrics.tensor_mb", 96),
         ("kiln_metrics.tensor_peak_mb", 104),
         ("kiln_metrics.activation_mb", 112),
+        ("kiln_metrics.accuracy_top5", 120),
         ("kiln_plugin_info.name", 8),
         ("kiln_plugin_info.kind", 16),
         ("kiln_plugin_info.summary", 24),
