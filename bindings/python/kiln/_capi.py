@@ -91,6 +91,7 @@ class kiln_progress(ctypes.Structure):
 
 
 class kiln_metrics(ctypes.Structure):
+    _v1_last_ = "activation_mb"
     _fields_ = [
         ("struct_size", c_size_t),
         ("kind", c_int32),
