@@ -7,6 +7,10 @@ import statistics
 import subprocess
 import sys
 
+# torch.compile's modes, for the compiled arm of bench/train_throughput.py ("reduce-overhead" adds
+# CUDA graphs, which a CPU model skips).
+COMPILE_MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
+
 
 def toml_value(v):
     """A Python value as a TOML value (bool, number, string, list, inline table)."""

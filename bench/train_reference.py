@@ -15,6 +15,17 @@ What one step does, as Kiln's trainer and its loader with data.workers = 0 and s
 Both are timed with time.perf_counter; the JSON carries per-step data_time and step_time in
 seconds (step_time excludes data_time, as in Kiln's metrics) and the per-step losses.
 
+--compile MODE compiles the twin in place (model.compile(mode=...): the same module, parameter
+names and state_dict keys; torch.compile's default backend, inductor) after its weights are
+loaded; the loss (cross_entropy) and the optimizer step stay eager. The first step traces and
+compiles the forward and, at its backward, the backward graph, so the first steps carry the
+compile time. The JSON then also carries, per step, the number of graphs Dynamo has compiled so
+far ("compiles": a recompile after the warm-up shows as a rise), the graph breaks and Dynamo's
+own compile-time account (torch._dynamo.utils.calculate_time_spent, seconds).
+
+--profile DIR --warmup N (any arm) runs the steps after the first N under torch.profiler (CPU
+activities) and writes the op table, sorted by self CPU time, to DIR/profile.txt.
+
 Threads: torch.set_num_threads(--threads) and nothing else, which is all `kiln run` does with
 run.threads (host/engine/trainer.cpp calls only at::set_num_threads; the inter-op pool stays at
 torch's default on both sides).
@@ -37,6 +48,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+from bench_common import COMPILE_MODES  # noqa: E402
 from precision_reference import make_optimizer, param_groups, read_idx  # noqa: E402
 
 
@@ -177,14 +189,20 @@ def train(pipe, args):
     model = build_model(pipe, images, classes)
     model.load_state_dict(load_file(args.init), strict=True)
     model.train()
+    if args.compile != "none":
+        model.compile(mode=None if args.compile == "default" else args.compile)
     opt = make_optimizer(param_groups(model, pipe["optimizer"]), pipe["optimizer"],
                          args.optim_impl)
 
     order = torch.arange(len(labels))  # data.shuffle = false: Kiln's sampler order
     pos = 0
-    step_times, data_times, losses = [], [], []
+    step_times, data_times, losses, compiles = [], [], [], []
     clock = time.perf_counter
-    for _ in range(args.steps):
+    profiler = None
+    for step in range(args.steps):
+        if args.profile and step == args.warmup:
+            profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU])
+            profiler.start()
         t0 = clock()
         if pos >= len(labels):
             pos = 0
@@ -202,9 +220,38 @@ def train(pipe, args):
         data_times.append(t1 - t0)
         step_times.append(t2 - t1)
         losses.append(value if math.isfinite(value) else None)
-    return {"step_time": step_times, "data_time": data_times, "loss": losses,
-            "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
-            "optim_impl": args.optim_impl}
+        if args.compile != "none":
+            compiles.append(compiled_graphs())
+    if profiler is not None:
+        profiler.stop()
+        write_profile(profiler, args)
+    out = {"step_time": step_times, "data_time": data_times, "loss": losses,
+           "threads": torch.get_num_threads(), "interop_threads": torch.get_num_interop_threads(),
+           "optim_impl": args.optim_impl, "compile": args.compile}
+    if args.compile != "none":
+        from torch._dynamo.utils import calculate_time_spent, counters
+
+        out.update(compiles=compiles, graph_breaks=sum(counters["graph_break"].values()),
+                   compile_time_spent=calculate_time_spent())
+    return out
+
+
+def compiled_graphs():
+    """Graphs Dynamo has compiled so far in this process: every recompile adds one."""
+    from torch._dynamo.utils import counters
+
+    return counters["stats"]["unique_graphs"]
+
+
+def write_profile(profiler, args):
+    os.makedirs(args.profile, exist_ok=True)
+    steps = args.steps - args.warmup
+    table = profiler.key_averages().table(sort_by="self_cpu_time_total",
+                                          row_limit=args.profile_rows)
+    with open(os.path.join(args.profile, "profile.txt"), "w") as f:
+        f.write(f"# {steps} steps after {args.warmup} warm-up steps, compile = {args.compile}, "
+                f"threads {torch.get_num_threads()}; self CPU time summed over the steps\n")
+        f.write(table + "\n")
 
 
 def main():
@@ -216,6 +263,12 @@ def main():
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0 = default")
     ap.add_argument("--optim-impl", default="fused",
                     choices=["default", "foreach", "fused", "loop"])
+    ap.add_argument("--compile", default="none", choices=["none"] + COMPILE_MODES,
+                    help="model.compile(mode=...) the twin (none: eager)")
+    ap.add_argument("--warmup", type=int, default=0, help="steps before --profile starts")
+    ap.add_argument("--profile", help="folder for the torch.profiler table of the steps after "
+                                      "--warmup")
+    ap.add_argument("--profile-rows", type=int, default=40, help="rows of the profile table")
     args = ap.parse_args()
     with open(args.pipeline) as f:
         pipe = json.load(f)
@@ -224,6 +277,8 @@ def main():
         return
     if not args.init or args.steps < 1:
         ap.error("a run needs --init and --steps >= 1")
+    if args.profile and not 0 <= args.warmup < args.steps:
+        ap.error("--profile needs 0 <= --warmup < --steps")
     print(json.dumps(train(pipe, args)))
 
 

@@ -1,8 +1,14 @@
-"""Training throughput on the CPU: Kiln (`kiln run`) vs a plain PyTorch loop, side by side.
+"""Training throughput on the CPU: Kiln (`kiln run`) vs a plain PyTorch loop, eager and compiled.
 
-Each case trains the same model for a few dozen steps in both arms and reports steps/s,
-samples/s and data time per step; Kiln ÷ PyTorch is the ratio of steps/s (above 1: Kiln is
-faster). What the two arms share, per case:
+Each case trains the same model for a few dozen steps in every arm and reports steps/s and data
+time per step; Kiln ÷ X is the ratio of steps/s (above 1: Kiln is faster). The arms (--arms,
+default kiln,eager,compiled; the first is the one the others are compared with):
+  kiln      `kiln run` of the case's pipeline;
+  eager     bench/train_reference.py: the Python twin of Kiln's model in a plain PyTorch loop;
+  compiled  the same loop with the twin compiled in place, model.compile(mode=--compile-mode),
+            torch.compile's inductor backend (C++/OpenMP kernels on the CPU);
+  bare      (--bare, cnn and tiny) a bare C++ loop of the same ATen ops, see below.
+What the arms share, per case (PyTorch arm = eager and compiled):
 
 - the torch build: Kiln links the LibTorch of the Python venv's torch; the bench checks that
   `ldd kiln` resolves libtorch_cpu.so to the file in --python's torch/lib and says so with the
@@ -37,25 +43,54 @@ allocator (host/io/memory.cpp), which keeps freed blocks of up to 1 MiB per thre
 more sets off; torch has no switch for it. The bare loop (--bare) installs both, the heap
 settings and the allocator, so Kiln ÷ bare loop is the cost of the plugins and the host alone.
 
+The compiled arm. Only the model is compiled (model.compile(): the same module object, parameter
+names and state_dict keys, so the init file, the parameter groups and the twin check apply
+unchanged); cross_entropy and the optimizer step stay eager, as in the eager arm: the step is
+already one fused ATen kernel per parameter (SGD fused=True, the kernel Kiln's sgd plugin calls),
+and compiling it too (torch.compile around opt.step, or a whole-step graph) would make the arm
+a different program from Kiln's rather than Kiln's loop with compiled forward and backward, the
+part a fused-kernel Kiln would replace. The first step traces and compiles the forward graph and,
+inside its backward, the backward graph: that is the compile time, which --warmup keeps out of
+steps/s. The bench checks that no graph is compiled after the warm-up (Dynamo's count of
+compiled graphs, per step) and stops with RECOMPILE if one is: its compile time would be in the
+steps/s; TORCH_LOGS=recompiles names the guard that failed. The table's "compile s" is, per
+run, the time of the warm-up steps that compiled a graph (the first) less a steady step (the
+median measured step) each: "first run" is the case's first compiled run (the discarded warm-up
+run if there is one), with inductor's cache empty -- the bench gives inductor a fresh cache
+folder (TORCHINDUCTOR_CACHE_DIR) per invocation, --compile-cache DIR to keep one --, and "later
+runs" the median of the measured runs after it, which find the generated kernels in the cache
+(Dynamo still traces and AOTAutograd still partitions). The stderr line of each compiled run adds
+Dynamo's own compile-time account, the number of graphs and of graph breaks and the warm-up
+steps' times next to the steady step's (to see that --warmup covers the slow first steps).
+Numerics: inductor also lays the convolutions out channels-last (its layout optimisation), and
+oneDNN's channels-last convolutions differ from its NCHW ones by more than reordering: on
+resnet18 the first step's gradients are off fp64 by up to ~3e-3 relative (eager NCHW: ~3e-6;
+eager with a channels-last model: ~8e-3). The first-step loss (the forward) still agrees to
+~1e-7, but at lr 0.1 the compiled arm's losses drift from the second step on (by 0.2 after four
+updates on resnet18, 2e-4 on cnn): the twin check's verdict is the first step's.
+
 Timing. Kiln: the whole cycle, from one step's start to the next (the `started` field of the
 per-step records of `kiln run --metrics F`): zero_grad, the batch, forward, backward, the
 gradient check, the optimizer, the loss read back, and the host's bookkeeping after the step
-(writing the record, the progress line), all of it. PyTorch (train_reference.py):
-time.perf_counter around the batch gather + normalisation (data time) and around zero_grad,
-forward, loss, backward, optimizer.step and loss.item() (step time). The bare loop: the same
-span as PyTorch's. Per run, the first --warmup steps are dropped; steps/s = measured steps / their
-summed time, samples/s = steps/s x batch, data ms/step = mean data_time. Every run is a fresh
-process; per case, one discarded warm-up run per arm (--warmup-runs), then --repeats runs per
-arm with the order reversed every repetition (Kiln first, then PyTorch first, ...). Ratios are
-per pair of runs of the same repetition; the table gives their median and min–max. The bench
-waits for the 1-minute load average to fall below --max-load before it starts: on 2 cores any
-other busy process stalls 2-thread steps (a preempted worker holds up the whole op).
+(writing the record, the progress line), all of it. PyTorch, eager and compiled
+(train_reference.py): time.perf_counter around the batch gather + normalisation (data time) and
+around zero_grad, forward, loss, backward, optimizer.step and loss.item() (step time). The bare
+loop: the same span as PyTorch's. Per run, the first --warmup steps are dropped; steps/s =
+measured steps / their summed time, samples/s = steps/s x batch, data ms/step = mean data_time.
+Every run is a fresh process; per case, one discarded warm-up run per arm (--warmup-runs), then
+--repeats runs per arm, their order rotated by one every second repetition and reversed every
+other one (two arms: AB, BA, BA, AB, ...; three: all six orders over six repetitions), so that a
+drift of the machine's speed favours no arm. Ratios are per pair of runs of the same repetition;
+the table gives their median and min–max. The bench waits for the 1-minute load average to fall
+below --max-load before it starts: on 2 cores any other busy process stalls 2-thread steps (a
+preempted worker holds up the whole op).
 
 Twin check. The first step's loss comes before any update, so with the same weights and batch it
-must agree between the arms to about 1e-4 (fp32 reduction order): the table prints it per case
-and a mismatch is flagged loudly, since a twin that is not the same model voids the comparison.
-The largest loss gap over the first steps (after updates: checks the optimizer too) is printed
-next to it.
+must agree between the arms to about 1e-4 (fp32 reduction order; inductor's fused kernels sum in
+their own order too): the table prints it per case and arm (against the first arm) and a
+mismatch is flagged loudly, since a twin that is not the same model voids the comparison. The
+largest loss gap over the first steps (after updates: checks the optimizer too) is printed next
+to it.
 
 Cases (default steps / warm-up steps; --steps and --warmup override them):
   cnn       the quickstart's small ResNet (width 16, blocks [1, 1, 1], batchnorm) on
@@ -68,29 +103,47 @@ Cases (default steps / warm-up steps; --steps and --warmup override them):
             vit.toml's lr (1e-3) and weight decay 0.05 with its group rules          30 / 5
 --quick: cnn 12 / 4, tiny 60 / 20, resnet18 5 / 2, vit 5 / 2, one run per arm, no warm-up runs.
 
---bare adds a third arm for cnn and tiny, build/release/bench/bench_bare_loop (a bare C++ loop
-of the same ATen ops, no plugins or host; bench/bare_loop.cpp), given the same init file, batch,
-SGD settings and unshuffled data (--shuffle 0) and running under Kiln's heap settings (its
-default); it takes its turn in the rotation (Kiln, PyTorch, bare; then reversed) and gets a
-second table, Kiln ÷ bare loop, and rows in the twin check (its --losses 1 per-step losses).
+--bare adds an arm for cnn and tiny, build/release/bench/bench_bare_loop (a bare C++ loop of the
+same ATen ops, no plugins or host; bench/bare_loop.cpp), given the same init file, batch, SGD
+settings and unshuffled data (--shuffle 0) and running under Kiln's heap settings (its
+default); it takes its turn in the rotation and gets the columns Kiln ÷ bare loop ("—" for the
+other cases) and rows in the twin check (its --losses 1 per-step losses).
 
-  # the table (about 10 minutes on 2 cores; 11 with --bare):
+Profiling the PyTorch arms (--profile DIR, instead of the table): per case, one eager and one
+compiled run of the case's steps, the steps after --warmup under torch.profiler (CPU), each
+arm's op table sorted by self CPU time in DIR/<case>/<arm>/profile.txt. The compiled run gets an
+empty inductor cache and TORCH_COMPILE_DEBUG=1 with TORCH_COMPILE_DEBUG_DIR=DIR/<case>/compiled,
+so inductor writes its generated code there (torch_compile_debug/run_*/torchinductor/*/
+output_code.py: the forward and the backward graph, their C++ kernels and the calls into ATen);
+DIR/<case>/compiled/kernels.txt lists, per graph, the fused kernels (cpp_fused_<ops>_<n>: the
+ops inductor fused into one loop nest) and the ATen calls (extern_kernels.convolution, mm, ...)
+in call order -- what a fused Kiln kernel would have to cover.
+
+  # the table (kiln, eager, compiled; over 10 minutes on 2 cores: every compiled run compiles):
   ~/.cache/kiln/venv/bin/python bench/train_throughput.py
+  # Kiln vs eager only, as before the compiled arm (about 10 minutes; 11 with --bare):
+  ~/.cache/kiln/venv/bin/python bench/train_throughput.py --arms kiln,eager
+  # the compiled arm in another mode (max-autotune also benchmarks inductor's C++ GEMM templates):
+  ~/.cache/kiln/venv/bin/python bench/train_throughput.py --compile-mode max-autotune
   # smoke run (1 repeat, few steps, no warm-up runs; a few minutes):
   ~/.cache/kiln/venv/bin/python bench/train_throughput.py --quick
+  # profile tables and inductor's generated code for cnn (a minute or two):
+  ~/.cache/kiln/venv/bin/python bench/train_throughput.py --cases cnn --quick --profile /tmp/prof
 """
 import argparse
 import json
 import math
 import os
+import re
 import shlex
+import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
 
-from bench_common import (cpu_name, fmt_spread, run_kiln_pipeline, torch_build,
+from bench_common import (COMPILE_MODES, cpu_name, fmt_spread, run_kiln_pipeline, torch_build,
                           twin_verdict)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -139,6 +192,7 @@ def case_spec(case):
 
 CASES = ["cnn", "tiny", "resnet18", "vit"]
 BARE_CASES = ("cnn", "tiny")
+ARMS = ["kiln", "eager", "compiled", "bare"]
 
 
 def pipeline(case, steps, args):
@@ -194,24 +248,55 @@ def run_kiln(cfg, init, steps, warmup, args, work):
     return out
 
 
-def run_torch(cfg, init, steps, warmup, args, work):
+def reference_cmd(cfg, init, steps, args, work, compile_mode):
+    """train_reference.py's command line and environment for one run of the eager arm
+    (compile_mode None) or the compiled arm."""
     path = os.path.join(work, "pipeline.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
     cmd = [args.python, os.path.join(HERE, "train_reference.py"), "--pipeline", path,
            "--init", init, "--steps", str(steps), "--threads", str(args.threads),
-           "--optim-impl", args.torch_optim]
+           "--optim-impl", args.torch_optim, "--compile", compile_mode or "none"]
     env = dict(os.environ)
     if args.torch_malloc == "kiln":
         env.update(KILN_HEAP)
+    if compile_mode:
+        env["TORCHINDUCTOR_CACHE_DIR"] = args.compile_cache
+    return cmd, env
+
+
+def run_torch(cfg, init, steps, warmup, args, work, compile_mode=None):
+    cmd, env = reference_cmd(cfg, init, steps, args, work, compile_mode)
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"train_reference.py exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     out = json.loads(proc.stdout.strip().splitlines()[-1])
     if out["threads"] != args.threads:
         raise RuntimeError(f"train_reference.py ran {out['threads']} threads, not {args.threads}")
-    return summarise(out["step_time"], out["data_time"], out["loss"], warmup,
-                     cfg["data"]["batch_size"])
+    res = summarise(out["step_time"], out["data_time"], out["loss"], warmup,
+                    cfg["data"]["batch_size"])
+    if compile_mode:
+        res.update(compile_summary(out, warmup))
+    return res
+
+
+def compile_summary(out, warmup):
+    """The compiled arm's compile time: the time above a steady step (the median measured step)
+    of every warm-up step in which Dynamo compiled a graph (the first step always does); raises if
+    a graph was compiled in a measured step, since its compile time would then be in steps/s."""
+    compiles, times = out["compiles"], out["step_time"]
+    if compiles[-1] != compiles[warmup - 1]:
+        late = next(i for i in range(warmup, len(compiles)) if compiles[i] != compiles[i - 1])
+        raise RuntimeError(f"RECOMPILE in measured step {late + 1} (after {warmup} warm-up steps; "
+                           f"graphs compiled per step: {compiles}): raise --warmup, or find the "
+                           f"guard that failed with TORCH_LOGS=recompiles")
+    steady = statistics.median(times[warmup:])
+    compiling = [i for i in range(warmup) if i == 0 or compiles[i] != compiles[i - 1]]
+    spent = out["compile_time_spent"]
+    return {"compile_s": sum(times[i] - steady for i in compiling), "graphs": compiles[-1],
+            "warmup_steps_s": times[:warmup], "steady_s": steady,
+            "graph_breaks": out["graph_breaks"],
+            "dynamo_compile_s": spent.get("total_wall_time", math.nan)}
 
 
 def run_bare(case, cfg, init, steps, warmup, args, work):
@@ -275,26 +360,33 @@ def wait_for_quiet(args):
         waited += 15
 
 
-def bench_case(case, args, tmp):
+def case_steps(case, args):
     spec = case_spec(case)
     steps, warmup = spec["quick"] if args.quick else (spec["steps"], spec["warmup"])
-    steps = args.steps or steps
-    warmup = args.warmup if args.warmup is not None else warmup
+    return args.steps or steps, args.warmup if args.warmup is not None else warmup
+
+
+def bench_case(case, args, tmp):
+    steps, warmup = case_steps(case, args)
     if warmup >= steps:
         raise SystemExit(f"{case}: --warmup {warmup} must be below the {steps} steps")
+    if warmup < 1 and "compiled" in args.arms:
+        raise SystemExit(f"{case}: the compiled arm compiles in its first step: --warmup >= 1")
     cfg = pipeline(case, steps, args)
     root = os.path.join(tmp, case)
     os.makedirs(root)
     init = make_init(cfg, args, root)
-    arms = ["kiln", "torch"] + (["bare"] if args.bare_ok and case in BARE_CASES else [])
+    arms = [a for a in args.arms if a != "bare" or (args.bare_ok and case in BARE_CASES)]
     runners = {
         "kiln": lambda w: run_kiln(cfg, init, steps, warmup, args, w),
-        "torch": lambda w: run_torch(cfg, init, steps, warmup, args, w),
+        "eager": lambda w: run_torch(cfg, init, steps, warmup, args, w),
+        "compiled": lambda w: run_torch(cfg, init, steps, warmup, args, w, args.compile_mode),
         "bare": lambda w: run_bare(case, cfg, init, steps, warmup, args, w),
     }
     results = {arm: [] for arm in arms}
-    schedule = [("warm-up", i, arms) for i in range(args.warmup_runs)]
-    schedule += [("rep", r, arms if r % 2 == 0 else arms[::-1]) for r in range(args.repeats)]
+    first_compile = []  # the compiled arm's first run (cold inductor cache), warm-up run or not
+    schedule = [("warm-up", i, arm_order(arms, i)) for i in range(args.warmup_runs)]
+    schedule += [("rep", r, arm_order(arms, r)) for r in range(args.repeats)]
     for kind, r, order in schedule:
         for arm in order:
             work = os.path.join(root, f"{kind}{r}-{arm}")
@@ -302,13 +394,86 @@ def bench_case(case, args, tmp):
             time.sleep(args.settle)
             out = runners[arm](work)
             label = "warm-up (discarded)" if kind == "warm-up" else f"rep {r + 1}/{args.repeats}"
+            extra = ""
+            if arm == "compiled":
+                extra = (f", compile {out['compile_s']:.1f} s (Dynamo's account "
+                         f"{out['dynamo_compile_s']:.1f} s), {out['graphs']} graph(s), "
+                         f"{out['graph_breaks']} graph break(s); warm-up steps "
+                         + " ".join(f"{t:.3f}" for t in out["warmup_steps_s"])
+                         + f" s, steady {out['steady_s']:.3f} s")
+                if not first_compile:
+                    first_compile.append(out["compile_s"])
+                elif kind == "rep":
+                    out["warm_compile_s"] = out["compile_s"]
             print(f"# {case} {label} {arm}: {out['steps_per_s']:.2f} steps/s, data "
-                  f"{out['data_ms']:.2f} ms/step, first loss {out['first_loss']}",
+                  f"{out['data_ms']:.2f} ms/step, first loss {out['first_loss']}{extra}",
                   file=sys.stderr, flush=True)
             if kind == "rep":
                 results[arm].append(out)
     return dict(results=results, steps=steps, warmup=warmup, batch=cfg["data"]["batch_size"],
-                cfg=cfg)
+                cfg=cfg, cold_compile_s=first_compile[0] if first_compile else None)
+
+
+def profile_case(case, args, tmp):
+    """--profile: one run of the eager and one of the compiled arm, the steps after the warm-up
+    under torch.profiler; the compiled one with a fresh inductor cache and TORCH_COMPILE_DEBUG=1,
+    so that inductor writes its generated code (output_code.py per graph) into the folder."""
+    steps, warmup = case_steps(case, args)
+    if not 1 <= warmup < steps:
+        raise SystemExit(f"{case}: --profile needs 1 <= --warmup < --steps")
+    cfg = pipeline(case, steps, args)
+    root = os.path.join(tmp, case)
+    os.makedirs(root)
+    init = make_init(cfg, args, root)
+    out_dir = os.path.join(os.path.abspath(args.profile), case)
+    for arm, mode in (("eager", None), ("compiled", args.compile_mode)):
+        work = os.path.join(root, arm)
+        os.makedirs(work)
+        dest = os.path.join(out_dir, arm)
+        cmd, env = reference_cmd(cfg, init, steps, args, work, mode)
+        cmd += ["--warmup", str(warmup), "--profile", dest]
+        if mode:
+            env.update(TORCHINDUCTOR_CACHE_DIR=os.path.join(work, "inductor-cache"),
+                       TORCH_COMPILE_DEBUG="1", TORCH_COMPILE_DEBUG_DIR=dest)
+        wait_for_quiet(args)
+        proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+        if proc.returncode != 0:
+            raise RuntimeError(f"train_reference.py exited {proc.returncode}:\n"
+                               f"{proc.stderr[-3000:]}")
+        print(f"# {case} {arm}: {os.path.join(dest, 'profile.txt')}", file=sys.stderr, flush=True)
+        if mode:
+            kernels = inductor_kernels(dest)
+            with open(os.path.join(dest, "kernels.txt"), "w") as f:
+                f.write(kernels)
+            print(f"# {case} compiled: {os.path.join(dest, 'kernels.txt')}\n{kernels}",
+                  file=sys.stderr, flush=True)
+
+
+def inductor_kernels(folder):
+    """Per generated graph (output_code.py under `folder`): its path, the fused C++ kernels
+    inductor wrote and the ops it left to ATen (extern_kernels.*, aten.*), in call order."""
+    lines = []
+    for dirpath, _, files in sorted(os.walk(folder)):
+        if "output_code.py" not in files:
+            continue
+        path = os.path.join(dirpath, "output_code.py")
+        with open(path) as f:
+            code = f.read()
+        body = code[code.find("def call("):]
+        calls = re.findall(r"\b(cpp_fused_\w+|extern_kernels\.\w+|aten\.\w+(?:\.\w+)?)\(", body)
+        lines.append(f"{path}: {sum(c.startswith('cpp_fused') for c in calls)} fused kernels, "
+                     f"{sum(not c.startswith('cpp_fused') for c in calls)} ATen calls")
+        lines += [f"  {c}" for c in calls]
+    return "\n".join(lines or [f"no output_code.py under {folder}"]) + "\n"
+
+
+def arm_order(arms, r):
+    """The arms' order in repetition r: rotated by one every second repetition and reversed
+    every other one, so that two arms alternate (AB, BA, BA, AB) and three run in all six
+    orders over six repetitions; a drift of the machine's speed then favours no arm."""
+    k = (r // 2) % len(arms)
+    order = arms[k:] + arms[:k]
+    return order[::-1] if r % 2 else order
 
 
 def loss_check(a_runs, b_runs):
@@ -331,66 +496,73 @@ def machine(args):
             f"Python {python}")
 
 
+LABELS = {"kiln": "Kiln", "eager": "eager", "compiled": "compiled", "bare": "bare loop"}
+
+
 def report(done, args):
-    ratio_note = "Kiln ÷ PyTorch: steps/s ratio, median (min–max) over the paired runs"
     optim = "fused=True" if args.torch_optim == "fused" else f"({args.torch_optim})"
     heap = "Kiln's heap settings" if args.torch_malloc == "kiln" else "glibc's default heap"
+    arms = [a for a in args.arms if any(a in d["results"] for d in done.values())]
+    base, others = arms[0], arms[1:]  # Kiln when it runs: ratios and twin checks are against it
     print(f"\nMachine: {machine(args)}. Device cpu, threads {args.threads} (intra-op; inter-op "
           f"left at torch's default on both sides), fp32, {args.repeats} measured run(s) per arm "
-          f"after {args.warmup_runs} discarded warm-up run(s). PyTorch arm: torch.optim.SGD "
-          f"{optim}, {heap}. Load average at start {args.load_start:.2f}, at end "
-          f"{os.getloadavg()[0]:.2f}.\n")
+          f"after {args.warmup_runs} discarded warm-up run(s). PyTorch arms: torch.optim.SGD "
+          f"{optim}, {heap}"
+          + (f"; compiled = model.compile(mode={args.compile_mode!r}), loss and optimizer step "
+             f"eager" if "compiled" in arms else "")
+          + f". Load average at start {args.load_start:.2f}, at end {os.getloadavg()[0]:.2f}.\n")
     print(f"Reproduce: `{args.command}`\n")
-    print("| case | batch | steps (warm-up) | Kiln steps/s | PyTorch steps/s | Kiln ÷ PyTorch "
-          "| Kiln samples/s | PyTorch samples/s | Kiln data ms/step | PyTorch data ms/step |")
-    print("|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|")
+    head = ["case", "batch", "steps (warm-up)"]
+    head += [f"{LABELS[a]} steps/s" for a in arms]
+    head += [f"{LABELS[base]} ÷ {LABELS[a]}" for a in others]
+    if "compiled" in arms:
+        head += ["compile s, first run", "compile s, later runs"]
+    head += [f"{LABELS[a]} data ms/step" for a in arms]
+    print("| " + " | ".join(head) + " |")
+    print("|---|" + "---:|" * (len(head) - 1))
     checks = []
     for case, d in done.items():
-        k, t = d["results"]["kiln"], d["results"]["torch"]
-        ratios = [a["steps_per_s"] / b["steps_per_s"] for a, b in zip(k, t)]
-        first, gap = loss_check(k, t)
-        void = "" if first <= LOSS_TOL else " VOID: twin mismatch"
-        col = lambda runs, key, spec: fmt_spread([r[key] for r in runs], spec)  # noqa: E731
-        print(f"| {case} | {d['batch']} | {d['steps']} ({d['warmup']}) "
-              f"| {col(k, 'steps_per_s', '.2f')} | {col(t, 'steps_per_s', '.2f')} "
-              f"| **{fmt_spread(ratios, '.3f')}**{void} | {col(k, 'samples_per_s', '.0f')} "
-              f"| {col(t, 'samples_per_s', '.0f')} | {col(k, 'data_ms', '.2f')} "
-              f"| {col(t, 'data_ms', '.2f')} |")
-        checks.append((case, "PyTorch", k[0]["first_loss"], t[0]["first_loss"], first, gap))
-    print(f"\n{ratio_note}; above 1 = Kiln faster. Other columns: median (min–max) over runs. "
-          f"steps/s = measured steps / their time (Kiln: start to start, bookkeeping included; "
-          f"PyTorch: data + step time); samples/s = steps/s × batch.")
+        res = d["results"]
+        col = lambda a, key, spec: (  # noqa: E731
+            fmt_spread([r.get(key) for r in res[a]], spec) if a in res else "—")
+        row = [case, str(d["batch"]), f"{d['steps']} ({d['warmup']})"]
+        row += [col(a, "steps_per_s", ".2f") for a in arms]
+        for a in others:
+            if base not in res or a not in res:
+                row.append("—")
+                continue
+            ratios = [x["steps_per_s"] / y["steps_per_s"] for x, y in zip(res[base], res[a])]
+            first, gap = loss_check(res[base], res[a])
+            void = "" if first <= LOSS_TOL else " VOID: twin mismatch"
+            row.append(f"**{fmt_spread(ratios, '.3f')}**{void}")
+            checks.append((case, LABELS[a], res[base][0]["first_loss"], res[a][0]["first_loss"],
+                           first, gap))
+        if "compiled" in arms:
+            cold = d["cold_compile_s"]
+            row += ["—" if cold is None else f"{cold:.1f}",
+                    col("compiled", "warm_compile_s", ".1f")]
+        row += [col(a, "data_ms", ".2f") for a in arms]
+        print("| " + " | ".join(row) + " |")
+    print(f"\n{LABELS[base]} ÷ X: steps/s ratio, median (min–max) over the runs of the same "
+          f"repetition; above 1 = {LABELS[base]} faster. Other columns: median (min–max) over "
+          f"runs. steps/s = measured steps / their time (Kiln: start to start, bookkeeping "
+          f"included; eager, compiled, bare loop: data + step time); samples/s = steps/s × batch.")
+    if "compiled" in arms:
+        print(f"compile s: the compiled arm's warm-up steps that compiled a graph (the first), "
+              f"less a steady step each; no graph is compiled after the warm-up (checked). First "
+              f"run: inductor's cache empty (a fresh cache per bench invocation unless "
+              f"--compile-cache); later runs: the measured runs after the first, which find the "
+              f"compiled kernels in the cache.")
+    if args.bare and not args.bare_ok:
+        print(f"Bare loop: no executable at {args.bare_bin}; its column is empty.")
 
-    bare = {c: d for c, d in done.items() if "bare" in d["results"]}
-    if args.bare:
-        print()
-        if not args.bare_ok:
-            print(f"Bare loop: no executable at {args.bare_bin}; the Kiln ÷ bare table is "
-                  f"skipped.")
-        elif bare:
-            print("| case | batch | steps (warm-up) | Kiln steps/s | bare loop steps/s "
-                  "| Kiln ÷ bare loop | bare samples/s | bare data ms/step |")
-            print("|---|---:|---:|---:|---:|---:|---:|---:|")
-            for case, d in bare.items():
-                k, b = d["results"]["kiln"], d["results"]["bare"]
-                ratios = [a["steps_per_s"] / c["steps_per_s"] for a, c in zip(k, b)]
-                first, gap = loss_check(k, b)
-                void = "" if first <= LOSS_TOL else " VOID: twin mismatch"
-                print(f"| {case} | {d['batch']} | {d['steps']} ({d['warmup']}) "
-                      f"| {fmt_spread([r['steps_per_s'] for r in k], '.2f')} "
-                      f"| {fmt_spread([r['steps_per_s'] for r in b], '.2f')} "
-                      f"| **{fmt_spread(ratios, '.3f')}**{void} "
-                      f"| {fmt_spread([r['samples_per_s'] for r in b], '.0f')} "
-                      f"| {fmt_spread([r['data_ms'] for r in b], '.2f')} |")
-                checks.append((case, "bare loop", k[0]["first_loss"], b[0]["first_loss"], first,
-                               gap))
-            print("\nKiln ÷ bare loop: steps/s ratio, median (min–max) over the paired runs "
-                  "(Kiln and bare loop alternated like Kiln and PyTorch); above 1 = Kiln faster.")
-
+    if not checks:
+        print("\nTwin check: one arm only, nothing to compare.")
+        return 0
     print("\nTwin check (same initial weights and batch, so the first-step losses must agree "
           f"to {LOSS_TOL:g}):\n")
-    print(f"| case | arm | Kiln first loss | arm first loss | max abs gap, first step | "
-          f"max abs gap, first {LOSS_STEPS} steps | verdict |")
+    print(f"| case | arm | {LABELS[base]} first loss | arm first loss | max abs gap, first step "
+          f"| max abs gap, first {LOSS_STEPS} steps | verdict |")
     print("|---|---|---:|---:|---:|---:|---|")
     bad = []
     for case, arm, kl, al, first, gap in checks:
@@ -425,6 +597,19 @@ def main():
                     help="smoke run: 1 repeat, few steps, no warm-up runs")
     ap.add_argument("--bare", action="store_true",
                     help="third arm for cnn and tiny: the bare C++ loop (bench_bare_loop)")
+    ap.add_argument("--arms", default=",".join(ARMS),
+                    help=f"comma-separated arms, the first the others are compared with "
+                         f"(default: {','.join(ARMS)})")
+    ap.add_argument("--compile-mode", default="default", choices=COMPILE_MODES,
+                    help="torch.compile mode of the compiled arm")
+    ap.add_argument("--compile-cache",
+                    help="inductor's cache folder for the compiled arm (TORCHINDUCTOR_CACHE_DIR; "
+                         "default: a fresh one per bench invocation, so its first run compiles "
+                         "from scratch)")
+    ap.add_argument("--profile", metavar="DIR",
+                    help="instead of the table: one profiled run of the eager and the compiled "
+                         "arm per case, their torch.profiler tables, inductor's generated code "
+                         "and the names of its fused kernels under DIR (see the docstring)")
     ap.add_argument("--torch-optim", default="fused",
                     choices=["default", "foreach", "fused", "loop"],
                     help="torch.optim.SGD implementation of the PyTorch arm (default: fused, "
@@ -457,6 +642,14 @@ def main():
     for c in cases:
         if c not in CASES:
             ap.error(f"unknown case '{c}' (known: {', '.join(CASES)})")
+    args.arms = [a for a in args.arms.split(",") if a]
+    for a in args.arms:
+        if a not in ARMS:
+            ap.error(f"unknown arm '{a}' (known: {', '.join(ARMS)})")
+    if not args.arms or len(set(args.arms)) != len(args.arms):
+        ap.error("--arms: name each arm once, at least one")
+    if args.bare and "bare" not in args.arms:
+        args.arms.append("bare")
     if args.quick:
         args.repeats = 1
     if args.warmup_runs is None:
@@ -467,6 +660,11 @@ def main():
     if args.bare and not args.bare_ok:
         print(f"# no bare loop at {args.bare_bin}: its table is skipped", file=sys.stderr)
 
+    if args.profile:
+        with tempfile.TemporaryDirectory(prefix="kiln-throughput-") as tmp:
+            for case in cases:
+                profile_case(case, args, tmp)
+        return
     args.torch_build = torch_build(args)
     if not args.torch_build[1]:
         print(f"# WARNING: kiln links {args.torch_build[2]}, not the libtorch of {args.python}: "
@@ -475,6 +673,7 @@ def main():
     args.load_start = os.getloadavg()[0]
     done = {}
     with tempfile.TemporaryDirectory(prefix="kiln-throughput-") as tmp:
+        args.compile_cache = args.compile_cache or os.path.join(tmp, "inductor-cache")
         for case in cases:
             done[case] = bench_case(case, args, tmp)
     sys.exit(report(done, args))
