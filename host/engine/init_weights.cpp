@@ -40,6 +40,51 @@ std::string skip_advice(const std::vector<std::string>& names) {
   return fmt::format("model.init_skip = [{}]", abbreviate(patterns, 4));
 }
 
+// The file's side of the summary: its tensors the model lacks, by pattern, counter or neither;
+// and the skipped model tensors the file has, which count as skipped there too.
+template <typename Skipped>
+void sort_file_tensors(const io::SafetensorsFile& file, const std::set<std::string>& model_names,
+                       const Skipped& skipped, InitSummary& summary) {
+  for (const auto& [name, t] : file.tensors) {
+    if (model_names.count(name) != 0) continue;
+    if (skipped(name)) {
+      summary.file_skips.push_back(name);
+    } else if (is_batch_counter(name)) {
+      ++summary.batch_counters;
+    } else {
+      summary.unused.push_back(name);
+    }
+  }
+  for (const std::string& name : summary.kept) {
+    if (file.find(name) != nullptr) summary.file_skips.push_back(name);
+  }
+}
+
+// One line for the log (a warning first when the file holds tensors the model lacks).
+void log_summary(const std::string& path, const InitSummary& summary) {
+  if (!summary.unused.empty()) {
+    spdlog::warn("{}: {} tensors the model does not have were ignored: {}", path,
+                 summary.unused.size(), abbreviate(summary.unused));
+  }
+  std::string line =
+      fmt::format("initial weights from {}: {} tensors loaded", path, summary.loaded.size());
+  if (!summary.kept.empty()) {
+    line += fmt::format("; {} left at the model's initialisation by model.init_skip ({})",
+                        summary.kept.size(), abbreviate(summary.kept));
+  }
+  if (!summary.file_skips.empty()) {
+    line += fmt::format("; {} in the file skipped", summary.file_skips.size());
+  }
+  if (!summary.unused.empty()) {
+    line += fmt::format("; {} in the file not in the model", summary.unused.size());
+  }
+  if (summary.batch_counters > 0) {
+    line += fmt::format("; {} num_batches_tracked counters ignored (Kiln keeps none)",
+                        summary.batch_counters);
+  }
+  spdlog::info("{}", line);
+}
+
 }  // namespace
 
 std::string skip_pattern_for(const std::string& tensor) {
@@ -111,41 +156,8 @@ InitSummary load_weights(torch::nn::Module& model, const std::string& path,
                     path, missing.size(), abbreviate(missing), skip_advice(missing)));
   }
   for (auto& [target, source] : copies) target.copy_(*source);
-  for (const auto& [name, t] : file.tensors) {
-    if (model_names.count(name) != 0) continue;
-    if (skipped(name)) {
-      summary.file_skips.push_back(name);
-    } else if (is_batch_counter(name)) {
-      ++summary.batch_counters;
-    } else {
-      summary.unused.push_back(name);
-    }
-  }
-  // Skipped file tensors the model has too count as skipped.
-  for (const std::string& name : summary.kept) {
-    if (file.find(name) != nullptr) summary.file_skips.push_back(name);
-  }
-  if (!summary.unused.empty()) {
-    spdlog::warn("{}: {} tensors the model does not have were ignored: {}", path,
-                 summary.unused.size(), abbreviate(summary.unused));
-  }
-  std::string line =
-      fmt::format("initial weights from {}: {} tensors loaded", path, summary.loaded.size());
-  if (!summary.kept.empty()) {
-    line += fmt::format("; {} left at the model's initialisation by model.init_skip ({})",
-                        summary.kept.size(), abbreviate(summary.kept));
-  }
-  if (!summary.file_skips.empty()) {
-    line += fmt::format("; {} in the file skipped", summary.file_skips.size());
-  }
-  if (!summary.unused.empty()) {
-    line += fmt::format("; {} in the file not in the model", summary.unused.size());
-  }
-  if (summary.batch_counters > 0) {
-    line += fmt::format("; {} num_batches_tracked counters ignored (Kiln keeps none)",
-                        summary.batch_counters);
-  }
-  spdlog::info("{}", line);
+  sort_file_tensors(file, model_names, skipped, summary);
+  log_summary(path, summary);
   return summary;
 }
 
