@@ -415,4 +415,34 @@ TEST(SyntheticDataset, TheHostsPixelsForTheSameSeed) {
   }
 }
 
+// A training split over the 256 MiB the plugin generates at create (17 samples of 4096x4096)
+// is replayed from stored generator states instead: the same pixels, the validation split
+// (one sample) cached.
+TEST(SyntheticDataset, ALargeSplitReplaysTheSamePixels) {
+  const int64_t n_train = 17, n_test = 1, classes = 3, side = 4096;
+  kiln::data::SyntheticSpec spec;
+  spec.samples = n_train + n_test;
+  spec.num_classes = classes;
+  spec.channels = 1;
+  spec.height = side;
+  spec.width = side;
+  spec.seed = 5;
+  const kiln::data::Dataset want = kiln::data::make_synthetic(spec);
+  const std::vector<std::pair<std::string, Value>> set = {{"synthetic_train", int_value(n_train)},
+                                                          {"synthetic_test", int_value(n_test)},
+                                                          {"synthetic_classes", int_value(classes)},
+                                                          {"channels", int_value(1)},
+                                                          {"height", int_value(side)},
+                                                          {"width", int_value(side)}};
+  auto train = open("synthetic", set, KILN_SPLIT_TRAIN, 5);
+  auto val = open("synthetic", set, KILN_SPLIT_VAL, 5);
+  const int64_t pixels = side * side;
+  const uint8_t* images = want.images.data_ptr<uint8_t>();
+  for (int64_t i : {int64_t{0}, int64_t{9}, n_train - 1, n_train}) {
+    const DatasetSource& s = i < n_train ? *train : *val;
+    const int64_t at = i < n_train ? i : i - n_train;
+    EXPECT_EQ(decode(s, at), chw_to_hwc(images + i * pixels, 1, side, side)) << "sample " << i;
+  }
+}
+
 }  // namespace
