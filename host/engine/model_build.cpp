@@ -1,6 +1,7 @@
 #include "engine/model_build.hpp"
 
 #include "engine/checks.hpp"
+#include "engine/init_weights.hpp"
 #include "engine/run_data.hpp"
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
@@ -60,6 +61,16 @@ std::shared_ptr<kiln::Model> build_model(const config::Pipeline& p, const kiln_m
     }
   }
   return model;
+}
+
+void load_initial_weights(const config::Pipeline& p, kiln::Model& model) {
+  const std::string& init = p.settings.model.init;
+  if (init.empty()) return;
+  try {
+    (void)load_weights(model, init, p.settings.model.init_skip);
+  } catch (const std::exception& e) {
+    throw PipelineError("model.init", e.what());
+  }
 }
 
 std::shared_ptr<plugin::NormWindow> norm_window_for(const config::Pipeline& p) {

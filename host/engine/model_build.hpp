@@ -33,6 +33,10 @@ std::shared_ptr<kiln::Model> build_model(const config::Pipeline& pipeline,
                                          std::shared_ptr<plugin::NormWindow> window = nullptr,
                                          dist::ProcessGroup* group = nullptr);
 
+// model.init (with model.init_skip) into `model` when it is set; a failure is a PipelineError
+// at model.init.
+void load_initial_weights(const config::Pipeline& pipeline, kiln::Model& model);
+
 // The window a run's norm layers report their batch statistics to: under gradient accumulation
 // with a norm.running_stats_update other than micro_batch; nullptr otherwise.
 std::shared_ptr<plugin::NormWindow> norm_window_for(const config::Pipeline& pipeline);

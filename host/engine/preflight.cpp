@@ -4,7 +4,6 @@
 
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
-#include "engine/init_weights.hpp"
 #include "engine/loss.hpp"
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
@@ -34,13 +33,7 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
     input.num_classes = train.num_classes();
     std::shared_ptr<kiln::Model> model =
         build_model(p, input, static_cast<int32_t>(world_size), norm_window_for(p));
-    if (const std::string& init = p.settings.model.init; !init.empty()) {
-      try {
-        (void)load_weights(*model, init, p.settings.model.init_skip);
-      } catch (const std::exception& e) {
-        throw PipelineError("model.init", e.what());
-      }
-    }
+    load_initial_weights(p, *model);
     (void)apply_activation_checkpointing(*model, p.settings.memory.checkpoint,
                                          std::string(p.model.component->name()));
     cast_model(*model, plan);

@@ -8,7 +8,6 @@
 
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
-#include "engine/init_weights.hpp"
 #include "engine/memory_format.hpp"
 #include "engine/model_build.hpp"
 #include "engine/resume.hpp"
@@ -75,13 +74,7 @@ ModelSide build_model_side(const config::Pipeline& p, const RunData& data, const
   input.num_classes = data.train_set->num_classes();
   // Synced norm layers and the optimizer reach the run's group through their calls' contexts.
   m.model = build_model(p, input, ranks.world, m.norm_window, ranks.group.get());
-  if (const std::string& init = p.settings.model.init; !init.empty()) {
-    try {
-      (void)load_weights(*m.model, init, p.settings.model.init_skip);
-    } catch (const std::exception& e) {
-      throw PipelineError("model.init", e.what());
-    }
-  }
+  load_initial_weights(p, *m.model);
   const std::string checkpointing = apply_activation_checkpointing(
       *m.model, p.settings.memory.checkpoint, std::string(p.model.component->name()));
   m.checkpointing = !checkpointing.empty();
