@@ -37,7 +37,7 @@ std::string explicit_norm_key(const config::Pipeline& p) {
 }  // namespace
 
 std::shared_ptr<kiln::Model> build_model(const config::Pipeline& p, const kiln_model_input& input,
-                                         int32_t world_size,
+                                         c10::DeviceType device, int32_t world_size,
                                          std::shared_ptr<plugin::NormWindow> window,
                                          dist::ProcessGroup* group) {
   // Reached only through this model's create call (its context), so runs built side by side
@@ -46,7 +46,7 @@ std::shared_ptr<kiln::Model> build_model(const config::Pipeline& p, const kiln_m
   const plugin::NormFactory norms = [&](const kiln_norm_request& request) {
     ++layers;
     return std::make_shared<plugin::PluginNormLayer>(*p.norm.component, p.norm.options, request,
-                                                     world_size, window, group);
+                                                     world_size, window, group, device);
   };
   std::shared_ptr<kiln::Model> model =
       plugin::create_model(*p.model.component, p.model.options, input, &norms);

@@ -2,6 +2,8 @@
 // pipeline's norm plugin. One path for a run, `kiln validate`, `plan` and `lr-schedule`.
 #pragma once
 
+#include <c10/core/DeviceType.h>
+
 #include <cstdint>
 #include <memory>
 
@@ -20,16 +22,18 @@ class ProcessGroup;
 
 namespace kiln::engine {
 
-// The model of `pipeline` for inputs `input`, in a run of `world_size` ranks (synced norm
-// layers check their grouping against it). Throws plugin::OptionsRefused when the model or the
-// norm plugin refuses its options, plugin::ComponentError for other failures, and PipelineError
-// when the model asked for no norm layer while the pipeline chose its norm explicitly (a norm
-// component other than the default, or a [norm] key set): those settings would do nothing.
-// `window`: the run's window of micro-batches for norm.running_stats_update (norm_window_for),
-// or nullptr. `group`: the run's process group, which the norm layers' collectives use (it must
-// outlive the model); nullptr for a single process.
+// The model of `pipeline` for inputs `input`, in a run on `device` (the device type its norm
+// plugin is told, kiln_norm_setup.device_type; the model is still built on the CPU) of
+// `world_size` ranks (synced norm layers check their grouping against it). Throws
+// plugin::OptionsRefused when the model or the norm plugin refuses its options,
+// plugin::ComponentError for other failures, and PipelineError when the model asked for no norm
+// layer while the pipeline chose its norm explicitly (a norm component other than the default, or a
+// [norm] key set): those settings would do nothing. `window`: the run's window of micro-batches for
+// norm.running_stats_update (norm_window_for), or nullptr. `group`: the run's process group, which
+// the norm layers' collectives use (it must outlive the model); nullptr for a single process.
 std::shared_ptr<kiln::Model> build_model(const config::Pipeline& pipeline,
-                                         const kiln_model_input& input, int32_t world_size = 1,
+                                         const kiln_model_input& input, c10::DeviceType device,
+                                         int32_t world_size = 1,
                                          std::shared_ptr<plugin::NormWindow> window = nullptr,
                                          dist::ProcessGroup* group = nullptr);
 

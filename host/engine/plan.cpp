@@ -19,7 +19,12 @@
 namespace kiln::engine {
 
 std::shared_ptr<kiln::Model> build_model_for_inspection(const config::Pipeline& p) {
-  return build_model(p, described_input(p));
+  // The norm plugin is told the device the run would train on (it may choose its layout by it):
+  // run.device as a run resolves it, and "cuda" even on a machine without one, whose run would
+  // not start but whose schedule or groups can still be looked at.
+  const std::string& wanted = p.settings.run.device;
+  const c10::DeviceType device = wanted == "cuda" ? c10::kCUDA : resolve_device(wanted).type();
+  return build_model(p, described_input(p), device);
 }
 
 namespace {

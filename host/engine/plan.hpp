@@ -19,7 +19,8 @@ namespace kiln::engine {
 std::string describe_plan(const config::Pipeline& pipeline);
 
 // The pipeline's model built on the CPU with its norm plugin, for inspection (no data read; the
-// input geometry comes from the data section).
+// input geometry comes from the data section). The norm plugin is told the device run.device
+// resolves to (kiln_norm_setup.device_type), so its layers are those the run would have.
 std::shared_ptr<kiln::Model> build_model_for_inspection(const config::Pipeline& pipeline);
 
 }  // namespace kiln::engine

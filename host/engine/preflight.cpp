@@ -32,7 +32,7 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
     input.width = shape[2];
     input.num_classes = train.num_classes();
     std::shared_ptr<kiln::Model> model =
-        build_model(p, input, static_cast<int32_t>(world_size), norm_window_for(p));
+        build_model(p, input, device.type(), static_cast<int32_t>(world_size), norm_window_for(p));
     load_initial_weights(p, *model);
     (void)apply_activation_checkpointing(*model, p.settings.memory.checkpoint,
                                          std::string(p.model.component->name()));

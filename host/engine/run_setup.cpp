@@ -73,7 +73,7 @@ ModelSide build_model_side(const config::Pipeline& p, const RunData& data, const
   input.width = shape[2];
   input.num_classes = data.train_set->num_classes();
   // Synced norm layers and the optimizer reach the run's group through their calls' contexts.
-  m.model = build_model(p, input, ranks.world, m.norm_window, ranks.group.get());
+  m.model = build_model(p, input, device.type(), ranks.world, m.norm_window, ranks.group.get());
   load_initial_weights(p, *m.model);
   const std::string checkpointing = apply_activation_checkpointing(
       *m.model, p.settings.memory.checkpoint, std::string(p.model.component->name()));

@@ -66,6 +66,19 @@ void check_report(const kiln_norm_batch_stats& report, const std::string& plugin
   }
 }
 
+// kiln_norm_setup.device_type (ABI 1.9): DLPack's code for the run's device, 0 (unknown) for a
+// device the ABI does not name for norm plugins.
+int32_t dl_device_type(c10::DeviceType device) {
+  switch (device) {
+    case c10::kCPU:
+      return kDLCPU;
+    case c10::kCUDA:
+      return kDLCUDA;
+    default:
+      return 0;
+  }
+}
+
 // x → plugin forward → y; backward → plugin backward. weight/bias are inputs so autograd routes
 // their gradients to the module's parameters.
 struct NormFunction : public torch::autograd::Function<NormFunction> {
@@ -228,7 +241,8 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
 
 PluginNormLayer::PluginNormLayer(const Component& component, const config::OptionSet& options,
                                  const kiln_norm_request& request, int32_t world_size,
-                                 std::shared_ptr<NormWindow> window, dist::ProcessGroup* group)
+                                 std::shared_ptr<NormWindow> window, dist::ProcessGroup* group,
+                                 c10::DeviceType device)
     : name_(component.name()),
       library_(component.library_path),
       vtable_(static_cast<const kiln_norm_vtable*>(component.descriptor->vtable)),
@@ -243,6 +257,7 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
   setup.activation = request.activation;
   setup.activation_param = request.activation_param;
   setup.world_size = world_size;
+  setup.device_type = dl_device_type(device);
   layout_.struct_size = sizeof(layout_);
   check_options(call_plugin([&] { return where("create"); },
                             [&] {

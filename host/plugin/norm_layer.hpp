@@ -3,6 +3,8 @@
 // parameters and buffers (named as torch names them), so optimizers and checkpoints see them.
 #pragma once
 
+#include <c10/core/DeviceType.h>
+
 #include <memory>
 
 #include "config/options.hpp"
@@ -26,10 +28,12 @@ class PluginNormLayer : public kiln::NormLayer {
   // statistics (built for ABI < 1.5) when the window's mode needs them.
   // `group`: the run's process group, behind the collectives of the plugin's forward and
   // backward (synced layers); it must outlive the layer. nullptr: a single process.
+  // `device`: the device type the run trains the layer on (kiln_norm_setup.device_type, ABI 1.9),
+  // a hint by which the plugin may choose its layout.
   PluginNormLayer(const Component& component, const config::OptionSet& options,
                   const kiln_norm_request& request, int32_t world_size = 1,
-                  std::shared_ptr<NormWindow> window = nullptr,
-                  dist::ProcessGroup* group = nullptr);
+                  std::shared_ptr<NormWindow> window = nullptr, dist::ProcessGroup* group = nullptr,
+                  c10::DeviceType device = c10::kCPU);
   ~PluginNormLayer() override;
 
   at::Tensor forward(const at::Tensor& input) override;

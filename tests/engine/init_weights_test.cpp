@@ -50,7 +50,7 @@ std::shared_ptr<kiln::Model> build(const std::string& model_section, int64_t c, 
   input.height = hw;
   input.width = hw;
   input.num_classes = classes;
-  return engine::build_model(p, input);
+  return engine::build_model(p, input, c10::kCPU);
 }
 
 std::map<std::string, at::Tensor> tensors_of(kiln::Model& model) {

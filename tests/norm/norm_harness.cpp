@@ -40,10 +40,15 @@ Layer::~Layer() {
 
 std::string create(Layer& layer, const std::string& library, const std::string& component,
                    test::Options& options, int64_t channels, int32_t activation,
-                   double activation_param) {
+                   double activation_param, int32_t device_type) {
   options.fill_defaults(descriptor(library, component));
   layer.vt = &vtable(library, component);
-  kiln_norm_setup setup{sizeof(kiln_norm_setup), channels, activation, 0, activation_param};
+  kiln_norm_setup setup{};
+  setup.struct_size = sizeof(setup);
+  setup.num_features = channels;
+  setup.activation = activation;
+  setup.activation_param = activation_param;
+  setup.device_type = device_type;
   layer.layout = kiln_norm_layout{};
   layer.layout.struct_size = sizeof(kiln_norm_layout);
   return outcome(

@@ -32,10 +32,11 @@ struct Layer {
 };
 
 // Creates a layer of `component` (options completed with the schema defaults, as the host
-// does). Returns the plugin's status ("" on success).
+// does). `device_type`: kiln_norm_setup.device_type (ABI 1.9), 0 (unknown) unless a test picks
+// a device. Returns the plugin's status ("" on success).
 std::string create(Layer& layer, const std::string& library, const std::string& component,
                    test::Options& options, int64_t channels, int32_t activation = KILN_ACT_NONE,
-                   double activation_param = 0.0);
+                   double activation_param = 0.0, int32_t device_type = 0);
 
 // The host-owned tensors of one layer on one rank (undefined ones are passed as NULL).
 struct State {

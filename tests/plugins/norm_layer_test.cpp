@@ -7,10 +7,17 @@
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstddef>
+#include <cstring>
 #include <exception>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
+#include "config/pipeline.hpp"
+#include "engine/model_build.hpp"
 #include "kiln_test_paths.h"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
@@ -279,6 +286,92 @@ TEST(NormLayer, AHandedOverGradientOfTheWrongShapeIsRefusedAndReleased) {
     EXPECT_NE(what.find("[3]"), std::string::npos) << what;
   }
   EXPECT_EQ(g_released, 1) << "the refused tensor must be released once";
+}
+
+// ---- the device the run trains on (ABI 1.9) ---------------------------------------------------
+
+// A norm component's vtable with a create that records the setup it was given (up to the
+// setup's struct_size) and then creates as the component does.
+const kiln_norm_vtable* g_recorded_norm = nullptr;
+std::vector<kiln_norm_setup> g_setups;
+
+kiln_status* recording_create(const kiln_host_api* host, const kiln_options* options,
+                              const kiln_norm_setup* setup, kiln_norm_layout* layout, void** out) {
+  kiln_norm_setup seen{};
+  std::memcpy(&seen, setup, std::min(setup->struct_size, sizeof(seen)));
+  g_setups.push_back(seen);
+  return g_recorded_norm->create(host, options, setup, layout, out);
+}
+
+struct Recording {
+  explicit Recording(const kiln::plugin::Component& real)
+      : vtable(*static_cast<const kiln_norm_vtable*>(real.descriptor->vtable)),
+        descriptor(*real.descriptor),
+        component(real) {
+    g_recorded_norm = static_cast<const kiln_norm_vtable*>(real.descriptor->vtable);
+    g_setups.clear();
+    vtable.create = &recording_create;
+    descriptor.vtable = &vtable;
+    component.descriptor = &descriptor;
+  }
+  kiln_norm_vtable vtable;
+  kiln_component_descriptor descriptor;
+  kiln::plugin::Component component;
+};
+
+TEST(NormLayer, CreateIsToldTheDeviceTheRunTrainsOn) {
+  const Recording recording(batchnorm());
+  kiln_norm_request request{sizeof(kiln_norm_request), 3, KILN_ACT_RELU, 0, 0.0};
+  kiln::plugin::PluginNormLayer cpu(recording.component, options(0.1, 1e-5), request);
+  // A hint only: a layer told CUDA is still made (and would compute) on this machine.
+  kiln::plugin::PluginNormLayer cuda(recording.component, options(0.1, 1e-5), request, 1, nullptr,
+                                     nullptr, c10::kCUDA);
+  kiln::plugin::PluginNormLayer meta(recording.component, options(0.1, 1e-5), request, 1, nullptr,
+                                     nullptr, c10::kMeta);
+  ASSERT_EQ(g_setups.size(), 3u);
+  for (const kiln_norm_setup& setup : g_setups) {
+    EXPECT_EQ(setup.struct_size, sizeof(kiln_norm_setup));
+    EXPECT_TRUE(KILN_HAS_FIELD(&setup, kiln_norm_setup, device_type));
+    EXPECT_EQ(setup.reserved, 0);
+    EXPECT_EQ(setup.num_features, 3);
+    EXPECT_EQ(setup.world_size, 1);
+  }
+  EXPECT_EQ(g_setups[0].device_type, 1);  // kDLCPU
+  EXPECT_EQ(g_setups[0].device_type, static_cast<int32_t>(kDLCPU));
+  EXPECT_EQ(g_setups[1].device_type, 2);  // kDLCUDA
+  EXPECT_EQ(g_setups[1].device_type, static_cast<int32_t>(kDLCUDA));
+  EXPECT_EQ(g_setups[2].device_type, 0) << "a device the ABI does not name is unknown (0)";
+  // A 1.8 plugin reads the setup up to the size it knows, which the field lies beyond.
+  EXPECT_EQ(KILN_NORM_SETUP_V1_8_SIZE, offsetof(kiln_norm_setup, device_type));
+  at::Tensor x = at::randn({4, 3, 2, 2});
+  EXPECT_EQ(cpu.forward(x).sizes(), x.sizes());
+}
+
+// build_model, the one path of a run, `kiln validate`, `plan` and `lr-schedule`, passes the
+// device it is given to every norm layer the model asks for.
+TEST(NormLayer, BuildModelTellsEveryNormLayerTheRunsDevice) {
+  static kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
+  static const kiln::plugin::Registry registry = [] {
+    std::vector<std::string> refused;
+    return kiln::plugin::load_all(loader, {KILN_PLUGIN_DIR}, refused);
+  }();
+  kiln::config::Pipeline p = kiln::config::load_pipeline_text(
+      "[model]\nname = \"resnet\"\nwidth = 8\nblocks = [1, 1]\n", "device.toml", {}, registry);
+  const Recording recording(*p.norm.component);
+  p.norm.component = &recording.component;
+  kiln_model_input input{};
+  input.struct_size = sizeof(input);
+  input.channels = 3;
+  input.height = 16;
+  input.width = 16;
+  input.num_classes = 10;
+  const std::pair<c10::DeviceType, int32_t> cases[] = {{c10::kCPU, kDLCPU}, {c10::kCUDA, kDLCUDA}};
+  for (const auto& [device, expected] : cases) {
+    g_setups.clear();
+    (void)kiln::engine::build_model(p, input, device);
+    ASSERT_GT(g_setups.size(), 2u) << "the resnet asks for a norm layer per convolution";
+    for (const kiln_norm_setup& setup : g_setups) EXPECT_EQ(setup.device_type, expected);
+  }
 }
 
 // The run's norm factory reaches a model only through its create call: the context

@@ -358,7 +358,8 @@ TEST_P(BatchNormVsTorch, ForwardBackwardAndRunningStats) {
       .set_float("eps", c.eps)
       .set_bool("affine", c.affine)
       .set_bool("track_running_stats", c.track);
-  kiln_norm_setup setup{sizeof(kiln_norm_setup), channels, KILN_ACT_NONE, 0, 0.0};
+  const int32_t device_type = c.cuda ? kDLCUDA : kDLCPU;  // the device the layer runs on (1.9)
+  kiln_norm_setup setup{sizeof(kiln_norm_setup), channels, KILN_ACT_NONE, 0, 0.0, device_type, 0};
   kiln_norm_layout layout{};
   layout.struct_size = sizeof(layout);
   void* instance = nullptr;
@@ -466,7 +467,7 @@ TEST(BatchNorm, HalfInputsMatchFloat) {
       .set_float("eps", 1e-5)
       .set_bool("affine", true)
       .set_bool("track_running_stats", true);
-  kiln_norm_setup setup{sizeof(kiln_norm_setup), 3, KILN_ACT_NONE, 0, 0.0};
+  kiln_norm_setup setup{sizeof(kiln_norm_setup), 3, KILN_ACT_NONE, 0, 0.0, kDLCPU, 0};
   kiln_norm_layout layout{};
   layout.struct_size = sizeof(layout);
   void* instance = nullptr;
@@ -500,7 +501,7 @@ TEST(BatchNorm, RefusesNonPositiveEps) {
   const auto& vt = vtable_of<kiln_norm_vtable>("kiln_batchnorm", "batchnorm");
   Options options;
   options.set_float("momentum", 0.1).set_float("eps", 0.0);
-  kiln_norm_setup setup{sizeof(kiln_norm_setup), 4, KILN_ACT_NONE, 0, 0.0};
+  kiln_norm_setup setup{sizeof(kiln_norm_setup), 4, KILN_ACT_NONE, 0, 0.0, kDLCPU, 0};
   kiln_norm_layout layout{};
   layout.struct_size = sizeof(layout);
   void* instance = nullptr;

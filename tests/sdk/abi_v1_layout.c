@@ -56,9 +56,12 @@ _Static_assert(KILN_OPTIMIZER_VTABLE_V1_SIZE == 32, "optimizer vtable v1 size");
 PIN_SIZE(kiln_lr_schedule, 40);
 PIN_SIZE(kiln_lr_policy_vtable, 32);
 _Static_assert(KILN_LR_POLICY_VTABLE_V1_SIZE == 32, "lr policy vtable v1 size");
-PIN_SIZE(kiln_norm_setup, 32);
+PIN_SIZE(kiln_norm_setup, 40);               /* 1.9: device_type, reserved appended */
 PIN_OFFSET(kiln_norm_setup, world_size, 20); /* 1.5: was `reserved` (zero) */
-PIN_SIZE(kiln_norm_layout, 40);              /* 1.2: in_place, frozen; 1.3: hands_over_gradients */
+_Static_assert(KILN_NORM_SETUP_V1_8_SIZE == 32, "norm setup v1.8 size");
+PIN_OFFSET(kiln_norm_setup, device_type, 32);
+PIN_OFFSET(kiln_norm_setup, reserved, 36);
+PIN_SIZE(kiln_norm_layout, 40); /* 1.2: in_place, frozen; 1.3: hands_over_gradients */
 _Static_assert(KILN_NORM_LAYOUT_V1_0_SIZE == 24, "norm layout v1.0 size");
 PIN_OFFSET(kiln_norm_layout, in_place, 24);
 PIN_OFFSET(kiln_norm_layout, frozen, 28);

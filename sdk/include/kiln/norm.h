@@ -29,6 +29,12 @@ typedef struct kiln_norm_setup {
    * create, before training; 0 from an older host (unknown until the first forward). */
   int32_t world_size;
   double activation_param; /* leaky_relu slope / elu alpha */
+  /* Since ABI 1.9 (read only when struct_size covers it): the DLDeviceType (kDLCPU, kDLCUDA, …)
+   * of the device the run trains this layer on, so a plugin can choose a layout that suits it
+   * (fused CPU kernels, say); 0 from an older host (unknown). A hint: the layer must still
+   * compute correctly on any device it is given. */
+  int32_t device_type;
+  int32_t reserved; /* zero */
 } kiln_norm_setup;
 
 /* What the plugin tells the host about a created layer (filled by the plugin in create). */
@@ -151,6 +157,7 @@ typedef struct kiln_norm_vtable {
 #define KILN_NORM_LAYOUT_V1_0_SIZE KILN_SIZE_UP_TO(kiln_norm_layout, fused_activation)
 #define KILN_NORM_BACKWARD_ARGS_V1_2_SIZE KILN_SIZE_UP_TO(kiln_norm_backward_args, stream)
 #define KILN_NORM_FORWARD_ARGS_V1_4_SIZE KILN_SIZE_UP_TO(kiln_norm_forward_args, stream)
+#define KILN_NORM_SETUP_V1_8_SIZE KILN_SIZE_UP_TO(kiln_norm_setup, activation_param)
 
 #ifdef __cplusplus
 } /* extern "C" */
