@@ -54,7 +54,7 @@ class PreActResNet(nn.Module):
     def forward(self, x):
         x = self.layers(self.stem(x))
         x = F.leaky_relu(self.bn(x), self.slope, inplace=True)
-        return self.fc(x.mean((2, 3)))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))  # as Kiln's resnet
 
 
 def mlp(depth, hidden, inputs, classes):

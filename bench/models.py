@@ -102,7 +102,7 @@ class StagedResNet(nn.Module):
             x = F.max_pool2d(x, 3, 2, 1)
         for i in range(self.num_stages):
             x = getattr(self, f"layer{i + 1}")(x)
-        return self.fc(x.mean((2, 3)))
+        return self.fc(F.adaptive_avg_pool2d(x, 1).flatten(1))  # as Kiln's resnet
 
 
 class ResNetSmall(StagedResNet):
@@ -257,6 +257,7 @@ def build_for_input(model_options, channels, height, width, num_classes=10):
     o = dict(model_options)
     name = o.pop("name")
     o.pop("init", None)
+    o.pop("memory_format", None)  # a layout, not a shape: train_reference.py applies it
     if name == "mlp":
         if o.get("dropout", 0.0) != 0.0 or o.get("norm_layers", False):
             raise ValueError("bench models: mlp dropout and norm_layers are not mirrored")

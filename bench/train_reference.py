@@ -188,6 +188,10 @@ def train(pipe, args):
     batch = data["batch_size"]
     model = build_model(pipe, images, classes)
     model.load_state_dict(load_file(args.init), strict=True)
+    # --layout channels_last: the model's 4-D tensors and each batch NHWC, as a user asks for
+    # with model.to(memory_format=torch.channels_last); contiguous is PyTorch's default.
+    layout = torch.channels_last if args.layout == "channels_last" else torch.contiguous_format
+    model = model.to(memory_format=layout)
     model.train()
     if args.compile != "none":
         model.compile(mode=None if args.compile == "default" else args.compile)
@@ -209,6 +213,7 @@ def train(pipe, args):
         idx = order[pos:pos + batch]
         pos += batch
         x = images.index_select(0, idx).float().div_(255.0).sub_(mean).div_(std)
+        x = x.contiguous(memory_format=layout) if x.dim() == 4 else x
         y = labels.index_select(0, idx)
         t1 = clock()
         opt.zero_grad(set_to_none=True)
@@ -265,6 +270,8 @@ def main():
                     choices=["default", "foreach", "fused", "loop"])
     ap.add_argument("--compile", default="none", choices=["none"] + COMPILE_MODES,
                     help="model.compile(mode=...) the twin (none: eager)")
+    ap.add_argument("--layout", default="contiguous", choices=["contiguous", "channels_last"],
+                    help="memory format of the model's 4-D tensors and of the batches")
     ap.add_argument("--warmup", type=int, default=0, help="steps before --profile starts")
     ap.add_argument("--profile", help="folder for the torch.profiler table of the steps after "
                                       "--warmup")

@@ -214,7 +214,7 @@ def pipeline(case, steps, args):
                 "log_interval": steps, "threads": args.threads, "eval": False,
                 "checkpoints": False, "tensorboard": False},
         "data": data,
-        "model": dict(spec["model"]),
+        "model": dict(spec["model"], memory_format=args.memory_format),
         "norm": {"name": "batchnorm"},
         "optimizer": dict(spec["optimizer"]),
         "lr_policy": {"name": "constant", "warmup": "none"},
@@ -235,7 +235,7 @@ def summarise(step_times, data_times, losses, warmup, batch):
 
 
 def run_kiln(cfg, init, steps, warmup, args, work):
-    records, _ = run_kiln_pipeline(args.kiln, cfg, init, steps, work)
+    records, log = run_kiln_pipeline(args.kiln, cfg, init, steps, work)
     # The whole cycle from one step's start to the next: the host's bookkeeping after a step
     # (its record, the progress line) counts too. The last step has no next start, so the
     # cycles are those of steps warmup+1 .. steps-1.
@@ -245,6 +245,9 @@ def run_kiln(cfg, init, steps, warmup, args, work):
                     cfg["data"]["batch_size"])
     data = [r["data_time"] for r in records[warmup:]]
     out["data_ms"] = 1e3 * sum(data) / len(data)
+    # The layout model.memory_format resolved to (run setup logs a restride to channels_last).
+    out["layout"] = ("channels_last" if any("memory format channels_last" in line for line in log)
+                     else "contiguous")
     return out
 
 
@@ -256,7 +259,8 @@ def reference_cmd(cfg, init, steps, args, work, compile_mode):
         json.dump(cfg, f)
     cmd = [args.python, os.path.join(HERE, "train_reference.py"), "--pipeline", path,
            "--init", init, "--steps", str(steps), "--threads", str(args.threads),
-           "--optim-impl", args.torch_optim, "--compile", compile_mode or "none"]
+           "--optim-impl", args.torch_optim, "--compile", compile_mode or "none",
+           "--layout", args.twin_layout]
     env = dict(os.environ)
     if args.torch_malloc == "kiln":
         env.update(KILN_HEAP)
@@ -512,7 +516,7 @@ def report(done, args):
              f"eager" if "compiled" in arms else "")
           + f". Load average at start {args.load_start:.2f}, at end {os.getloadavg()[0]:.2f}.\n")
     print(f"Reproduce: `{args.command}`\n")
-    head = ["case", "batch", "steps (warm-up)"]
+    head = ["case", "batch", "steps (warm-up)", "layout (Kiln, twins)"]
     head += [f"{LABELS[a]} steps/s" for a in arms]
     head += [f"{LABELS[base]} ÷ {LABELS[a]}" for a in others]
     if "compiled" in arms:
@@ -525,7 +529,9 @@ def report(done, args):
         res = d["results"]
         col = lambda a, key, spec: (  # noqa: E731
             fmt_spread([r.get(key) for r in res[a]], spec) if a in res else "—")
-        row = [case, str(d["batch"]), f"{d['steps']} ({d['warmup']})"]
+        kiln_layout = res["kiln"][0].get("layout", "?") if "kiln" in res else "—"
+        row = [case, str(d["batch"]), f"{d['steps']} ({d['warmup']})",
+               f"{kiln_layout}, {args.twin_layout}"]
         row += [col(a, "steps_per_s", ".2f") for a in arms]
         for a in others:
             if base not in res or a not in res:
@@ -591,6 +597,13 @@ def main():
                     help="discarded runs per arm at the start of each case (default 1; 0 "
                          "with --quick)")
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads in every arm")
+    ap.add_argument("--memory-format", default="auto",
+                    choices=["auto", "contiguous", "channels_last"],
+                    help="Kiln's model.memory_format (the layout it picks is in the table)")
+    ap.add_argument("--twin-layout", default="contiguous",
+                    choices=["contiguous", "channels_last"],
+                    help="the eager and compiled twins' layout: contiguous is PyTorch's default; "
+                         "channels_last moves the model and each batch to NHWC")
     ap.add_argument("--batch", type=int, default=0, help="batch size for every case "
                                                           "(default: per case)")
     ap.add_argument("--quick", action="store_true",

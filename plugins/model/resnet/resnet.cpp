@@ -1,5 +1,6 @@
 #include "resnet.hpp"
 
+#include <ATen/ops/adaptive_avg_pool2d.h>
 #include <ATen/ops/max_pool2d.h>
 
 namespace kiln_resnet {
@@ -37,8 +38,10 @@ at::Tensor ResNet::forward(const at::Tensor& input) {
   if (maxpool_) x = at::max_pool2d(x, {3, 3}, {2, 2}, {1, 1});
   for (const auto& stage : stages_) x = stage->forward(x);
   if (final_norm_) x = final_norm_->forward(x);
-  // Global average pool: [N, C, H, W] → [N, C].
-  return fc_->forward(x.mean({2, 3}));
+  // Global average pool: [N, C, H, W] → [N, C], as torchvision's AdaptiveAvgPool2d((1, 1)).
+  // Its backward hands the last block a gradient in the block's own layout (mean's would be
+  // NCHW under channels_last, and every layer below would mix layouts).
+  return fc_->forward(at::adaptive_avg_pool2d(x, {1, 1}).flatten(1));
 }
 
 }  // namespace kiln_resnet

@@ -1,5 +1,7 @@
 // kiln_batchnorm — the "batchnorm" norm component: torch.nn.BatchNorm{1,2,3}d's forward and
-// backward through ATen's native batch-norm kernels, on the host's tensors.
+// backward on the host's tensors. Float32 CPU data goes through the fused kernels of
+// plugins/norm/common (statistics, normalisation and the model's activation in two passes,
+// backward in two); everything else through ATen's native batch-norm kernels.
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/native_batch_norm.h>
@@ -9,6 +11,7 @@
 #include <string>
 #include <tuple>
 
+#include "fused_bn.hpp"
 #include "kiln/sdk.hpp"
 #include "kiln/torch.hpp"
 #include "report.hpp"
@@ -23,6 +26,9 @@ struct BatchNorm {
   bool affine;
   bool track_running_stats;
   bool hands_over = false;  // backward hands its own gradients to the host (ABI 1.3)
+  bool kernels = true;      // the fused CPU kernels where the data allows (option "fused")
+  bool fused_act = false;   // the layer applies the activation (kiln_norm_layout.fused_activation)
+  kiln::norm::fused::BnSettings settings;  // for the kernels; slope 1 unless fused_act
 };
 
 // An at::Tensor view of an optional argument (undefined when absent).
@@ -57,6 +63,7 @@ kiln_status* bn_create(const kiln_host_api* host, const kiln_options* options,
     bn->eps = kiln_options_float(options, "eps", 1e-5);
     bn->affine = kiln_options_bool(options, "affine", 1) != 0;
     bn->track_running_stats = kiln_options_bool(options, "track_running_stats", 1) != 0;
+    bn->kernels = kiln_options_bool(options, "fused", 1) != 0;
     if (bn->features <= 0) {
       throw kiln::Error(
           KILN_ERR_INVALID_ARGUMENT,
@@ -76,7 +83,13 @@ kiln_status* bn_create(const kiln_host_api* host, const kiln_options* options,
       layout->running_stats = bn->track_running_stats;
     }
     if (KILN_HAS_FIELD(layout, kiln_norm_layout, saves)) layout->saves = KILN_NORM_SAVE_INPUT;
-    if (KILN_HAS_FIELD(layout, kiln_norm_layout, fused_activation)) layout->fused_activation = 0;
+    float slope = 1.0F;
+    bn->fused_act = KILN_HAS_FIELD(layout, kiln_norm_layout, fused_activation) &&
+                    kiln::norm::fused::fused_slope(setup, bn->kernels, slope);
+    bn->settings = {bn->eps, bn->momentum, bn->track_running_stats, slope, "batchnorm"};
+    if (KILN_HAS_FIELD(layout, kiln_norm_layout, fused_activation)) {
+      layout->fused_activation = bn->fused_act ? 1 : 0;
+    }
     if (KILN_HAS_FIELD(layout, kiln_norm_layout, hands_over_gradients)) {
       // ATen's backward allocates its results: handing them over spares a copy of each.
       layout->hands_over_gradients = 1;
@@ -94,6 +107,7 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
   return KILN_GUARD(bn.host, {
     at::Tensor x = kiln::as_tensor(*args->input);
     check_input(bn, x);
+    if (bn.kernels && kiln::norm::fused::forward(bn.settings, args)) return;
     const bool batch_stats =
         uses_batch_stats(bn, args->training, args->running_mean, args->running_var);
     at::Tensor running_mean, running_var;
@@ -128,6 +142,7 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
         if (report != nullptr) {
           kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
         }
+        kiln::norm::fused::activate_(bn.settings.slope, output);
         return;
       }
     }
@@ -136,6 +151,7 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
         at::native_batch_norm(x, weight, optional_view(args->bias), running_mean, running_var,
                               batch_stats, momentum, bn.eps);
     output.copy_(y);
+    kiln::norm::fused::activate_(bn.settings.slope, output);
     if (report != nullptr) {
       kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
     }
@@ -155,6 +171,7 @@ kiln_status* bn_backward(void* instance, kiln_call_context* ctx,
   return KILN_GUARD(bn.host, {
     at::Tensor x = kiln::as_tensor(*args->saved);
     check_input(bn, x);
+    if (bn.kernels && kiln::norm::fused::backward(bn.settings, args, bn.hands_over)) return;
     const bool batch_stats =
         uses_batch_stats(bn, args->training, args->running_mean, args->running_var);
     at::Tensor running_mean, running_var;
@@ -165,9 +182,10 @@ kiln_status* bn_backward(void* instance, kiln_call_context* ctx,
     const std::array<bool, 3> mask = {args->grad_input != nullptr, args->grad_weight != nullptr,
                                       args->grad_bias != nullptr};
     auto [grad_input, grad_weight, grad_bias] = at::native_batch_norm_backward(
-        kiln::as_tensor(*args->grad_output), x, optional_view(args->weight), running_mean,
-        running_var, optional_view(args->save_mean), optional_view(args->save_invstd), batch_stats,
-        bn.eps, mask);
+        kiln::norm::fused::through_activation(bn.settings.slope,
+                                              kiln::as_tensor(*args->grad_output), x, args),
+        x, optional_view(args->weight), running_mean, running_var, optional_view(args->save_mean),
+        optional_view(args->save_invstd), batch_stats, bn.eps, mask);
     // Handed over where the host gave a result slot (ABI 1.3), else copied into its buffer; a
     // slot is only read from arguments that have the field.
     const bool slots =
@@ -197,6 +215,10 @@ const kiln_option_spec kOptions[] = {
      "learn a per-channel scale and shift"},
     {sizeof(kiln_option_spec), "track_running_stats", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "true",
      nullptr, "keep running mean and variance for evaluation"},
+    {sizeof(kiln_option_spec), "fused", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "true", nullptr,
+     "float32 on the CPU: Kiln's fused kernels (statistics, normalisation and a relu or "
+     "leaky_relu in two passes, backward in two); false: ATen's batch-norm kernels with a "
+     "separate activation, bit for bit torch's"},
 };
 
 const kiln_capabilities kCaps = {sizeof(kiln_capabilities),

@@ -6,6 +6,8 @@
 #include <algorithm>
 #include <string>
 
+#include "fused_cpu.hpp"
+
 namespace kiln::norm {
 
 at::Tensor optional_view(const DLTensor* t) {
@@ -71,7 +73,13 @@ Moments local_moments(const at::Tensor& x) {
     total.m2 = total.m2 + var * n + delta.square() * (total.count * n / sum);
     total.count = sum;
   };
-  if (x.scalar_type() == at::kFloat) {
+  fused::Layout l;
+  if (fused::layout_of(x, {}, l)) {
+    // Float32 on the CPU, dense: one pass of the fused kernels (fused_cpu.hpp).
+    total.count = l.count();
+    fused::moments(x.data_ptr<float>(), l, total.mean.data_ptr<double>(),
+                   total.m2.data_ptr<double>());
+  } else if (x.scalar_type() == at::kFloat) {
     add(x);  // Welford over the whole batch, no temporary
   } else {
     // Half inputs: float32 copies of one chunk at a time.

@@ -2,15 +2,19 @@
 // shared across the ranks of the call's process group (or consecutive groups of group_size
 // ranks): each rank packs [n, mean, M2] per channel, ONE allgather exchanges them, and Chan's
 // formula combines them, so uneven and one-sample-per-rank batches are exact. Backward reduces
-// sum(dy) and sum(dy * (x - mean)) once. Generic ATen ops (PyTorch's own SyncBN kernels are
-// CUDA-only), statistics in float32 for every input dtype.
+// sum(dy) and sum(dy * (x - mean)) once. Float32 CPU data goes through the fused kernels of
+// plugins/norm/common (with the model's ReLU or leaky ReLU); everything else through generic
+// ATen ops (PyTorch's own SyncBN kernels are CUDA-only), statistics in float32 for every dtype.
 #include <ATen/Functions.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 
 #include <memory>
+#include <vector>
 
 #include "bn_stats.hpp"
+#include "fused_bn.hpp"
+#include "fused_cpu.hpp"
 #include "kiln/sdk.hpp"
 #include "kiln/torch.hpp"
 #include "options.hpp"
@@ -26,7 +30,27 @@ struct SyncBn {
   const kiln_host_api* host;
   int64_t features;
   kiln::norm::BnOptions options;
+  float slope = 1.0F;  // the activation the layer applies (1: none, the host applies any)
 };
+
+namespace fused = kiln::norm::fused;
+
+// What the kernels apply, from the statistics saved for backward, which both passes derive it
+// from.
+fused::Affine applied_affine(const SyncBn& bn, const DLTensor* weight, const DLTensor* bias,
+                             const at::Tensor& mean, const at::Tensor& invstd) {
+  at::Tensor m = mean.to(at::kCPU, at::kFloat).contiguous();
+  at::Tensor i = invstd.to(at::kCPU, at::kFloat).contiguous();
+  return fused::affine(weight, bias,
+                       std::vector<float>(m.data_ptr<float>(), m.data_ptr<float>() + bn.features),
+                       std::vector<float>(i.data_ptr<float>(), i.data_ptr<float>() + bn.features));
+}
+
+at::Tensor channel_tensor(std::vector<float>& v, const at::Tensor& like) {
+  return at::from_blob(v.data(), {static_cast<int64_t>(v.size())}, at::kFloat)
+      .to(like.device())
+      .clone();
+}
 
 kiln_status* sbn_create(const kiln_host_api* host, const kiln_options* options,
                         const kiln_norm_setup* setup, kiln_norm_layout* layout, void** out) {
@@ -35,8 +59,9 @@ kiln_status* sbn_create(const kiln_host_api* host, const kiln_options* options,
     bn->host = host;
     bn->features = setup->num_features;
     bn->options = kiln::norm::read_bn_options(options, kName, *setup);
+    const bool fuse = fused::fused_slope(setup, /*enabled=*/true, bn->slope);
     kiln::norm::fill_layout(layout, bn->options.affine, bn->options.track_running_stats,
-                            KILN_NORM_SAVE_INPUT, /*fused_activation=*/false,
+                            KILN_NORM_SAVE_INPUT, /*fused_activation=*/fuse,
                             /*in_place=*/false, /*frozen=*/false);
     *out = bn.release();
   });
@@ -52,15 +77,22 @@ kiln_status* sbn_forward(void* instance, kiln_call_context* ctx,
     kiln::norm::check_input(x, bn.features, kName);
     const kiln::norm::Applied applied =
         kiln::norm::forward_stats(bn.host, ctx, bn.options, args, x, /*sync=*/true, kName);
-    at::Tensor w = kiln::norm::channel_f32(args->weight, bn.features, 1.0, x);
-    at::Tensor b = kiln::norm::channel_f32(args->bias, bn.features, 0.0, x);
-    // y = (x - mean) * invstd * w + b as one per-channel scale and shift.
-    at::Tensor scale = per_channel((applied.invstd * w).to(at::kFloat), x.dim());
-    at::Tensor shift = per_channel((b - applied.mean * applied.invstd * w).to(at::kFloat), x.dim());
     at::Tensor y = kiln::as_tensor(*args->output);
-    kiln::norm::for_each_chunk(x, [&](int64_t first, int64_t count) {
-      y.narrow(0, first, count).copy_(x.narrow(0, first, count).to(at::kFloat) * scale + shift);
-    });
+    // y = act((x - mean) * (invstd * w) + b).
+    fused::Affine f = applied_affine(bn, args->weight, args->bias, applied.mean, applied.invstd);
+    fused::Layout l;
+    if (fused::layout_of(x, {y}, l)) {
+      fused::normalise(x.data_ptr<float>(), y.data_ptr<float>(), l, f.mean.data(), f.scale.data(),
+                       f.bias.data(), bn.slope);
+    } else {
+      at::Tensor m = per_channel(channel_tensor(f.mean, x), x.dim());
+      at::Tensor a = per_channel(channel_tensor(f.scale, x), x.dim());
+      at::Tensor b = per_channel(channel_tensor(f.bias, x), x.dim());
+      kiln::norm::for_each_chunk(x, [&](int64_t first, int64_t count) {
+        y.narrow(0, first, count).copy_((x.narrow(0, first, count).to(at::kFloat) - m) * a + b);
+      });
+      fused::activate_(bn.slope, y);
+    }
     kiln::norm::save_stats(args, applied);
   });
 }
@@ -73,20 +105,34 @@ kiln_status* sbn_backward(void* instance, kiln_call_context* ctx,
     at::Tensor dy = kiln::as_tensor(*args->grad_output);
     kiln::norm::check_input(x, bn.features, kName);
     const int64_t channels = bn.features, dim = x.dim();
-    const std::vector<int64_t> dims = kiln::norm::reduce_dims(x);
     at::Tensor mean = kiln::as_tensor(*args->save_mean).to(at::kFloat);
     at::Tensor invstd = kiln::as_tensor(*args->save_invstd).to(at::kFloat);
     at::Tensor w = kiln::norm::channel_f32(args->weight, channels, 1.0, x);
+    const fused::Affine f = applied_affine(bn, args->weight, args->bias, mean, invstd);
+    fused::Layout l;
+    const bool kernels = fused::backward_layout(x, dy, l);
     at::Tensor mean_b = per_channel(mean, dim);
+    // Through the activation the layer applied (ATen's path; the kernels mask as they go).
+    if (!kernels) dy = fused::through_activation(bn.slope, dy, x, args);
 
-    // Local sums: sum(dy) and sum(dy * (x - mean)) per channel.
-    at::Tensor sum_dy = at::zeros({channels}, mean.options());
-    at::Tensor sum_dy_xmu = at::zeros({channels}, mean.options());
-    kiln::norm::for_each_chunk(x, [&](int64_t first, int64_t count) {
-      at::Tensor g = dy.narrow(0, first, count).to(at::kFloat);
-      sum_dy += g.sum(dims);
-      sum_dy_xmu += (g * (x.narrow(0, first, count).to(at::kFloat) - mean_b)).sum(dims);
-    });
+    // Local sums: sum(dz) and sum(dz * (x - mean)) per channel, dz at the activation's input.
+    at::Tensor sum_dy, sum_dy_xmu;
+    if (kernels) {
+      std::vector<double> s1(channels), s2(channels);
+      fused::grad_sums(dy.data_ptr<float>(), x.data_ptr<float>(), l, f.scale.data(), f.bias.data(),
+                       bn.slope, f.mean.data(), s1.data(), s2.data());
+      sum_dy = at::tensor(s1, mean.options().dtype(at::kDouble)).to(at::kFloat);
+      sum_dy_xmu = at::tensor(s2, mean.options().dtype(at::kDouble)).to(at::kFloat);
+    } else {
+      const std::vector<int64_t> dims = kiln::norm::reduce_dims(x);
+      sum_dy = at::zeros({channels}, mean.options());
+      sum_dy_xmu = at::zeros({channels}, mean.options());
+      kiln::norm::for_each_chunk(x, [&](int64_t first, int64_t count) {
+        at::Tensor g = dy.narrow(0, first, count).to(at::kFloat);
+        sum_dy += g.sum(dims);
+        sum_dy_xmu += (g * (x.narrow(0, first, count).to(at::kFloat) - mean_b)).sum(dims);
+      });
+    }
     // The parameters' gradients are this rank's (DDP averages them, as for SyncBatchNorm).
     if (args->grad_bias != nullptr) kiln::as_tensor(*args->grad_bias).copy_(sum_dy);
     if (args->grad_weight != nullptr) {
@@ -95,30 +141,35 @@ kiln_status* sbn_backward(void* instance, kiln_call_context* ctx,
 
     const bool batch_stats = kiln::norm::uses_batch_stats(bn.options, args->training,
                                                           args->running_mean, args->running_var);
-    at::Tensor gain = per_channel(invstd * w, dim);
-    if (!batch_stats) {
-      // Fixed (running) statistics: the normalisation is affine in x.
-      if (args->grad_input != nullptr) {
-        at::Tensor dx = kiln::as_tensor(*args->grad_input);
-        kiln::norm::for_each_chunk(x, [&](int64_t first, int64_t count) {
-          dx.narrow(0, first, count).copy_(dy.narrow(0, first, count).to(at::kFloat) * gain);
-        });
-      }
+    at::Tensor gain = invstd * w;
+    at::Tensor proj = at::zeros_like(gain), mean_dy = at::zeros_like(gain);
+    if (batch_stats) {
+      // Every rank takes part in the reduction even when it wants no grad_input.
+      const double local_count = channels > 0 ? static_cast<double>(x.numel() / channels) : 0.0;
+      const kiln::norm::GradSums total =
+          kiln::norm::backward_sums(bn.host, ctx, bn.options, args->training, /*sync=*/true,
+                                    local_count, sum_dy, sum_dy_xmu, kName);
+      mean_dy = (total.a / total.count).to(at::kFloat);
+      proj = (total.b / total.count * invstd * invstd).to(at::kFloat);
+    }
+    if (args->grad_input == nullptr) return;
+    at::Tensor dx = kiln::as_tensor(*args->grad_input);
+    // dx = (dz - mean_dz - (x - mean) * proj) * gain (fixed statistics: proj = mean_dz = 0).
+    if (kernels && fused::layout_of(x, {dx}, l)) {
+      at::Tensor a = gain.contiguous(), b = (-proj * gain).contiguous();
+      at::Tensor c = (-mean_dy * gain).contiguous();
+      fused::grad_input(dy.data_ptr<float>(), x.data_ptr<float>(), dx.data_ptr<float>(), l,
+                        f.scale.data(), f.bias.data(), bn.slope, f.mean.data(), a.data_ptr<float>(),
+                        b.data_ptr<float>(), c.data_ptr<float>());
       return;
     }
-    // Every rank takes part in the reduction even when it wants no grad_input.
-    const double local_count = channels > 0 ? static_cast<double>(x.numel() / channels) : 0.0;
-    const kiln::norm::GradSums total =
-        kiln::norm::backward_sums(bn.host, ctx, bn.options, args->training, /*sync=*/true,
-                                  local_count, sum_dy, sum_dy_xmu, kName);
-    if (args->grad_input == nullptr) return;
-    at::Tensor mean_dy = per_channel(total.a / total.count, dim);
-    at::Tensor proj = per_channel(total.b / total.count * invstd * invstd, dim);
-    at::Tensor dx = kiln::as_tensor(*args->grad_input);
+    if (kernels) dy = fused::through_activation(bn.slope, dy, x, args);
+    at::Tensor gain_b = per_channel(gain, dim), proj_b = per_channel(proj, dim);
+    at::Tensor mean_dy_b = per_channel(mean_dy, dim);
     kiln::norm::for_each_chunk(x, [&](int64_t first, int64_t count) {
       at::Tensor xmu = x.narrow(0, first, count).to(at::kFloat) - mean_b;
       at::Tensor g = dy.narrow(0, first, count).to(at::kFloat);
-      dx.narrow(0, first, count).copy_((g - mean_dy - xmu * proj) * gain);
+      dx.narrow(0, first, count).copy_((g - mean_dy_b - xmu * proj_b) * gain_b);
     });
   });
 }
