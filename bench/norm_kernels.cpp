@@ -82,18 +82,24 @@ int main(int argc, char** argv) {
   std::string plugins = KILN_BENCH_PLUGIN_DIR;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string key = argv[i];
-    if (key == "--threads") threads = std::atoi(argv[i + 1]);
-    else if (key == "--iters") iters = std::atoi(argv[i + 1]);
-    else if (key == "--runs") runs = std::atoi(argv[i + 1]);
-    else if (key == "--shapes") shapes = argv[i + 1];
-    else if (key == "--plugins") plugins = argv[i + 1];
+    if (key == "--threads")
+      threads = std::atoi(argv[i + 1]);
+    else if (key == "--iters")
+      iters = std::atoi(argv[i + 1]);
+    else if (key == "--runs")
+      runs = std::atoi(argv[i + 1]);
+    else if (key == "--shapes")
+      shapes = argv[i + 1];
+    else if (key == "--plugins")
+      plugins = argv[i + 1];
     else {
       std::fprintf(stderr, "unknown argument %s\n", argv[i]);
       return 2;
     }
   }
   at::set_num_threads(threads);
-  std::printf("| shape | layout | ATen + ReLU ms | fused ms | ATen ÷ fused |\n|---|---|---:|---:|---:|\n");
+  std::printf(
+      "| shape | layout | ATen + ReLU ms | fused ms | ATen ÷ fused |\n|---|---|---:|---:|---:|\n");
   for (const auto& shape : parse_shapes(shapes)) {
     for (bool cl : {false, true}) {
       if (cl && shape.size() != 4) continue;

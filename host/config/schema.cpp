@@ -176,8 +176,10 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
              "[norm]; empty = norm.name"),
         choice("memory_format", "auto,contiguous,channels_last", "\"auto\"",
                "layout of the model's 4-D weights and input batches: channels_last (NHWC) feeds "
-               "cuDNN's tensor-core convolutions under float16/bfloat16; auto = channels_last on "
-               "cuda with a half precision and a convolutional model, contiguous elsewhere")}},
+               "oneDNN's convolutions on the cpu and cuDNN's tensor-core ones under "
+               "float16/bfloat16; auto = channels_last for a convolutional model on the cpu and "
+               "on cuda with a half precision, contiguous elsewhere; contiguous = NCHW, as a "
+               "PyTorch model by default")}},
       {"norm",
        {spec("name", KILN_OPT_STRING, "\"batchnorm\"", "normalisation layer component"),
         choice("running_stats_update", "micro_batch,adjusted_momentum,pooled_window",

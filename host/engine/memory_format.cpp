@@ -1,5 +1,6 @@
 #include "engine/memory_format.hpp"
 
+#include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
 
 namespace kiln::engine {
@@ -18,7 +19,12 @@ bool use_channels_last(const std::string& setting, at::Device device, const Prec
                        torch::nn::Module& model) {
   if (setting == "channels_last") return true;
   if (setting == "contiguous") return false;
-  return device.is_cuda() && (plan.autocast || plan.half_model()) && has_4d_parameter(model);
+  if (!has_4d_parameter(model)) return false;
+  // CUDA: cuDNN's tensor-core convolutions take NHWC under half precision; in float32 NCHW.
+  if (device.is_cuda()) return plan.autocast || plan.half_model();
+  // CPU: oneDNN's convolutions run NHWC without reordering, and the fused norm kernels take it
+  // (torch.compile's inductor picks the same layout for convolutions on the CPU).
+  return device.is_cpu() && at::hasMKLDNN();
 }
 
 int64_t to_channels_last(torch::nn::Module& model) {

@@ -1,5 +1,6 @@
 // The layout of the model's 4-D tensors and of its input images: NCHW (contiguous) or NHWC
-// (channels_last), which cuDNN's tensor-core convolutions want under float16/bfloat16.
+// (channels_last), which cuDNN's tensor-core convolutions want under float16/bfloat16 and
+// oneDNN's convolutions on the CPU.
 #pragma once
 #include <ATen/core/Tensor.h>
 #include <torch/nn/module.h>
@@ -11,8 +12,8 @@
 namespace kiln::engine {
 
 // model.memory_format resolved: "channels_last" and "contiguous" as said; "auto" gives
-// channels_last on CUDA under a half precision (autocast or a half model) for a model with 4-D
-// (convolution) weights, and contiguous elsewhere, where NHWC buys nothing or costs copies.
+// channels_last to a model with 4-D (convolution) weights on the CPU (oneDNN) and on CUDA under
+// a half precision (autocast or a half model), and contiguous elsewhere (CUDA in float32).
 bool use_channels_last(const std::string& setting, at::Device device, const PrecisionPlan& plan,
                        torch::nn::Module& model);
 

@@ -461,9 +461,9 @@ TEST(LossGuard, ClippingKeepsTheGradientCheck) {
   EXPECT_TRUE(std::isfinite(out.check.norm));
 }
 
-// model.memory_format = "auto" picks NHWC only where it pays: CUDA, a half precision, and a
-// model with convolution weights; the explicit settings win everywhere.
-TEST(MemoryFormat, AutoIsChannelsLastOnlyForConvolutionsUnderHalfPrecisionOnCuda) {
+// model.memory_format = "auto" picks NHWC only where it pays: a model with convolution weights,
+// on the CPU (oneDNN) or on CUDA under a half precision; the explicit settings win everywhere.
+TEST(MemoryFormat, AutoIsChannelsLastForConvolutionsOnTheCpuAndUnderHalfPrecisionOnCuda) {
   torch::nn::Module conv, linear;
   conv.register_parameter("weight", at::zeros({4, 3, 3, 3}));
   linear.register_parameter("weight", at::zeros({4, 3}));
@@ -476,7 +476,9 @@ TEST(MemoryFormat, AutoIsChannelsLastOnlyForConvolutionsUnderHalfPrecisionOnCuda
   EXPECT_TRUE(use_channels_last("auto", cuda, half, conv));
   EXPECT_FALSE(use_channels_last("auto", cuda, fp32, conv));
   EXPECT_FALSE(use_channels_last("auto", cuda, amp, linear));
-  EXPECT_FALSE(use_channels_last("auto", cpu, amp, conv));
+  EXPECT_EQ(use_channels_last("auto", cpu, fp32, conv), at::hasMKLDNN());
+  EXPECT_EQ(use_channels_last("auto", cpu, amp, conv), at::hasMKLDNN());
+  EXPECT_FALSE(use_channels_last("auto", cpu, fp32, linear));
   EXPECT_TRUE(use_channels_last("channels_last", cpu, fp32, linear));
   EXPECT_FALSE(use_channels_last("contiguous", cuda, amp, conv));
   // Restriding keeps the parameter object (what optimizer groups hold) and its values.

@@ -83,8 +83,8 @@ void expect_close(const at::Tensor& got, const at::Tensor& ref, const at::Tensor
   const double ours = largest(got.to(at::kDouble) - exact);
   const double aten = largest(ref.to(at::kDouble) - exact);
   EXPECT_LE(largest(got - ref), 1e-5 * scale + aten) << what;
-  EXPECT_LE(ours, 4 * aten + 1e-6 * scale) << what << ": " << ours << " from float64, ATen "
-                                           << aten;
+  EXPECT_LE(ours, 4 * aten + 1e-6 * scale)
+      << what << ": " << ours << " from float64, ATen " << aten;
 }
 
 struct Case {
@@ -138,12 +138,11 @@ TEST_P(FusedBatchNorm, MatchesTorchInTrainingAndEvaluation) {
     at::Tensor x_k = x.clone().requires_grad_(), x_ref = x.clone().requires_grad_();
     at::Tensor x64 = x.to(at::kDouble).requires_grad_();
     at::Tensor y_k = layer.forward(x_k);
-    at::Tensor y_ref = activate(
-        at::batch_norm(x_ref, w_ref, b_ref, rm, rv, training, 0.1, 1e-5, false), c.activation,
-        c.param);
-    at::Tensor y64 = activate(
-        at::batch_norm(x64, w64, b64, rm64, rv64, training, 0.1, 1e-5, false), c.activation,
-        c.param);
+    at::Tensor y_ref =
+        activate(at::batch_norm(x_ref, w_ref, b_ref, rm, rv, training, 0.1, 1e-5, false),
+                 c.activation, c.param);
+    at::Tensor y64 = activate(at::batch_norm(x64, w64, b64, rm64, rv64, training, 0.1, 1e-5, false),
+                              c.activation, c.param);
     EXPECT_TRUE(y_k.is_contiguous(x.suggest_memory_format())) << tag;
     expect_close(y_k, y_ref, y64.detach(), tag + " output");
     (y_k * g).sum().backward();
@@ -246,7 +245,8 @@ TEST(FusedBatchNorm, SyncBnInOneProcessSharesTheKernels) {
     (yk * g).sum().backward();
     (yr * g).sum().backward();
     EXPECT_LE(largest(xk.grad() - xr.grad()), 1e-5 * std::max(1.0, largest(xr.grad())));
-    EXPECT_LE(largest(params["weight"].grad() - wr.grad()), 1e-5 * std::max(1.0, largest(wr.grad())));
+    EXPECT_LE(largest(params["weight"].grad() - wr.grad()),
+              1e-5 * std::max(1.0, largest(wr.grad())));
     EXPECT_LE(largest(params["bias"].grad() - br.grad()), 1e-5 * std::max(1.0, largest(br.grad())));
     EXPECT_LE(largest(layer.running_var - rv), 1e-5 * std::max(1.0, largest(rv)));
   }

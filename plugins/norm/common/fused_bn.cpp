@@ -171,8 +171,7 @@ bool forward(const BnSettings& s, const kiln_norm_forward_args* args) {
   std::vector<float> unbiased(c);
   for (int64_t i = 0; i < c; ++i) unbiased[i] = static_cast<float>(m2[i] / (n - 1.0));
   if (report != nullptr) {
-    kiln::norm::report_stats(report, n, channel_tensor(mean), channel_tensor(unbiased),
-                             s.momentum);
+    kiln::norm::report_stats(report, n, channel_tensor(mean), channel_tensor(unbiased), s.momentum);
   } else if (update && args->running_mean != nullptr && args->running_var != nullptr) {
     std::vector<float> rm = values(args->running_mean, c, 0.0F);
     std::vector<float> rv = values(args->running_var, c, 1.0F);

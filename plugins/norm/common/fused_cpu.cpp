@@ -417,8 +417,8 @@ void grad_sums(const float* dy, const float* x, const Layout& l, const float* sc
 }
 
 void grad_input(const float* dy, const float* x, float* dx, const Layout& l, const float* scale,
-                const float* bias, float slope, const float* mean, const float* a,
-                const float* b, const float* c) {
+                const float* bias, float slope, const float* mean, const float* a, const float* b,
+                const float* c) {
   const int64_t ch_count = l.channels;
   if (l.channels_last) {
     const int64_t grain = std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, ch_count));

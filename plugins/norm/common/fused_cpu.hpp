@@ -24,7 +24,7 @@ struct Layout {
   bool channels_last = false;  // rows of C values (N·spatial rows); else N planes of C·inner
   int64_t n = 0;               // samples
   int64_t channels = 0;
-  int64_t inner = 0;           // spatial values per sample and channel (1 for N x C)
+  int64_t inner = 0;  // spatial values per sample and channel (1 for N x C)
   int64_t rows() const { return n * inner; }
   double count() const { return static_cast<double>(n) * static_cast<double>(inner); }
 };
@@ -50,7 +50,7 @@ void grad_sums(const float* dy, const float* x, const Layout& l, const float* sc
 // dx = dz · a + (x − mean) · b + c per channel, dz as in grad_sums (centred, so that inputs far
 // from zero lose no digits); `dx` may be `dy`.
 void grad_input(const float* dy, const float* x, float* dx, const Layout& l, const float* scale,
-                const float* bias, float slope, const float* mean, const float* a,
-                const float* b, const float* c);
+                const float* bias, float slope, const float* mean, const float* a, const float* b,
+                const float* c);
 
 }  // namespace kiln::norm::fused
