@@ -33,6 +33,12 @@ What the arms share, per case (PyTorch arm = eager and compiled):
   the reference uses torch.optim.SGD(fused=True) by default (--torch-optim default gives torch's
   own choice, the per-parameter for-loop on the CPU).
 
+Not shared by default: the memory format. Kiln runs its model.memory_format (--memory-format,
+default "auto": channels_last for a convolutional model on the CPU); the twins run PyTorch's
+default, NCHW (--twin-layout contiguous), as a PyTorch user gets them; --twin-layout
+channels_last moves the twin and each batch to NHWC (model.to(memory_format=...)), as a user
+would ask for. The table says which layout each side ran.
+
 Not shared by default: the C heap. `kiln run` raises glibc's mmap and trim thresholds for itself
 (host/io/heap.cpp), so step-sized blocks are not handed back to the kernel and faulted in again
 every step; the PyTorch arm runs with glibc's defaults, as a Python user gets them.

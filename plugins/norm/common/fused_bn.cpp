@@ -226,8 +226,13 @@ bool backward(const BnSettings& s, const kiln_norm_backward_args* args, bool han
     }
   }
   at::Tensor dx;
+  bool into_buffer = false;
   if (args->grad_input != nullptr) {
-    dx = hands_over ? at::empty_like(x) : kiln::as_tensor(*args->grad_input);
+    // The host's buffer when it has the input's layout; otherwise (handed over, or a buffer laid
+    // out as a gradient that came in another layout) a tensor like the input, given below.
+    Layout same;
+    into_buffer = !hands_over && layout_of(x, {kiln::as_tensor(*args->grad_input)}, same);
+    dx = into_buffer ? kiln::as_tensor(*args->grad_input) : at::empty_like(x);
     grad_input(dy.data_ptr<float>(), x.data_ptr<float>(), dx.data_ptr<float>(), l, f.scale.data(),
                f.bias.data(), s.slope, mean.data(), a.data(), b.data(), k.data());
   }
@@ -239,8 +244,8 @@ bool backward(const BnSettings& s, const kiln_norm_backward_args* args, bool han
       kiln::as_tensor(*buffer).copy_(grad);
     }
   };
-  if (args->grad_input != nullptr) {
-    give(slots ? args->grad_input_result : nullptr, hands_over ? args->grad_input : nullptr, dx);
+  if (args->grad_input != nullptr && !into_buffer) {
+    give(slots ? args->grad_input_result : nullptr, args->grad_input, dx);
   }
   if (args->grad_weight != nullptr) {
     give(slots ? args->grad_weight_result : nullptr, args->grad_weight,
