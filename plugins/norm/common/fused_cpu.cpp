@@ -299,15 +299,31 @@ int64_t for_row_tasks(int64_t rows, int64_t c, const Fn& fn) {
   return tasks;
 }
 
-// Adds the tasks' partial sums (tasks x 2C: s then q) into s and q.
-void add_partials(const std::vector<double>& partials, int64_t tasks, int64_t c, double* s,
-                  double* q) {
-  for (int64_t t = 0; t < tasks; ++t) {
-    for (int64_t ch = 0; ch < c; ++ch) {
-      s[ch] += partials[(t * 2) * c + ch];
-      q[ch] += partials[(t * 2 + 1) * c + ch];
+// The two per-channel sums of a reducing pass, s and q (set, not added to): channels-last rows
+// split into one range per thread, each summing into its own partials with
+// rows(r0, r1, s_part, q_part); NCHW planes one channel at a time with plane(ch, &s, &q).
+template <typename Rows, typename Plane>
+void channel_sums(const Layout& l, const Rows& rows, const Plane& plane, double* s, double* q) {
+  const int64_t c = l.channels;
+  std::fill(s, s + c, 0.0);
+  std::fill(q, q + c, 0.0);
+  if (l.channels_last) {
+    std::vector<double> partials(2 * c * std::max<int64_t>(1, at::get_num_threads()), 0.0);
+    const int64_t tasks = for_row_tasks(l.rows(), c, [&](int64_t t, int64_t r0, int64_t r1) {
+      rows(r0, r1, &partials[t * 2 * c], &partials[(t * 2 + 1) * c]);
+    });
+    for (int64_t t = 0; t < tasks; ++t) {
+      for (int64_t ch = 0; ch < c; ++ch) {
+        s[ch] += partials[(t * 2) * c + ch];
+        q[ch] += partials[(t * 2 + 1) * c + ch];
+      }
     }
+    return;
   }
+  const int64_t grain = std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, l.rows()));
+  at::parallel_for(0, c, grain, [&](int64_t c0, int64_t c1) {
+    for (int64_t ch = c0; ch < c1; ++ch) plane(ch, &s[ch], &q[ch]);
+  });
 }
 
 }  // namespace
@@ -346,20 +362,15 @@ void moments(const float* x, const Layout& l, double* mean, double* m2) {
   if (l.n > 0 && l.inner > 0) {
     for (int64_t ch = 0; ch < c; ++ch) k[ch] = l.channels_last ? x[ch] : x[ch * l.inner];
   }
-  if (l.channels_last) {
-    std::vector<double> partials(2 * c * std::max<int64_t>(1, at::get_num_threads()), 0.0);
-    const int64_t tasks = for_row_tasks(l.rows(), c, [&](int64_t t, int64_t r0, int64_t r1) {
-      rows_sums(x, r0, r1, c, k.data(), &partials[t * 2 * c], &partials[(t * 2 + 1) * c]);
-    });
-    add_partials(partials, tasks, c, s.data(), q.data());
-  } else {
-    const int64_t grain = std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, l.rows()));
-    at::parallel_for(0, c, grain, [&](int64_t c0, int64_t c1) {
-      for (int64_t ch = c0; ch < c1; ++ch) {
-        plane_sums(x + ch * l.inner, l.n, c * l.inner, l.inner, k[ch], &s[ch], &q[ch]);
-      }
-    });
-  }
+  channel_sums(
+      l,
+      [&](int64_t r0, int64_t r1, double* sp, double* qp) {
+        rows_sums(x, r0, r1, c, k.data(), sp, qp);
+      },
+      [&](int64_t ch, double* sp, double* qp) {
+        plane_sums(x + ch * l.inner, l.n, c * l.inner, l.inner, k[ch], sp, qp);
+      },
+      s.data(), q.data());
   const double n = l.count();
   for (int64_t ch = 0; ch < c; ++ch) {
     if (n == 0) {
@@ -396,24 +407,16 @@ void grad_sums(const float* dy, const float* x, const Layout& l, const float* sc
                const float* bias, float slope, const float* mean, double* sum_dz,
                double* sum_dz_xc) {
   const int64_t c = l.channels;
-  std::fill(sum_dz, sum_dz + c, 0.0);
-  std::fill(sum_dz_xc, sum_dz_xc + c, 0.0);
-  if (l.channels_last) {
-    std::vector<double> partials(2 * c * std::max<int64_t>(1, at::get_num_threads()), 0.0);
-    const int64_t tasks = for_row_tasks(l.rows(), c, [&](int64_t t, int64_t r0, int64_t r1) {
-      rows_grad_sums(dy, x, r0, r1, c, scale, bias, slope, mean, &partials[t * 2 * c],
-                     &partials[(t * 2 + 1) * c]);
-    });
-    add_partials(partials, tasks, c, sum_dz, sum_dz_xc);
-    return;
-  }
-  const int64_t grain = std::max<int64_t>(1, kGrainFloats / std::max<int64_t>(1, l.rows()));
-  at::parallel_for(0, c, grain, [&](int64_t c0, int64_t c1) {
-    for (int64_t ch = c0; ch < c1; ++ch) {
-      plane_grad_sums(dy + ch * l.inner, x + ch * l.inner, l.n, c * l.inner, l.inner, scale[ch],
-                      bias[ch], slope, mean[ch], &sum_dz[ch], &sum_dz_xc[ch]);
-    }
-  });
+  channel_sums(
+      l,
+      [&](int64_t r0, int64_t r1, double* sp, double* qp) {
+        rows_grad_sums(dy, x, r0, r1, c, scale, bias, slope, mean, sp, qp);
+      },
+      [&](int64_t ch, double* sp, double* qp) {
+        plane_grad_sums(dy + ch * l.inner, x + ch * l.inner, l.n, c * l.inner, l.inner, scale[ch],
+                        bias[ch], slope, mean[ch], sp, qp);
+      },
+      sum_dz, sum_dz_xc);
 }
 
 void grad_input(const float* dy, const float* x, float* dx, const Layout& l, const float* scale,

@@ -46,12 +46,6 @@ fused::Affine applied_affine(const SyncBn& bn, const DLTensor* weight, const DLT
                        std::vector<float>(i.data_ptr<float>(), i.data_ptr<float>() + bn.features));
 }
 
-at::Tensor channel_tensor(std::vector<float>& v, const at::Tensor& like) {
-  return at::from_blob(v.data(), {static_cast<int64_t>(v.size())}, at::kFloat)
-      .to(like.device())
-      .clone();
-}
-
 kiln_status* sbn_create(const kiln_host_api* host, const kiln_options* options,
                         const kiln_norm_setup* setup, kiln_norm_layout* layout, void** out) {
   return KILN_GUARD(host, {
@@ -79,15 +73,18 @@ kiln_status* sbn_forward(void* instance, kiln_call_context* ctx,
         kiln::norm::forward_stats(bn.host, ctx, bn.options, args, x, /*sync=*/true, kName);
     at::Tensor y = kiln::as_tensor(*args->output);
     // y = act((x - mean) * (invstd * w) + b).
-    fused::Affine f = applied_affine(bn, args->weight, args->bias, applied.mean, applied.invstd);
     fused::Layout l;
     if (fused::layout_of(x, {y}, l)) {
+      const fused::Affine f =
+          applied_affine(bn, args->weight, args->bias, applied.mean, applied.invstd);
       fused::normalise(x.data_ptr<float>(), y.data_ptr<float>(), l, f.mean.data(), f.scale.data(),
                        f.bias.data(), bn.slope);
     } else {
-      at::Tensor m = per_channel(channel_tensor(f.mean, x), x.dim());
-      at::Tensor a = per_channel(channel_tensor(f.scale, x), x.dim());
-      at::Tensor b = per_channel(channel_tensor(f.bias, x), x.dim());
+      // On the data's device (no read-back): CUDA, half precision, mixed layouts.
+      at::Tensor w = kiln::norm::channel_f32(args->weight, bn.features, 1.0, x);
+      at::Tensor m = per_channel(applied.mean.to(at::kFloat), x.dim());
+      at::Tensor a = per_channel((applied.invstd * w).to(at::kFloat), x.dim());
+      at::Tensor b = per_channel(kiln::norm::channel_f32(args->bias, bn.features, 0.0, x), x.dim());
       kiln::norm::for_each_chunk(x, [&](int64_t first, int64_t count) {
         y.narrow(0, first, count).copy_((x.narrow(0, first, count).to(at::kFloat) - m) * a + b);
       });
@@ -108,9 +105,11 @@ kiln_status* sbn_backward(void* instance, kiln_call_context* ctx,
     at::Tensor mean = kiln::as_tensor(*args->save_mean).to(at::kFloat);
     at::Tensor invstd = kiln::as_tensor(*args->save_invstd).to(at::kFloat);
     at::Tensor w = kiln::norm::channel_f32(args->weight, channels, 1.0, x);
-    const fused::Affine f = applied_affine(bn, args->weight, args->bias, mean, invstd);
     fused::Layout l;
     const bool kernels = fused::backward_layout(x, dy, l);
+    // Read back only for the CPU kernels.
+    const fused::Affine f =
+        kernels ? applied_affine(bn, args->weight, args->bias, mean, invstd) : fused::Affine{};
     at::Tensor mean_b = per_channel(mean, dim);
     // Through the activation the layer applied (ATen's path; the kernels mask as they go).
     if (!kernels) dy = fused::through_activation(bn.slope, dy, x, args);
