@@ -10,11 +10,8 @@ momentum, `accumulation` micro-batches per step with no_sync() on all but the la
 order (no shuffle), each rank taking every world-th sample as DistributedSampler does, and writes
 the final weights to oracle.safetensors.
 """
-import gzip
 import os
-import struct
 
-import numpy as np
 import safetensors.torch
 import torch
 import torch.distributed as dist
@@ -22,57 +19,13 @@ import torch.multiprocessing as mp
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import Scratch
-
-
-class Mlp(nn.Module):
-    def __init__(self, inputs, hidden, classes):
-        super().__init__()
-        self.layers = nn.ModuleList()
-        for width in hidden:
-            layer = nn.Module()
-            layer.linear = nn.Linear(inputs, width)
-            self.layers.append(layer)
-            inputs = width
-        self.head = nn.Linear(inputs, classes)
-
-    def forward(self, x):
-        x = x.flatten(1)
-        for layer in self.layers:
-            x = F.relu(layer.linear(x))
-        return self.head(x)
-
-
-def write_idx(path, array, magic):
-    with gzip.open(path, "wb") as f:
-        f.write(struct.pack(">I", magic))
-        for d in array.shape:
-            f.write(struct.pack(">I", d))
-        f.write(array.astype(np.uint8).tobytes())
+from common import Mlp, Scratch, load_split, max_difference, save_state, write_pattern_set
 
 
 def prepare(s, cfg):
-    rng = np.random.default_rng(cfg["seed"])
-    size = cfg["size"]
-    for prefix, n in (("train", cfg["train"]), ("t10k", cfg["test"])):
-        labels = rng.integers(0, 10, n)
-        # Learnable: a per-class brightness pattern plus noise.
-        base = (np.arange(size * size).reshape(size, size) * 7 % 255)[None]
-        images = (base * (labels[:, None, None] + 1) / 10 + rng.integers(0, 60, (n, size, size)))
-        write_idx(os.path.join(s.dir, f"{prefix}-images-idx3-ubyte.gz"), np.clip(images, 0, 255), 0x803)
-        write_idx(os.path.join(s.dir, f"{prefix}-labels-idx1-ubyte.gz"), labels, 0x801)
+    write_pattern_set(s.dir, cfg, noise=60)
     torch.manual_seed(cfg["seed"])
-    model = Mlp(size * size, cfg["hidden"], 10)
-    safetensors.torch.save_file({k: v.contiguous() for k, v in model.state_dict().items()},
-                                os.path.join(s.dir, "init.safetensors"))
-
-
-def load_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic = struct.unpack(">I", data[:4])[0]
-    dims = struct.unpack(">" + "I" * (magic & 0xFF), data[4:4 + 4 * (magic & 0xFF)])
-    return np.frombuffer(data[4 + 4 * len(dims):], dtype=np.uint8).reshape(dims)
+    save_state(Mlp(cfg["size"] ** 2, cfg["hidden"], 10), os.path.join(s.dir, "init.safetensors"))
 
 
 def worker(rank, directory, cfg):
@@ -81,11 +34,8 @@ def worker(rank, directory, cfg):
     torch.set_num_threads(1)
     world = cfg["world"]
     dist.init_process_group("gloo", rank=rank, world_size=world)
-    images = torch.from_numpy(load_idx(os.path.join(directory, "train-images-idx3-ubyte.gz")).copy())
-    labels = torch.from_numpy(load_idx(os.path.join(directory, "train-labels-idx1-ubyte.gz")).astype(np.int64))
-    x_all = ((images.float().unsqueeze(1) / 255.0) - cfg["mean"]) / cfg["std"]
-    size = cfg["size"]
-    model = Mlp(size * size, cfg["hidden"], 10)
+    x_all, labels = load_split(directory, "train", cfg["mean"], cfg["std"])
+    model = Mlp(cfg["size"] ** 2, cfg["hidden"], 10)
     model.load_state_dict(safetensors.torch.load_file(os.path.join(directory, "init.safetensors")))
     ddp = nn.parallel.DistributedDataParallel(model, bucket_cap_mb=cfg["bucket_cap_mb"])
     opt = torch.optim.SGD(ddp.parameters(), lr=cfg["lr"], momentum=cfg["momentum"])
@@ -105,8 +55,7 @@ def worker(rank, directory, cfg):
                 loss.backward()
         opt.step()
     if rank == 0:
-        safetensors.torch.save_file({k: v.contiguous() for k, v in model.state_dict().items()},
-                                    os.path.join(directory, "oracle.safetensors"))
+        save_state(model, os.path.join(directory, "oracle.safetensors"))
     dist.destroy_process_group()
 
 
@@ -119,8 +68,7 @@ def main():
         a = safetensors.torch.load_file(cfg["a"])
         b = safetensors.torch.load_file(cfg["b"])
         assert sorted(a) == sorted(b), (sorted(a), sorted(b))
-        diff = max((a[k].double() - b[k].double()).abs().max().item() for k in a)
-        (s.dir / "diff.txt").write_text(repr(diff))
+        (s.dir / "diff.txt").write_text(repr(max_difference(a, b, a)))
     else:
         mp.spawn(worker, args=(str(s.dir), cfg), nprocs=cfg["world"], join=True)
 

@@ -15,38 +15,17 @@ BinaryCrossEntropy (one-hot off = s / C, on = 1 - s + off) with F.binary_cross_e
 mse = the mse_linear model's own, mean((logits - one_hot) ** 2). Evaluation's loss is the same
 loss over the whole split as one batch.
 """
-import gzip
 import json
 import os
-import struct
 
-import numpy as np
 import safetensors.torch
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import Scratch
+from common import Mlp, Scratch, load_split, save_state, write_pattern_set
 
 CLASSES = 10
-
-
-class Mlp(nn.Module):
-    def __init__(self, inputs, hidden):
-        super().__init__()
-        self.layers = nn.ModuleList()
-        for width in hidden:
-            layer = nn.Module()
-            layer.linear = nn.Linear(inputs, width)
-            self.layers.append(layer)
-            inputs = width
-        self.head = nn.Linear(inputs, CLASSES)
-
-    def forward(self, x):
-        x = x.flatten(1)
-        for layer in self.layers:
-            x = F.relu(layer.linear(x))
-        return self.head(x)
 
 
 class Linear(nn.Module):
@@ -58,43 +37,13 @@ class Linear(nn.Module):
         return self.fc(x.flatten(1))
 
 
-def write_idx(path, array, magic):
-    with gzip.open(path, "wb") as f:
-        f.write(struct.pack(">I", magic))
-        for d in array.shape:
-            f.write(struct.pack(">I", d))
-        f.write(array.astype(np.uint8).tobytes())
-
-
-def load_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic = struct.unpack(">I", data[:4])[0]
-    dims = struct.unpack(">" + "I" * (magic & 0xFF), data[4:4 + 4 * (magic & 0xFF)])
-    return np.frombuffer(data[4 + 4 * len(dims):], dtype=np.uint8).reshape(dims)
-
-
 def prepare(s, cfg):
-    rng = np.random.default_rng(cfg["seed"])
-    size = cfg["size"]
-    for prefix, n in (("train", cfg["train"]), ("t10k", cfg["test"])):
-        labels = rng.integers(0, CLASSES, n)
-        base = (np.arange(size * size).reshape(size, size) * 7 % 255)[None]
-        images = base * (labels[:, None, None] + 1) / 10 + rng.integers(0, 90, (n, size, size))
-        write_idx(os.path.join(s.dir, f"{prefix}-images-idx3-ubyte.gz"), np.clip(images, 0, 255),
-                  0x803)
-        write_idx(os.path.join(s.dir, f"{prefix}-labels-idx1-ubyte.gz"), labels, 0x801)
+    write_pattern_set(s.dir, cfg, noise=90, classes=CLASSES)
     torch.manual_seed(cfg["seed"])
-    for name, model in (("mlp", Mlp(size * size, cfg["hidden"])), ("linear", Linear(size * size))):
-        state = {k: v.contiguous() for k, v in model.state_dict().items()}
-        safetensors.torch.save_file(state, os.path.join(s.dir, f"{name}.safetensors"))
-
-
-def split(s, prefix, mean, std):
-    images = torch.from_numpy(load_idx(os.path.join(s.dir, f"{prefix}-images-idx3-ubyte.gz")).copy())
-    labels = torch.from_numpy(
-        load_idx(os.path.join(s.dir, f"{prefix}-labels-idx1-ubyte.gz")).astype(np.int64))
-    return ((images.float().unsqueeze(1) / 255.0) - mean) / std, labels
+    size = cfg["size"]
+    for name, model in (("mlp", Mlp(size * size, cfg["hidden"], CLASSES)),
+                        ("linear", Linear(size * size))):
+        save_state(model, os.path.join(s.dir, f"{name}.safetensors"))
 
 
 def loss_fn(cfg):
@@ -122,11 +71,12 @@ def relative(a, b):
 def compare(s, cfg):
     torch.set_num_threads(1)
     size = cfg["size"]
-    model = Mlp(size * size, cfg["hidden"]) if cfg["model"] == "mlp" else Linear(size * size)
+    model = (Mlp(size * size, cfg["hidden"], CLASSES) if cfg["model"] == "mlp"
+             else Linear(size * size))
     model.load_state_dict(safetensors.torch.load_file(
         os.path.join(s.dir, ("mlp" if cfg["model"] == "mlp" else "linear") + ".safetensors")))
     loss_of = loss_fn(cfg)
-    x_all, y_all = split(s, "train", cfg["mean"], cfg["std"])
+    x_all, y_all = load_split(s.dir, "train", cfg["mean"], cfg["std"])
     opt = torch.optim.SGD(model.parameters(), lr=cfg["lr"])
     batch = cfg["batch"]
     expected_steps = []
@@ -136,7 +86,7 @@ def compare(s, cfg):
         loss.backward()
         opt.step()
         expected_steps.append(loss.item())
-    x_test, y_test = split(s, "t10k", cfg["mean"], cfg["std"])
+    x_test, y_test = load_split(s.dir, "t10k", cfg["mean"], cfg["std"])
     with torch.no_grad():
         logits = model(x_test)
         loss, _ = loss_of(logits, y_test)

@@ -18,85 +18,26 @@ Writes the final weights and buffers to oracle.safetensors.
 Phase "compare" writes to diffs.json, for each pair [a, b] of safetensors files, the largest
 absolute difference of the running statistics and of the other tensors.
 """
-import gzip
 import json
 import os
-import struct
 
-import numpy as np
 import safetensors.torch
 import torch
-import torch.nn as nn
 import torch.nn.functional as F
 
-from common import Scratch
-
-
-class Mlp(nn.Module):
-    def __init__(self, inputs, hidden, classes, momentum):
-        super().__init__()
-        self.layers = nn.ModuleList()
-        for width in hidden:
-            layer = nn.Module()
-            layer.linear = nn.Linear(inputs, width)
-            layer.norm = nn.BatchNorm1d(width, eps=1e-5, momentum=momentum)
-            self.layers.append(layer)
-            inputs = width
-        self.head = nn.Linear(inputs, classes)
-
-    def forward(self, x):
-        x = x.flatten(1)
-        for layer in self.layers:
-            x = F.relu(layer.norm(layer.linear(x)))
-        return self.head(x)
-
-
-def state(model):
-    return {k: v.contiguous() for k, v in model.state_dict().items()
-            if not k.endswith("num_batches_tracked")}
-
-
-def write_idx(path, array, magic):
-    with gzip.open(path, "wb") as f:
-        f.write(struct.pack(">I", magic))
-        for d in array.shape:
-            f.write(struct.pack(">I", d))
-        f.write(array.astype(np.uint8).tobytes())
-
-
-def load_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic = struct.unpack(">I", data[:4])[0]
-    dims = struct.unpack(">" + "I" * (magic & 0xFF), data[4:4 + 4 * (magic & 0xFF)])
-    return np.frombuffer(data[4 + 4 * len(dims):], dtype=np.uint8).reshape(dims)
+from common import Mlp, Scratch, load_split, max_difference, save_state, write_pattern_set
 
 
 def prepare(s, cfg):
-    rng = np.random.default_rng(cfg["seed"])
-    size = cfg["size"]
-    for prefix, n in (("train", cfg["train"]), ("t10k", cfg["test"])):
-        labels = rng.integers(0, 10, n)
-        base = (np.arange(size * size).reshape(size, size) * 7 % 255)[None]
-        # Brightness that drifts over the set, so that consecutive batches differ in their
-        # statistics as a shuffled real set's do.
-        drift = np.linspace(0, 80, n)[:, None, None]
-        images = (base * (labels[:, None, None] + 1) / 10 + rng.integers(0, 60, (n, size, size))
-                  + drift)
-        write_idx(os.path.join(s.dir, f"{prefix}-images-idx3-ubyte.gz"), np.clip(images, 0, 255),
-                  0x803)
-        write_idx(os.path.join(s.dir, f"{prefix}-labels-idx1-ubyte.gz"), labels, 0x801)
+    write_pattern_set(s.dir, cfg, noise=60, drift=80)
     torch.manual_seed(cfg["seed"])
-    model = Mlp(size * size, cfg["hidden"], 10, 0.1)
-    safetensors.torch.save_file(state(model), os.path.join(s.dir, "init.safetensors"))
+    save_state(Mlp(cfg["size"] ** 2, cfg["hidden"], 10, 0.1),
+               os.path.join(s.dir, "init.safetensors"))
 
 
 def train(s, cfg):
     torch.set_num_threads(1)
-    images = torch.from_numpy(load_idx(os.path.join(s.dir, "train-images-idx3-ubyte.gz")).copy())
-    labels = torch.from_numpy(
-        load_idx(os.path.join(s.dir, "train-labels-idx1-ubyte.gz")).astype(np.int64))
-    x_all = ((images.float().unsqueeze(1) / 255.0) - cfg["mean"]) / cfg["std"]
+    x_all, labels = load_split(s.dir, "train", cfg["mean"], cfg["std"])
     m, mode, k, batch = cfg["norm_momentum"], cfg["mode"], cfg["accumulation"], cfg["batch"]
     model = Mlp(cfg["size"] ** 2, cfg["hidden"], 10, m)
     model.load_state_dict(safetensors.torch.load_file(os.path.join(s.dir, "init.safetensors")),
@@ -126,7 +67,7 @@ def train(s, cfg):
                     F.batch_norm(torch.cat(inputs[id(bn)]), bn.running_mean, bn.running_var,
                                  training=True, momentum=m)
         opt.step()
-    safetensors.torch.save_file(state(model), os.path.join(s.dir, "oracle.safetensors"))
+    save_state(model, os.path.join(s.dir, "oracle.safetensors"))
 
 
 def compare(s, cfg):
@@ -135,13 +76,9 @@ def compare(s, cfg):
         a = safetensors.torch.load_file(a_path)
         b = safetensors.torch.load_file(b_path)
         assert sorted(a) == sorted(b), (sorted(a), sorted(b))
-
-        def diff(keys):
-            return max(((a[k].double() - b[k].double()).abs().max().item() for k in keys),
-                       default=0.0)
-
         stats = [k for k in a if k.endswith(("running_mean", "running_var"))]
-        out.append({"stats": diff(stats), "weights": diff([k for k in a if k not in stats])})
+        out.append({"stats": max_difference(a, b, stats),
+                    "weights": max_difference(a, b, [k for k in a if k not in stats])})
     (s.dir / "diffs.json").write_text(json.dumps(out))
 
 

@@ -13,18 +13,15 @@ test loss (sum over samples / count) and accuracy, and the final weights to orac
 Phase "compare" writes to diff.json the largest absolute difference between the tensors of two
 safetensors files (cfg "a", "b") and the names of "b" that "a" lacks.
 """
-import gzip
 import json
 import os
-import struct
 
-import numpy as np
 import safetensors.torch
 import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import Scratch
+from common import Scratch, load_split, write_pattern_set
 
 
 class Net(nn.Module):
@@ -50,33 +47,9 @@ class Pair(nn.Module):
         return y, y
 
 
-def write_idx(path, array, magic):
-    with gzip.open(path, "wb") as f:
-        f.write(struct.pack(">I", magic))
-        for d in array.shape:
-            f.write(struct.pack(">I", d))
-        f.write(array.astype(np.uint8).tobytes())
-
-
-def load_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    magic = struct.unpack(">I", data[:4])[0]
-    dims = struct.unpack(">" + "I" * (magic & 0xFF), data[4:4 + 4 * (magic & 0xFF)])
-    return np.frombuffer(data[4 + 4 * len(dims):], dtype=np.uint8).reshape(dims)
-
-
 def prepare(s, cfg):
-    rng = np.random.default_rng(cfg["seed"])
+    write_pattern_set(s.dir, cfg, noise=60)
     size = cfg["size"]
-    for prefix, n in (("train", cfg["train"]), ("t10k", cfg["test"])):
-        labels = rng.integers(0, 10, n)
-        # Learnable: a per-class brightness pattern plus noise.
-        base = (np.arange(size * size).reshape(size, size) * 7 % 255)[None]
-        images = base * (labels[:, None, None] + 1) / 10 + rng.integers(0, 60, (n, size, size))
-        write_idx(os.path.join(s.dir, f"{prefix}-images-idx3-ubyte.gz"), np.clip(images, 0, 255),
-                  0x803)
-        write_idx(os.path.join(s.dir, f"{prefix}-labels-idx1-ubyte.gz"), labels, 0x801)
     torch.manual_seed(cfg["seed"])
     net = Net(size, 10)
     torch.jit.save(torch.jit.script(net), os.path.join(s.dir, "net.pt"))
@@ -97,16 +70,7 @@ def train(s, cfg):
     net.load_state_dict(torch.jit.load(os.path.join(s.dir, "net.pt")).state_dict())
     if cfg.get("init"):
         net.load_state_dict(safetensors.torch.load_file(os.path.join(s.dir, cfg["init"])))
-
-    def split(prefix):
-        images = torch.from_numpy(
-            load_idx(os.path.join(s.dir, f"{prefix}-images-idx3-ubyte.gz")).copy())
-        labels = torch.from_numpy(
-            load_idx(os.path.join(s.dir, f"{prefix}-labels-idx1-ubyte.gz")).astype(np.int64))
-        x = ((images.float().unsqueeze(1) / 255.0) - cfg["mean"]) / cfg["std"]
-        return x, labels
-
-    x, y = split("train")
+    x, y = load_split(s.dir, "train", cfg["mean"], cfg["std"])
     opt = torch.optim.SGD(net.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
                           weight_decay=cfg["weight_decay"])
     batch = cfg["batch"]
@@ -120,7 +84,7 @@ def train(s, cfg):
         opt.step()
         losses.append(loss.item())
     net.eval()
-    xt, yt = split("t10k")
+    xt, yt = load_split(s.dir, "t10k", cfg["mean"], cfg["std"])
     with torch.no_grad():
         logits = net(xt)
         test_loss = F.cross_entropy(logits, yt, reduction="sum").item() / xt.shape[0]
