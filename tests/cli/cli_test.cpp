@@ -11,30 +11,21 @@
 #include <boost/filesystem.hpp>
 #include <cerrno>
 #include <chrono>
-#include <cstdio>
 #include <fstream>
 #include <regex>
 #include <sstream>
 
 #include "kiln_test_paths.h"
+#include "shell.hpp"
 
 namespace fs = boost::filesystem;  // libtorch exports clashing std::filesystem symbols
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout and stderr together
-};
+using Result = kiln::test::ShellResult;
 
-Result kiln(const std::string& args, const std::string& env = "") {
-  std::string command = env + " " KILN_CLI " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+Result kiln_cli(const std::string& args, const std::string& env = "") {
+  return kiln::test::shell(env + " " KILN_CLI " " + args);
 }
 
 std::string pipeline(const std::string& name) {
@@ -88,7 +79,7 @@ std::string quickstart() {
 TEST(Cli, ValidatesTheQuickstart) {
   const std::string quickstart_toml = quickstart();
   KILN_NEEDS_QUICKSTART_DATA(quickstart_toml);
-  Result r = kiln("validate " + quickstart_toml);
+  Result r = kiln_cli("validate " + quickstart_toml);
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find(": ok (model resnet, optimizer sgd, lr_policy step, norm batchnorm, "
                           "precision fp32)"),
@@ -101,18 +92,19 @@ TEST(Cli, ValidatesTheQuickstart) {
 TEST(Cli, ValidateBuildsTheModelWithTheSwappedNormLayers) {
   const std::string quickstart = ::quickstart();
   KILN_NEEDS_QUICKSTART_DATA(quickstart);
-  Result relu = kiln("validate " + quickstart + " --set model.norm='\"inplace_abn\"'");
+  Result relu = kiln_cli("validate " + quickstart + " --set model.norm='\"inplace_abn\"'");
   EXPECT_EQ(relu.code, 2) << relu.output;
   EXPECT_NE(relu.output.find("inplace_abn: relu is not invertible"), std::string::npos)
       << relu.output;
   Result leaky =
-      kiln("validate " + quickstart +
-           " --set model.norm='\"inplace_abn\"' --set model.activation='\"leaky_relu\"'");
+      kiln_cli("validate " + quickstart +
+               " --set model.norm='\"inplace_abn\"' --set model.activation='\"leaky_relu\"'");
   EXPECT_EQ(leaky.code, 0) << leaky.output;
   EXPECT_NE(leaky.output.find("norm inplace_abn,"), std::string::npos) << leaky.output;
-  Result slope = kiln("validate " + quickstart +
-                      " --set model.norm='\"inplace_abn\"' --set model.activation='\"leaky_relu\"'"
-                      " --set model.activation_param=0.0");
+  Result slope =
+      kiln_cli("validate " + quickstart +
+               " --set model.norm='\"inplace_abn\"' --set model.activation='\"leaky_relu\"'"
+               " --set model.activation_param=0.0");
   EXPECT_EQ(slope.code, 2) << slope.output;
   EXPECT_NE(slope.output.find("leaky_relu with slope 0.000000 is not invertible"),
             std::string::npos)
@@ -122,19 +114,20 @@ TEST(Cli, ValidateBuildsTheModelWithTheSwappedNormLayers) {
 TEST(Cli, ValidateChecksCheckpointedBlockNames) {
   const std::string quickstart = ::quickstart();
   KILN_NEEDS_QUICKSTART_DATA(quickstart);
-  Result typo = kiln("validate " + quickstart + " --set memory.checkpoint='[\"layr2\"]'");
+  Result typo = kiln_cli("validate " + quickstart + " --set memory.checkpoint='[\"layr2\"]'");
   EXPECT_EQ(typo.code, 2) << typo.output;
   EXPECT_NE(typo.output.find("did you mean 'layer2'?"), std::string::npos) << typo.output;
-  Result sqrt = kiln("validate " + quickstart + " --set memory.checkpoint='\"sqrt\"'");
+  Result sqrt = kiln_cli("validate " + quickstart + " --set memory.checkpoint='\"sqrt\"'");
   EXPECT_EQ(sqrt.code, 0) << sqrt.output;
-  Result ddp = kiln("validate " + quickstart +
-                    " --set memory.checkpoint='\"sqrt\"' --set dist.find_unused_parameters=true");
+  Result ddp =
+      kiln_cli("validate " + quickstart +
+               " --set memory.checkpoint='\"sqrt\"' --set dist.find_unused_parameters=true");
   EXPECT_EQ(ddp.code, 2) << ddp.output;
   EXPECT_NE(ddp.output.find("cannot be combined"), std::string::npos) << ddp.output;
 }
 
 TEST(Cli, PlanShowsResolvedOptionsAndGroups) {
-  Result r = kiln("plan " + pipeline("synthetic_mlp.toml"));
+  Result r = kiln_cli("plan " + pipeline("synthetic_mlp.toml"));
   EXPECT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("momentum = 0.9"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("dampening = 0.0"), std::string::npos) << r.output;  // a default
@@ -146,9 +139,9 @@ TEST(Cli, PlanShowsResolvedOptionsAndGroups) {
 }
 
 TEST(Cli, PlanShowsPetAndCustomKeyGroups) {
-  Result r = kiln("plan " + pipeline("synthetic_mlp.toml") +
-                  " --set optimizer.bias_double_lr=true --set optimizer.weight_decay=0.01" +
-                  " --set 'optimizer.custom_keys={\"^head\\\\.\"={lr_mult=10}}'");
+  Result r = kiln_cli("plan " + pipeline("synthetic_mlp.toml") +
+                      " --set optimizer.bias_double_lr=true --set optimizer.weight_decay=0.01" +
+                      " --set 'optimizer.custom_keys={\"^head\\\\.\"={lr_mult=10}}'");
   EXPECT_EQ(r.code, 0) << r.output;
   // mlp hidden [64]: layers.0.linear.{weight,bias}, head.{weight,bias}.
   EXPECT_NE(r.output.find("default    1 tensors, 50176 elements, lr 0.05 (x1), weight_decay 0.01"),
@@ -165,8 +158,8 @@ TEST(Cli, PlanShowsPetAndCustomKeyGroups) {
 TEST(Cli, PrintsAndPlotsTheLrSchedule) {
   fs::path dir = temp_dir();
   const std::string png = (dir / "lr.png").string();
-  Result r = kiln("lr-schedule " + pipeline("synthetic_mlp.toml") + " --csv --png " + png +
-                  " --set optimizer.bias_double_lr=true");
+  Result r = kiln_cli("lr-schedule " + pipeline("synthetic_mlp.toml") + " --csv --png " + png +
+                      " --set optimizer.bias_double_lr=true");
   ASSERT_EQ(r.code, 0) << r.output;
   std::istringstream in(r.output);
   std::vector<std::string> rows;
@@ -196,17 +189,17 @@ TEST(Cli, PrintsAndPlotsTheLrSchedule) {
 }
 
 TEST(Cli, ListsAndDescribesPlugins) {
-  Result list = kiln("plugins list");
+  Result list = kiln_cli("plugins list");
   EXPECT_EQ(list.code, 0) << list.output;
   for (const char* name : {"sgd", "step", "cosine", "fp32", "batchnorm", "mlp", "resnet"}) {
     EXPECT_NE(list.output.find(std::string("\n") + name + " "), std::string::npos) << name;
   }
-  Result describe = kiln("plugins describe sgd");
+  Result describe = kiln_cli("plugins describe sgd");
   EXPECT_EQ(describe.code, 0) << describe.output;
   EXPECT_NE(describe.output.find("sgd (optimizer)"), std::string::npos) << describe.output;
   EXPECT_NE(describe.output.find("momentum"), std::string::npos) << describe.output;
   EXPECT_NE(describe.output.find("nesterov"), std::string::npos) << describe.output;
-  Result unknown = kiln("plugins describe sdg");
+  Result unknown = kiln_cli("plugins describe sdg");
   EXPECT_EQ(unknown.code, 2);
   EXPECT_NE(unknown.output.find("error: no plugin component named 'sdg'; available: "),
             std::string::npos)
@@ -216,7 +209,7 @@ TEST(Cli, ListsAndDescribesPlugins) {
 TEST(Cli, TrainsAndWritesMetrics) {
   fs::path dir = temp_dir();
   fs::path metrics = dir / "metrics.jsonl";
-  Result r = kiln("run " + pipeline("synthetic_mlp.toml") + " --metrics " + metrics.string());
+  Result r = kiln_cli("run " + pipeline("synthetic_mlp.toml") + " --metrics " + metrics.string());
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("samples/s  ETA"), std::string::npos) << r.output;
   std::ifstream in(metrics);
@@ -357,8 +350,8 @@ TEST(Cli, GradCheckEveryStepOrWhereNeededMeasuresTheNormEveryStep) {
     SCOPED_TRACE(set);
     fs::path dir = temp_dir();
     fs::path metrics = dir / "metrics.jsonl";
-    Result r = kiln("run " + pipeline("synthetic_mlp.toml") + " --set " + set +
-                    " --set run.eval=false --metrics " + metrics.string());
+    Result r = kiln_cli("run " + pipeline("synthetic_mlp.toml") + " --set " + set +
+                        " --set run.eval=false --metrics " + metrics.string());
     ASSERT_EQ(r.code, 0) << r.output;
     std::ifstream in(metrics);
     std::string line;
@@ -399,9 +392,9 @@ TEST(Cli, ChannelsLastTrainsAsContiguous) {
     std::vector<double> losses[2];
     for (int nhwc = 0; nhwc < 2; ++nhwc) {
       const fs::path metrics = dir / ("m" + std::to_string(nhwc) + ".jsonl");
-      Result r = kiln("run " + pipeline("synthetic_resnet.toml") + norm + " --metrics " +
-                      metrics.string() + " --set model.memory_format='\"" +
-                      (nhwc ? "channels_last" : "contiguous") + "\"'");
+      Result r = kiln_cli("run " + pipeline("synthetic_resnet.toml") + norm + " --metrics " +
+                          metrics.string() + " --set model.memory_format='\"" +
+                          (nhwc ? "channels_last" : "contiguous") + "\"'");
       ASSERT_EQ(r.code, 0) << r.output;
       EXPECT_EQ(r.output.find("memory format channels_last: 5 4-D tensors restrided") !=
                     std::string::npos,
@@ -425,8 +418,8 @@ TEST(Cli, CudaGraphFallsBackWithAReasonWhereItCannotCapture) {
   std::vector<double> losses[2];
   for (int graph = 0; graph < 2; ++graph) {
     const fs::path metrics = dir / ("m" + std::to_string(graph) + ".jsonl");
-    Result r = kiln("run " + pipeline("synthetic_resnet.toml") + " --metrics " + metrics.string() +
-                    " --set run.cuda_graph=" + (graph ? "true" : "false"));
+    Result r = kiln_cli("run " + pipeline("synthetic_resnet.toml") + " --metrics " +
+                        metrics.string() + " --set run.cuda_graph=" + (graph ? "true" : "false"));
     ASSERT_EQ(r.code, 0) << r.output;
     EXPECT_EQ(r.output.find("run.cuda_graph: CUDA graphs need a CUDA device; the step runs "
                             "eagerly") != std::string::npos,
@@ -462,9 +455,9 @@ TEST(Cli, CudaGraphReplaysTrainAsTheEagerStep) {
     std::vector<double> losses[2];
     for (int graph = 0; graph < 2; ++graph) {
       const fs::path metrics = dir / (c.name + std::to_string(graph) + ".jsonl");
-      Result r =
-          kiln("run " + pipeline("synthetic_resnet.toml") + cuda + " --metrics " +
-               metrics.string() + c.sets + " --set run.cuda_graph=" + (graph ? "true" : "false"));
+      Result r = kiln_cli("run " + pipeline("synthetic_resnet.toml") + cuda + " --metrics " +
+                          metrics.string() + c.sets +
+                          " --set run.cuda_graph=" + (graph ? "true" : "false"));
       ASSERT_EQ(r.code, 0) << r.output;
       EXPECT_EQ(r.output.find("run.cuda_graph: step captured for batches of 16 samples") !=
                     std::string::npos,
@@ -485,20 +478,20 @@ TEST(Cli, CudaGraphReplaysTrainAsTheEagerStep) {
 
 TEST(Cli, TrainsWithThePlainCOptimizerPlugin) {
   const std::string good = std::string(KILN_TEST_PLUGIN_DIR) + "/good";
-  Result r = kiln("run " + pipeline("c_plugin.toml"), "KILN_PLUGIN_PATH=" + good);
+  Result r = kiln_cli("run " + pipeline("c_plugin.toml"), "KILN_PLUGIN_PATH=" + good);
   ASSERT_EQ(r.code, 0) << r.output;
   std::smatch m;
   ASSERT_TRUE(std::regex_search(r.output, m, std::regex(R"(final test accuracy: ([0-9.]+)%)")))
       << r.output;
   EXPECT_GT(std::stod(m[1]), 50.0) << r.output;
   // Without the folder, the pipeline's optimizer is unknown and the user is told what exists.
-  Result missing = kiln("validate " + pipeline("c_plugin.toml"));
+  Result missing = kiln_cli("validate " + pipeline("c_plugin.toml"));
   EXPECT_EQ(missing.code, 2);
   EXPECT_NE(missing.output.find("optimizer.name: unknown optimizer 'c_sgd'"), std::string::npos)
       << missing.output;
   // The pipeline may name the folder itself.
-  Result by_key =
-      kiln("validate " + pipeline("c_plugin.toml") + " --set 'plugins.paths=[\"" + good + "\"]'");
+  Result by_key = kiln_cli("validate " + pipeline("c_plugin.toml") + " --set 'plugins.paths=[\"" +
+                           good + "\"]'");
   EXPECT_EQ(by_key.code, 0) << by_key.output;
 }
 
@@ -507,11 +500,11 @@ TEST(Cli, ConfigErrorsNameFileLineColumnAndKey) {
   std::string file = write(dir / "typo.toml",
                            "[model]\nname = \"mlp\"\n\n[optimizer]\nname = \"sgd\"\nmomentun = "
                            "0.5\nlr = \"fast\"\n");
-  Result r = kiln("validate " + file);
+  Result r = kiln_cli("validate " + file);
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.output, file + ":6:1: optimizer.momentun: unknown key; did you mean 'momentum'?\n" +
                           file + ":7:6: optimizer.lr: expected float, found string\n");
-  Result over = kiln("validate " + pipeline("synthetic_mlp.toml") + " --set optimizer.lr=-1");
+  Result over = kiln_cli("validate " + pipeline("synthetic_mlp.toml") + " --set optimizer.lr=-1");
   EXPECT_EQ(over.code, 2);
   EXPECT_EQ(over.output,
             "--set optimizer.lr=-1: optimizer.lr: value -1 is out of range; expected > 0\n");
@@ -519,7 +512,7 @@ TEST(Cli, ConfigErrorsNameFileLineColumnAndKey) {
 }
 
 TEST(Cli, AMissingPipelineFileIsAUsageError) {
-  Result r = kiln("run /nonexistent/pipeline.toml");
+  Result r = kiln_cli("run /nonexistent/pipeline.toml");
   EXPECT_EQ(r.code, 2) << r.output;  // the README's code for configuration errors
   EXPECT_NE(r.output.find("File does not exist: /nonexistent/pipeline.toml"), std::string::npos)
       << r.output;
@@ -528,7 +521,7 @@ TEST(Cli, AMissingPipelineFileIsAUsageError) {
 TEST(Cli, RefusesABrokenPluginBeforeTraining) {
   fs::path dir = temp_dir();
   fs::copy_file(std::string(KILN_TEST_PLUGIN_DIR) + "/libbad_init.so", dir / "libbad_init.so");
-  Result r = kiln("run " + pipeline("synthetic_mlp.toml"), "KILN_PLUGIN_PATH=" + dir.string());
+  Result r = kiln_cli("run " + pipeline("synthetic_mlp.toml"), "KILN_PLUGIN_PATH=" + dir.string());
   EXPECT_EQ(r.code, 3);
   EXPECT_NE(r.output.find("error: plugin refused: " + (dir / "libbad_init.so").string() +
                           ": init failed: init refused: no licence file"),
@@ -544,7 +537,7 @@ TEST(Cli, RefusesABrokenPluginBeforeTraining) {
 // library named.
 TEST(Cli, AnExceptionOfAnyTypeFromAPluginNeverKillsTheHost) {
   const std::string plugins = KILN_TEST_PLUGIN_DIR;
-  Result list = kiln("plugins --plugin-path " + plugins + "/throwing_init list");
+  Result list = kiln_cli("plugins --plugin-path " + plugins + "/throwing_init list");
   EXPECT_EQ(list.code, 3) << list.output;
   EXPECT_NE(list.output.find("sgd "), std::string::npos) << list.output;
   EXPECT_NE(list.output.find("error: plugin refused: " + plugins +
@@ -554,20 +547,21 @@ TEST(Cli, AnExceptionOfAnyTypeFromAPluginNeverKillsTheHost) {
 
   const std::string with = "KILN_PLUGIN_PATH=" + plugins + "/throwing:" + plugins + "/good";
   const std::string base = "run " + pipeline("c_plugin.toml") + " --set run.epochs=1";
-  Result step = kiln(base +
-                         " --set optimizer.name='\"throwing_opt\"' "
-                         "--set optimizer.throw_at='\"step\"'",
-                     with);
+  Result step = kiln_cli(base +
+                             " --set optimizer.name='\"throwing_opt\"' "
+                             "--set optimizer.throw_at='\"step\"'",
+                         with);
   EXPECT_EQ(step.code, 1) << step.output;
   EXPECT_NE(step.output.find("optimizer 'throwing_opt' step (" + plugins +
                              "/throwing/libthrowing.so) threw int"),
             std::string::npos)
       << step.output;
 
-  Result backward = kiln(base +
-                             " --set norm.name='\"throwing_norm\"' "
-                             "--set norm.throw_at='\"backward\"' --set norm.throw_what='\"std\"'",
-                         with);
+  Result backward =
+      kiln_cli(base +
+                   " --set norm.name='\"throwing_norm\"' "
+                   "--set norm.throw_at='\"backward\"' --set norm.throw_what='\"std\"'",
+               with);
   EXPECT_EQ(backward.code, 1) << backward.output;
   EXPECT_NE(backward.output.find("norm 'throwing_norm' backward"), std::string::npos)
       << backward.output;
@@ -575,10 +569,10 @@ TEST(Cli, AnExceptionOfAnyTypeFromAPluginNeverKillsTheHost) {
       << backward.output;
 
   // A throwing create is a broken plugin, not a refusal of options: a failure before the run.
-  Result create = kiln(base +
-                           " --set lr_policy.name='\"throwing_lr\"' "
-                           "--set lr_policy.throw_at='\"create\"'",
-                       with);
+  Result create = kiln_cli(base +
+                               " --set lr_policy.name='\"throwing_lr\"' "
+                               "--set lr_policy.throw_at='\"create\"'",
+                           with);
   EXPECT_EQ(create.code, 1) << create.output;
   EXPECT_NE(create.output.find("lr_policy 'throwing_lr' create"), std::string::npos)
       << create.output;
@@ -620,7 +614,7 @@ TEST(Cli, RefusalsAreConfigurationErrorsAtTheirKeyBeforeTheRun) {
        "statistics"},
   };
   for (const Case& c : cases) {
-    Result r = kiln(c.command);
+    Result r = kiln_cli(c.command);
     EXPECT_EQ(r.code, 2) << c.command << "\n" << r.output;
     EXPECT_EQ(r.output.rfind(c.expect, 0), 0u) << c.command << "\n" << r.output;
     EXPECT_EQ(r.output.find("training"), std::string::npos) << r.output;
@@ -633,7 +627,7 @@ TEST(Cli, RefusalsAreConfigurationErrorsAtTheirKeyBeforeTheRun) {
   const std::string file =
       write(dir / "nesterov.toml", std::regex_replace(text.str(), std::regex("momentum = 0.9"),
                                                       "momentum = 0.0\nnesterov = true"));
-  Result r = kiln("validate " + file);
+  Result r = kiln_cli("validate " + file);
   EXPECT_EQ(r.code, 2) << r.output;
   EXPECT_EQ(r.output.rfind(file + ":23:12: optimizer.nesterov: optimizer 'sgd' refused", 0), 0u)
       << r.output;
@@ -642,7 +636,7 @@ TEST(Cli, RefusalsAreConfigurationErrorsAtTheirKeyBeforeTheRun) {
 
 TEST(Cli, RefusesAComponentThatCannotRunOnTheDevice) {
   // Without a GPU, asking for cuda is refused with the reason before any data is read.
-  Result r = kiln("validate " + pipeline("synthetic_mlp.toml") + " --set run.device=cuda");
+  Result r = kiln_cli("validate " + pipeline("synthetic_mlp.toml") + " --set run.device=cuda");
   if (r.code == 0) GTEST_SKIP() << "this machine has a CUDA device";
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.output,
@@ -665,7 +659,7 @@ double last_accuracy(const std::string& output) {
 TEST(CliPrecision, EveryModeTrainsTheSyntheticPipeline) {
   for (const std::string mode : {"amp", "bf16", "o2", "O3 --set precision.keep_norm_fp32=true",
                                  "16-mixed", "bf16-true", "O0"}) {
-    Result r = kiln("run " + pipeline("synthetic_mlp.toml") + " --set precision.name=" + mode);
+    Result r = kiln_cli("run " + pipeline("synthetic_mlp.toml") + " --set precision.name=" + mode);
     ASSERT_EQ(r.code, 0) << mode << "\n" << r.output;
     EXPECT_GT(last_accuracy(r.output), 90.0) << mode << "\n" << r.output;
   }
@@ -675,8 +669,8 @@ TEST(CliPrecision, EveryModeTrainsTheSyntheticPipeline) {
 // diverging run is still caught there, named, skipped and stopped.
 TEST(CliPrecision, DivergedFp32RunIsCaughtByItsLossBetweenLoggedSteps) {
   fs::path dir = temp_dir();
-  Result r = kiln("run " + pipeline("synthetic_mlp.toml") +
-                  " --set optimizer.lr=1e4 --set run.output_dir=" + dir.string());
+  Result r = kiln_cli("run " + pipeline("synthetic_mlp.toml") +
+                      " --set optimizer.lr=1e4 --set run.output_dir=" + dir.string());
   ASSERT_EQ(r.code, 4) << r.output;
   EXPECT_NE(r.output.find("non-finite loss"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("consecutive steps with non-finite gradients or loss under precision "
@@ -688,9 +682,9 @@ TEST(CliPrecision, DivergedFp32RunIsCaughtByItsLossBetweenLoggedSteps) {
 
 TEST(CliPrecision, DivergedRunWithoutScalingStopsWithItsWeightsAndExitCode4) {
   fs::path dir = temp_dir();
-  Result r =
-      kiln("run " + pipeline("synthetic_mlp.toml") +
-           " --set precision.name=o3 --set optimizer.lr=1e4 --set run.output_dir=" + dir.string());
+  Result r = kiln_cli(
+      "run " + pipeline("synthetic_mlp.toml") +
+      " --set precision.name=o3 --set optimizer.lr=1e4 --set run.output_dir=" + dir.string());
   ASSERT_EQ(r.code, 4) << r.output;
   EXPECT_NE(r.output.find("consecutive steps with non-finite gradients or loss under precision "
                           "'o3' (no "
@@ -717,15 +711,15 @@ TEST(CliPrecision, DivergedRunWithoutScalingStopsWithItsWeightsAndExitCode4) {
 }
 
 TEST(CliPrecision, HalfBatchNormStatisticsAreRefusedBeforeTraining) {
-  Result r = kiln("run " + pipeline("synthetic_mlp.toml") +
-                  " --set model.norm_layers=true --set precision.name=16-true");
+  Result r = kiln_cli("run " + pipeline("synthetic_mlp.toml") +
+                      " --set model.norm_layers=true --set precision.name=16-true");
   EXPECT_EQ(r.code, 2) << r.output;  // a configuration error, at the key that chose it
   EXPECT_EQ(r.output.rfind("--set precision.name=16-true: precision.name: ", 0), 0u) << r.output;
   EXPECT_NE(r.output.find("keep_norm_fp32 = true"), std::string::npos) << r.output;
 }
 
 TEST(CliPrecision, PlanShowsStaticMemoryPerPrecisionMode) {
-  Result r = kiln("plan " + pipeline("synthetic_mlp.toml") + " --set precision.name=o2");
+  Result r = kiln_cli("plan " + pipeline("synthetic_mlp.toml") + " --set precision.name=o2");
   ASSERT_EQ(r.code, 0) << r.output;
   EXPECT_NE(r.output.find("static memory in MiB with optimizer sgd"), std::string::npos)
       << r.output;
@@ -745,8 +739,8 @@ TEST(CliPrecision, PlanShowsStaticMemoryPerPrecisionMode) {
 TEST(CliPrecision, AccumulationWindowsAreRemainderAware) {
   fs::path dir = temp_dir();
   fs::path metrics = dir / "metrics.jsonl";
-  Result r = kiln("run " + pipeline("synthetic_mlp.toml") +
-                  " --set run.accumulation_steps=3 --metrics " + metrics.string());
+  Result r = kiln_cli("run " + pipeline("synthetic_mlp.toml") +
+                      " --set run.accumulation_steps=3 --metrics " + metrics.string());
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream in(metrics.string());
   std::string line, micro;
@@ -764,17 +758,17 @@ TEST(CliPrecision, AccumulationWindowsAreRemainderAware) {
 TEST(CliPlot, DrawsTheCurvesOfARunsMetrics) {
   fs::path dir = temp_dir();
   const std::string metrics = (dir / "m.jsonl").string(), png = (dir / "curves.png").string();
-  ASSERT_EQ(kiln("run " + pipeline("synthetic_mlp.toml") +
-                 " --set run.output_dir=" + (dir / "out").string() + " --metrics " + metrics)
+  ASSERT_EQ(kiln_cli("run " + pipeline("synthetic_mlp.toml") +
+                     " --set run.output_dir=" + (dir / "out").string() + " --metrics " + metrics)
                 .code,
             0);
-  Result r = kiln("plot " + metrics + " -o " + png);
+  Result r = kiln_cli("plot " + metrics + " -o " + png);
   ASSERT_EQ(r.code, 0) << r.output;
   std::ifstream in(png, std::ios::binary);
   std::string signature(8, '\0');
   in.read(signature.data(), 8);
   EXPECT_EQ(signature, "\x89PNG\r\n\x1a\n");
-  Result bad = kiln("plot " + write(dir / "bad.jsonl", "{\"type\":\"step\",\n") + " -o " + png);
+  Result bad = kiln_cli("plot " + write(dir / "bad.jsonl", "{\"type\":\"step\",\n") + " -o " + png);
   EXPECT_EQ(bad.code, 1) << bad.output;
   EXPECT_NE(bad.output.find("bad.jsonl:"), std::string::npos) << bad.output;
   fs::remove_all(dir);

@@ -11,7 +11,6 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <boost/filesystem.hpp>
 #include <chrono>
 #include <cstdio>
@@ -33,16 +32,14 @@
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
 #include "plugin/norm_layer.hpp"
+#include "shell.hpp"
 #include "tensor_scratch.hpp"
 
 namespace fs = boost::filesystem;  // libtorch exports clashing std::filesystem symbols
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;
-};
+using Result = kiln::test::ShellResult;
 
 // A synthetic run long enough to be interrupted: 64 steps per epoch, 2 epochs, dropout so the
 // RNG state matters, one thread so every run computes the same bits.
@@ -54,13 +51,7 @@ std::string base_args(const fs::path& out,
 }
 
 Result kiln_command(const std::string& args) {
-  const std::string command = std::string(KILN_CLI) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  return kiln::test::shell(std::string(KILN_CLI) + " " + args);
 }
 
 Result kiln(const std::string& args) { return kiln_command("run " + args); }
@@ -599,14 +590,9 @@ TEST(Checkpoint, AFullDiskIsAClearErrorAndThePreviousCheckpointSurvives) {
   // A 64 KiB file-size limit makes the next checkpoint's ~200 KB writes fail with EFBIG, as a
   // full disk fails them with ENOSPC (SIGXFSZ ignored, so write() reports the error).
   const std::string command = "trap '' XFSZ; ulimit -f 128; exec " + std::string(KILN_CLI) +
-                              " run " + args + " --set run.max_steps=20 --resume auto 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status)) << output;
-  EXPECT_EQ(WEXITSTATUS(status), 1) << output;
+                              " run " + args + " --set run.max_steps=20 --resume auto";
+  const auto [code, output] = kiln::test::shell(command);
+  EXPECT_EQ(code, 1) << output;
   EXPECT_NE(output.find(final_checkpoint(dir, 20) + ": cannot write checkpoint"), std::string::npos)
       << output;
   EXPECT_NO_THROW(kiln::io::read_checkpoint(final_checkpoint(dir, 10)));

@@ -4,10 +4,8 @@
 // the frozen parameters stay the file's to the bit while the head trains.
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
-#include <array>
 #include <boost/filesystem.hpp>
 #include <cstdio>
 #include <map>
@@ -15,24 +13,16 @@
 
 #include "io/safetensors.hpp"
 #include "kiln_test_paths.h"
+#include "shell.hpp"
 
 namespace fs = boost::filesystem;  // libtorch exports clashing std::filesystem symbols
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;
-};
+using Result = kiln::test::ShellResult;
 
 Result kiln(const std::string& args) {
-  const std::string command = std::string(KILN_CLI) + " " + args + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
+  return kiln::test::shell(std::string(KILN_CLI) + " " + args);
 }
 
 fs::path temp_dir() {

@@ -7,32 +7,19 @@
 // and the configuration errors: [loss] keys beside a model with its own loss, class_weights of
 // another length than the classes, a misspelt key (exit 2, file:line:column).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
-#include <cstdio>
 #include <regex>
 #include <sstream>
 #include <string>
 
 #include "kiln_test_paths.h"
 #include "scratch.hpp"
+#include "shell.hpp"
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout and stderr together
-};
-
-Result shell(const std::string& command) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using Result = kiln::test::ShellResult;
+using kiln::test::shell;
 
 // 100 training samples in batches of 32 (the last of 4), 40 test samples in batches of 16.
 constexpr int kTrain = 100, kTest = 40, kSize = 6, kSeed = 5, kBatch = 32;

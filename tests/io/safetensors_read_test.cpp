@@ -4,11 +4,8 @@
 // malformed header fields. Files written by Python's safetensors and by Kiln read back.
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
-#include <array>
 #include <cstdint>
-#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -16,6 +13,7 @@
 #include "io/untrusted.hpp"
 #include "kiln_test_paths.h"
 #include "scratch.hpp"
+#include "shell.hpp"
 
 namespace {
 
@@ -206,15 +204,9 @@ TEST_F(SafetensorsRead, ModelInitWithTheIssuesFileIsAClearError) {
       std::string(KILN_CLI) + " run " + KILN_SOURCE_DIR +
       "/tests/pipelines/synthetic_mlp.toml --set run.tensorboard=false" +
       " --set run.checkpoints=false --set run.output_dir=" + scratch_.path("out") +
-      " --set model.init=" + path + " 2>&1";
-  FILE* pipe = popen(command.c_str(), "r");
-  ASSERT_NE(pipe, nullptr);
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  ASSERT_TRUE(WIFEXITED(status)) << output;
-  EXPECT_EQ(WEXITSTATUS(status), 2) << output;  // a configuration error at model.init
+      " --set model.init=" + path;
+  const auto [code, output] = kiln::test::shell(command);
+  EXPECT_EQ(code, 2) << output;  // a configuration error at model.init
   EXPECT_NE(output.find("model.init: " + path +
                         ": tensor 'layers.0.linear.weight': shape [4611686018427387904, 4]"),
             std::string::npos)

@@ -6,10 +6,8 @@
 // before the run (exit 2): a missing or foreign file (model.path), activation checkpointing
 // (memory.checkpoint) and the pipeline's norm (norm.name, model.norm, a [norm] key).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <array>
 #include <cmath>
 #include <cstdio>
 #include <regex>
@@ -19,22 +17,12 @@
 
 #include "kiln_test_paths.h"
 #include "scratch.hpp"
+#include "shell.hpp"
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout and stderr together
-};
-
-Result shell(const std::string& command) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using Result = kiln::test::ShellResult;
+using kiln::test::shell;
 
 // 6 batches of 16 per epoch, in order; 48 test images.
 constexpr int kTrain = 96, kTest = 48, kSize = 12, kSeed = 3, kBatch = 16, kSteps = 6;

@@ -8,10 +8,8 @@
 // - pooled_window under activation checkpointing (recomputed forwards) ends there too;
 // and a value the key does not know is a configuration error (exit 2, file:line:column).
 #include <gtest/gtest.h>
-#include <sys/wait.h>
 
 #include <algorithm>
-#include <array>
 #include <cstdio>
 #include <regex>
 #include <sstream>
@@ -21,22 +19,12 @@
 
 #include "kiln_test_paths.h"
 #include "scratch.hpp"
+#include "shell.hpp"
 
 namespace {
 
-struct Result {
-  int code;
-  std::string output;  // stdout and stderr together
-};
-
-Result shell(const std::string& command) {
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  std::string output;
-  std::array<char, 4096> buffer{};
-  while (size_t n = fread(buffer.data(), 1, buffer.size(), pipe)) output.append(buffer.data(), n);
-  const int status = pclose(pipe);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, output};
-}
+using Result = kiln::test::ShellResult;
+using kiln::test::shell;
 
 // 11 batches of 32 in one epoch; windows of 3: steps of 3, 3, 3 and 2 micro-batches.
 constexpr int kTrain = 352, kTest = 64, kSize = 8, kSeed = 4, kBatch = 32, kAccumulation = 3;
