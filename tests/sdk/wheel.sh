@@ -81,8 +81,9 @@ PY
 # pip of <python>'s venv installs into the fresh one (--python): offline, the wheel alone.
 "$py" -m pip --python "$vpy" install --no-index --no-cache-dir --quiet "$wheel" >"$work/pip.log" 2>&1 ||
   fail "pip install --no-index: $(cat "$work/pip.log")"
-"$py" -m pip --python "$vpy" list 2>/dev/null | grep -Eq '^kiln-train +[0-9]' ||
-  fail "kiln-train not in the fresh venv: $("$py" -m pip --python "$vpy" list 2>&1)"
+"$py" -m pip --python "$vpy" list >"$work/pip-list.txt" 2>&1 || fail "pip list: $(cat "$work/pip-list.txt")"
+grep -Eq '^kiln-train +[0-9]' "$work/pip-list.txt" ||
+  fail "kiln-train not in the fresh venv: $(cat "$work/pip-list.txt")"
 pkg=$site/kiln
 
 # From here on: the fresh venv's bin on PATH, no path given by hand, outside the checkout.
@@ -165,7 +166,7 @@ export PKG_CONFIG_PATH=$pkg/lib/pkgconfig
 # shellcheck disable=SC2046
 cc -std=c99 -Wall -Werror capi.c $(pkg-config --cflags --libs kiln) -o capi >cc.log 2>&1 ||
   fail "cc with kiln.pc: $(cat cc.log)"
-./capi | grep -q '^libkiln: kiln ' || fail "program over kiln.pc: $(./capi 2>&1)"
+./capi >capi.txt 2>&1 && grep -q '^libkiln: kiln ' capi.txt || fail "program over kiln.pc: $(cat capi.txt)"
 
 # ---- a quickstart-like pipeline on small IDX files ----
 python - data <<'PY'
