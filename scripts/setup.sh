@@ -45,4 +45,9 @@ fi
 if ! "$VENV/bin/python" -c "import safetensors, tensorboard, torchvision, skimage, timm" 2>/dev/null; then
   "$VENV/bin/pip" install -q safetensors tensorboard "torchvision==0.26.0" scikit-image "timm==1.0.31"
 fi
+# The wheel's build tool (pyproject.toml, scripts/wheel.sh, the test sdk_wheel), run from this venv
+# with --no-build-isolation.
+if ! "$VENV/bin/python" -c "import scikit_build_core, packaging" 2>/dev/null; then
+  "$VENV/bin/pip" install -q "scikit-build-core==1.1.2"
+fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"

@@ -225,15 +225,26 @@ _lock = threading.Lock()
 _library = None
 
 
+def bundled_path():
+    """libkiln inside this package when it is an installed wheel (lib/libkiln.so.1 beside the
+    Python files; docs/install.md), else None: the Python code and its library are one release."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "lib", "libkiln.so.1")
+    return path if os.path.isfile(path) else None
+
+
 def default_path():
+    path = bundled_path()
+    if path:
+        return path
     path = os.environ.get("KILN_LIBRARY")
     if path:
         return path
     path = ctypes.util.find_library("kiln")
     if path:
         return path
-    raise OSError("libkiln not found: set the environment variable KILN_LIBRARY to its path "
-                  "(e.g. build/release/lib/libkiln.so), or call kiln.load(path)")
+    raise OSError("libkiln not found: install the kiln-train wheel, set the environment variable "
+                  "KILN_LIBRARY to its path (e.g. build/release/lib/libkiln.so), or call "
+                  "kiln.load(path)")
 
 
 def load(path=None):
