@@ -87,11 +87,10 @@ at::Tensor view_of(const DLTensor& t, const std::string& name) {
   void* data = static_cast<char*>(t.data) + t.byte_offset;
   const at::IntArrayRef sizes(t.shape, static_cast<size_t>(t.ndim));
   const auto options = at::TensorOptions().device(device).dtype(dtype);
-  if (t.strides == nullptr)
-    return at::from_blob(
-        data, sizes, [](void*) {}, options);
-  return at::from_blob(
-      data, sizes, at::IntArrayRef(t.strides, static_cast<size_t>(t.ndim)), [](void*) {}, options);
+  const auto borrowed = [](void*) {};  // the caller keeps its tensor
+  if (t.strides == nullptr) return at::from_blob(data, sizes, borrowed, options);
+  const at::IntArrayRef strides(t.strides, static_cast<size_t>(t.ndim));
+  return at::from_blob(data, sizes, strides, borrowed, options);
 }
 
 // Up to five of `names` in quotes, then how many more.

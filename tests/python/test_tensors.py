@@ -147,9 +147,9 @@ def test_a_checkpoints_weights_load_into_a_new_session(pipeline):
         folder = trained.save_checkpoint()
         want = trained.evaluate().loss
     saved = safetensors.load_file(f"{folder}/model.safetensors")
-    pipeline["run"]["seed"] = 11  # other initial weights
     with kiln.Session.from_dict(pipeline, log_level="warn") as fresh:
-        assert fresh.evaluate().loss != pytest.approx(want)
+        # Untrained: the initial weights (the same seed draws the same data and weights).
+        assert fresh.evaluate().loss != pytest.approx(want, rel=1e-3)
         fresh.load_state_dict(saved)
         assert fresh.evaluate().loss == pytest.approx(want, rel=1e-6)
 

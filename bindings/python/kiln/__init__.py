@@ -389,10 +389,6 @@ class IncompatibleKeys(NamedTuple):
     unexpected_keys: List[str]  # names given that the model does not have (skipped)
 
 
-_OPTION_NAMES = ("plugin_paths", "metrics_path", "resume", "log_level", "distributed",
-                 "process_settings")
-
-
 def _lend_path(config) -> bool:
     """Session(config): a str with a newline is TOML text; another str or a PathLike a path."""
     return isinstance(config, os.PathLike) or (isinstance(config, str) and "\n" not in config)
@@ -472,8 +468,6 @@ class Session:
         """A new session handle from a file path, TOML text or a dict, with `options` (the
         keyword arguments of from_file) and keyword override `sections`."""
         lib = _capi.library()
-        unknown = [k for k in sections if k in _OPTION_NAMES]
-        assert not unknown  # named parameters never reach **sections
         strings = override_strings(options.pop("overrides"), **sections)
         opts, keep = _options(strings, **options)
         handle = ctypes.c_void_p()
