@@ -41,9 +41,11 @@ fi
 # event reader checks Kiln's event files; torchvision (same release as torch 2.11) is the
 # oracle of the image datasets and transforms; scikit-image ships the photos bench/data_loader
 # makes its JPEG folder from; timm's VisionTransformer is the oracle of the vit model's names and
-# outputs (tests/oracle/pretrained.py).
-if ! "$VENV/bin/python" -c "import safetensors, tensorboard, torchvision, skimage, timm" 2>/dev/null; then
-  "$VENV/bin/pip" install -q safetensors tensorboard "torchvision==0.26.0" scikit-image "timm==1.0.31"
+# outputs (tests/oracle/pretrained.py). pytest runs the Python binding's suite (tests/python).
+if ! "$VENV/bin/python" -c "import safetensors, tensorboard, torchvision, skimage, timm, pytest" \
+     2>/dev/null; then
+  "$VENV/bin/pip" install -q safetensors tensorboard "torchvision==0.26.0" scikit-image \
+    "timm==1.0.31" "pytest==9.2.0"
 fi
 # The wheel's build tool (pyproject.toml, scripts/wheel.sh, the test sdk_wheel), run from this venv
 # with --no-build-isolation.

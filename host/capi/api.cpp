@@ -1,9 +1,11 @@
-// kiln_get_api: the one exported symbol of libkiln, and the version-1 function table.
+// kiln_get_api: the one exported symbol of libkiln, and its function tables: version 2's, and
+// version 1's, the same slots served with version 1's size.
 #include <torch/version.h>
 
 #include "capi/guard.hpp"
 #include "capi/plugins.hpp"
 #include "capi/session.hpp"
+#include "capi/tensors.hpp"
 #include "plugin/status.hpp"
 
 namespace kiln::capi {
@@ -22,9 +24,9 @@ void plugin_abi(uint32_t* major, uint32_t* minor) {
   if (minor != nullptr) *minor = KILN_ABI_MINOR;
 }
 
-const kiln_api kApiV1 = {
-    sizeof(kiln_api),
-    1,
+const kiln_api kApiV2 = {
+    KILN_API_V2_SIZE,
+    2,
     0,
     version_string,
     plugin_abi,
@@ -48,11 +50,34 @@ const kiln_api kApiV1 = {
     plugins_refused_count,
     plugins_refused,
     plugins_release,
+    status_location,
+    session_tensors,
+    tensor_list_count,
+    tensor_list_name,
+    tensor_list_get,
+    tensor_list_release,
+    session_load_tensors,
 };
+
+// A version-1 caller's table: its struct_size says the version-2 slots are absent.
+kiln_api v1_table() {
+  kiln_api t = kApiV2;
+  t.struct_size = KILN_API_V1_SIZE;
+  t.version = 1;
+  return t;
+}
+const kiln_api kApiV1 = v1_table();
 
 }  // namespace
 }  // namespace kiln::capi
 
 extern "C" const kiln_api* kiln_get_api(uint32_t version) {
-  return version == 1 ? &kiln::capi::kApiV1 : nullptr;
+  switch (version) {
+    case 1:
+      return &kiln::capi::kApiV1;
+    case 2:
+      return &kiln::capi::kApiV2;
+    default:
+      return nullptr;
+  }
 }

@@ -38,6 +38,9 @@ std::mutex& training_lock();
 bool in_callback();
 void set_in_callback(bool inside);
 
+// status_location: where a configuration error's status points (1), or nothing known (0).
+int32_t status_location(const kiln_status* status, kiln_status_location* out) noexcept;
+
 // A status when `size` (a caller's struct_size) is below the struct's version-1 size.
 kiln_status* check_size(size_t size, size_t v1_size, const char* what) noexcept;
 

@@ -523,4 +523,13 @@ kiln_status* session_last_metrics(const kiln_session* s, int32_t kind, kiln_metr
   });
 }
 
+kiln_status* with_trainer(kiln_session* s, const char* call,
+                          const std::function<kiln_status*(engine::Trainer&)>& f) {
+  return guarded(KILN_ERR_INTERNAL, [&]() -> kiln_status* {
+    if (kiln_status* st = usable(s, call)) return st;
+    std::lock_guard<std::mutex> lock(training_lock());
+    return f(*s->trainer);
+  });
+}
+
 }  // namespace kiln::capi

@@ -2,7 +2,13 @@
 // resolved pipeline and an engine::Trainer, plus a snapshot other threads may read.
 #pragma once
 
+#include <functional>
+
 #include "kiln/kiln.h"
+
+namespace kiln::engine {
+class Trainer;
+}
 
 namespace kiln::capi {
 
@@ -20,5 +26,11 @@ kiln_status* session_save_checkpoint(kiln_session* session, const char** path);
 void session_cancel(kiln_session* session);
 kiln_status* session_progress(const kiln_session* session, kiln_progress* out);
 kiln_status* session_last_metrics(const kiln_session* session, int32_t kind, kiln_metrics* out);
+
+// Runs `f` on the session's trainer under the training lock, after the checks every serialized
+// call makes (NULL session, inside a callback, failed). An exception becomes a status (`call`
+// names it) and leaves the session usable: for calls that only read or replace tensors.
+kiln_status* with_trainer(kiln_session* session, const char* call,
+                          const std::function<kiln_status*(engine::Trainer&)>& f);
 
 }  // namespace kiln::capi

@@ -53,10 +53,22 @@ std::unique_ptr<toml::table> parse_override_value(const std::string& value) {
   return table;
 }
 
+// The key a message starts with ("run.epochz: unknown key; ..." -> "run.epochz"), or "".
+std::string leading_key(const std::string& message) {
+  const auto colon = message.find(": ");
+  if (colon == std::string::npos || colon == 0) return "";
+  const std::string key = message.substr(0, colon);
+  const bool keyish = std::all_of(key.begin(), key.end(), [](char c) {
+    return (c >= 'A' && c <= 'Z') || (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_' ||
+           c == '-' || c == '.' || c == '[' || c == ']';
+  });
+  return keyish ? key : "";
+}
+
 }  // namespace
 
 void Diagnostics::add(const Where& where, const std::string& message) {
-  items_.push_back(Item{where, where.prefix + ": " + message});
+  items_.push_back(Item{where, where.prefix + ": " + message, leading_key(message)});
 }
 
 void Diagnostics::throw_if_any() const {
@@ -75,7 +87,8 @@ void Diagnostics::throw_if_any() const {
     if (!text.empty()) text += '\n';
     text += item->text;
   }
-  throw ConfigError(text);
+  // The first message is where a caller's editor should go.
+  throw ConfigError(text, sorted.front()->where.pos, sorted.front()->key);
 }
 
 Document::Document(const std::string& text, const std::string& name) : name_(name) {
@@ -83,8 +96,10 @@ Document::Document(const std::string& text, const std::string& name) : name_(nam
     root_ = toml::parse(text, name);
   } catch (const toml::parse_error& e) {
     const auto& begin = e.source().begin;
-    throw ConfigError(name + ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column) +
-                      ": TOML syntax error: " + std::string(e.description()));
+    throw ConfigError(
+        name + ":" + std::to_string(begin.line) + ":" + std::to_string(begin.column) +
+            ": TOML syntax error: " + std::string(e.description()),
+        SourcePos{name, static_cast<int64_t>(begin.line), static_cast<int64_t>(begin.column)}, "");
   }
   for (const auto& [key, node] : root_) {
     const Where key_where = where_in_file(name_, key.source());

@@ -53,6 +53,7 @@ class Diagnostics {
   struct Item {
     Where where;
     std::string text;
+    std::string key;  // the key the message is about, or ""
   };
   std::vector<Item> items_;
 };

@@ -54,7 +54,7 @@ const ComponentChoice* choice_of(const Pipeline& p, const std::string& section) 
   return nullptr;
 }
 
-std::string key_location(const Pipeline& p, const std::string& key) {
+SourcePos key_source(const Pipeline& p, const std::string& key) {
   const auto dot = key.find('.');
   const std::string section = key.substr(0, dot);
   const std::string name = dot == std::string::npos ? std::string() : key.substr(dot + 1);
@@ -65,15 +65,20 @@ std::string key_location(const Pipeline& p, const std::string& key) {
   } else if (const OptionSet* table = table_with(p, section, name)) {
     pos = &table->get(name).pos;
   }
-  if (pos != nullptr && pos->file != "<default>") return pos->text();
+  if (pos != nullptr && pos->file != "<default>") return *pos;
   const auto table = p.table_pos.find(section);
-  return table != p.table_pos.end() ? table->second.text() : p.path;
+  return table != p.table_pos.end() ? table->second : SourcePos{p.path, 0, 0};
+}
+
+std::string key_location(const Pipeline& p, const std::string& key) {
+  return key_source(p, key).text();
 }
 
 ConfigError located_error(const Pipeline& p, const std::string& key, const std::string& message) {
   // Some reasons already start with their key ("memory.checkpoint: …"): not twice.
   const bool keyed = message.rfind(key + ": ", 0) == 0;
-  return ConfigError(key_location(p, key) + ": " + (keyed ? message : key + ": " + message));
+  SourcePos pos = key_source(p, key);
+  return ConfigError(pos.text() + ": " + (keyed ? message : key + ": " + message), pos, key);
 }
 
 std::string key_named_in(const ComponentChoice& choice, const std::string& message) {

@@ -14,6 +14,8 @@ namespace kiln::config {
 // file has no such table). "norm.name" is where the norm component was chosen (model.norm
 // when that swapped it).
 std::string key_location(const Pipeline& pipeline, const std::string& key);
+// The same position as a SourcePos (file "" never: the pipeline's path at worst).
+SourcePos key_source(const Pipeline& pipeline, const std::string& key);
 
 // ConfigError "<key_location>: <key>: <message>".
 ConfigError located_error(const Pipeline& pipeline, const std::string& key,

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "kiln/abi.h"
@@ -23,9 +24,21 @@ struct SourcePos {
 
 // A configuration error. what() is the full message, e.g.
 // "pipe.toml:12:3: optimizer.momentun: unknown key; did you mean 'momentum'?"
+// Where it can, it also keeps where it points (the first message's position and key) for the C
+// API's status_location.
 class ConfigError : public std::runtime_error {
  public:
   using std::runtime_error::runtime_error;
+  ConfigError(const std::string& what, SourcePos pos, std::string key)
+      : std::runtime_error(what), pos_(std::move(pos)), key_(std::move(key)), located_(true) {}
+  bool located() const noexcept { return located_; }
+  const SourcePos& pos() const noexcept { return pos_; }    // file "" unless located
+  const std::string& key() const noexcept { return key_; }  // "section.key", or ""
+
+ private:
+  SourcePos pos_;
+  std::string key_;
+  bool located_ = false;
 };
 
 // An option type's short name, as `kiln plugins describe` and docs/config.md list it: bool, int,

@@ -449,6 +449,9 @@ TrainerProgress Trainer::progress() const {
 
 const RunResult& Trainer::result() const { return impl_->result; }
 
+torch::nn::Module& Trainer::model() { return *impl_->model.model; }
+OptimizerSide& Trainer::optimizer() { return *impl_->optimizer; }
+
 RunResult train(const config::Pipeline& p, const RunOptions& options) {
   return Trainer(p, options).run();
 }

@@ -17,10 +17,14 @@
 namespace kiln::io {
 class StatusLine;
 }
+namespace torch::nn {
+class Module;
+}
 
 namespace kiln::engine {
 
 class StopSignals;
+class OptimizerSide;
 
 // Where a trainer stands.
 enum class TrainerState {
@@ -118,6 +122,11 @@ class Trainer {
 
   TrainerProgress progress() const;
   const RunResult& result() const;
+
+  // The run's live model and optimizer side, between calls (the C API's session_tensors and
+  // session_load_tensors): their tensors are the ones the next step trains.
+  torch::nn::Module& model();
+  OptimizerSide& optimizer();
 
  private:
   struct Impl;

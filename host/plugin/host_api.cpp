@@ -242,11 +242,11 @@ ModelCreateBinding::~ModelCreateBinding() { t_model_create = previous_; }
 
 kiln_status* make_status(int32_t code, const char* message) noexcept {
   try {
-    return new kiln_status{code, message != nullptr ? message : ""};
+    return new kiln_status{code, message != nullptr ? message : "", {}};
   } catch (...) {
     // Out of memory while reporting an error: a static status would be freed by the host, so
     // the best we can do is one without a message.
-    return new (std::nothrow) kiln_status{KILN_ERR_OUT_OF_MEMORY, {}};
+    return new (std::nothrow) kiln_status{KILN_ERR_OUT_OF_MEMORY, {}, {}};
   }
 }
 

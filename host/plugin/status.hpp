@@ -10,8 +10,16 @@
 #include "kiln/abi.h"
 
 struct kiln_status {
+  // Where a configuration error points (the C API's status_location); located is false when
+  // the status carries no position.
+  struct Location {
+    bool located = false;
+    std::string file, key;
+    int64_t line = 0, column = 0;
+  };
   int32_t code;
   std::string message;
+  Location location;
 };
 
 namespace kiln::plugin {

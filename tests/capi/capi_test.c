@@ -87,8 +87,8 @@ int main(int argc, char** argv) {
   CHECK(api != NULL);
   if (api == NULL) return 1;
   CHECK(kiln_get_api(KILN_CAPI_VERSION + 1) == NULL);
-  CHECK(api->struct_size >= KILN_API_V1_SIZE && api->version == 1);
-  CHECK(strstr(api->version_string(), "C API 1") != NULL);
+  CHECK(api->struct_size >= KILN_API_V1_SIZE && api->version == KILN_CAPI_VERSION);
+  CHECK(strstr(api->version_string(), "C API 2") != NULL);
   uint32_t major = 0, minor = 0;
   api->plugin_abi(&major, &minor);
   CHECK(major == KILN_ABI_MAJOR && minor == KILN_ABI_MINOR);

@@ -91,7 +91,7 @@ class BindingTest(unittest.TestCase):
 
     def test_version_and_abi(self):
         v = kiln.version()
-        self.assertIn("C API 1", v)
+        self.assertIn(f"C API {_capi.CAPI_VERSION}", v)
         major, minor = kiln.plugin_abi()
         self.assertEqual(major, 1)
         self.assertIn(f"plugin ABI {major}.{minor}", v)
@@ -109,7 +109,8 @@ class BindingTest(unittest.TestCase):
             self.skipTest("no C compiler")
         import ctypes
         structs = [_capi.kiln_version, _capi.kiln_session_options, _capi.kiln_progress,
-                   _capi.kiln_metrics, _capi.kiln_plugin_info, _capi.kiln_api]
+                   _capi.kiln_metrics, _capi.kiln_plugin_info, _capi.kiln_status_location,
+                   _capi.kiln_api]
         lines = ["#define DLPACK_DLPACK_H_ /* the layouts below need no DLPack */",
                  "#include <stdio.h>", "#include <stddef.h>", '#include "kiln/kiln.h"',
                  "int main(void) {"]
@@ -130,6 +131,8 @@ class BindingTest(unittest.TestCase):
                      ("KILN_SESSION_OPTIONS_V1_SIZE", _capi.kiln_session_options)]:
             lines.append(f'printf("{n} %zu\\n", (size_t){n});')
             expected.append(f"{n} {_capi.v1_size(s)}")
+        lines.append('printf("KILN_API_V2_SIZE %zu\\n", (size_t)KILN_API_V2_SIZE);')
+        expected.append(f"KILN_API_V2_SIZE {_capi.KILN_API_V2_SIZE}")
         lines.append("return 0; }")
         src = self.tmp / "layout.c"
         src.write_text("\n".join(lines))

@@ -69,7 +69,7 @@ _Static_assert(offsetof(kiln_plugin_info, library) == 32, "kiln_plugin_info.libr
 _Static_assert(offsetof(kiln_plugin_info, version) == 40, "kiln_plugin_info.version");
 _Static_assert(offsetof(kiln_plugin_info, abi_major) == 52, "kiln_plugin_info.abi_major");
 _Static_assert(offsetof(kiln_plugin_info, abi_minor) == 56, "kiln_plugin_info.abi_minor");
-_Static_assert(sizeof(kiln_api) == 192, "sizeof kiln_api");
+_Static_assert(sizeof(kiln_api) >= 192, "sizeof kiln_api (version 2 appends)");
 _Static_assert(offsetof(kiln_api, version) == 8, "kiln_api.version");
 _Static_assert(offsetof(kiln_api, version_string) == 16, "kiln_api.version_string");
 _Static_assert(offsetof(kiln_api, plugin_abi) == 24, "kiln_api.plugin_abi");

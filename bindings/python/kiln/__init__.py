@@ -1,34 +1,40 @@
-"""Python binding of Kiln's C API (sdk/include/kiln/kiln.h, version 1), on ctypes alone.
+"""Python binding of Kiln's C API (sdk/include/kiln/kiln.h, version 2), on ctypes alone.
 
     import kiln
-    with kiln.Session.from_file("configs/quickstart.toml", overrides={"run.epochs": 5}) as s:
+    with kiln.Session("configs/quickstart.toml", run={"epochs": 5}) as s:
         for ev in s.epochs():
             print(ev.epoch, ev.accuracy)
             if ev.accuracy >= 0.9:
                 break
+        weights = s.state_dict()            # {name: torch.Tensor}, the live tensors (DLPack)
 
-The library is found through kiln.load(path), else the environment variable KILN_LIBRARY, else
-ctypes.util.find_library("kiln"). Failed calls raise KilnError (or its subclasses) with the
-library's message unchanged: configuration errors name file:line:column.
+A session comes from a pipeline file, TOML text or a nested dict (Session.from_file,
+from_string, from_dict, or Session(config) for any of them); overrides are a dict of dotted keys
+and/or keyword sections (run={"epochs": 5}). The library is found through kiln.load(path), else
+the environment variable KILN_LIBRARY, else ctypes.util.find_library("kiln"). Failed calls raise
+KilnError (or its subclasses) with the library's message unchanged; configuration errors also
+carry .file, .line, .column and .key. torch is imported only by the tensor calls.
 """
 
 import ctypes
-import math
-import numbers
+import dataclasses
 import os
+import re
 import signal
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import List, NamedTuple, Optional, Tuple
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple,
+                    Union)
 
-from . import _capi
+from . import _capi, _dlpack
 from ._capi import load  # noqa: F401  (public: kiln.load(path=None))
+from .config import Overrides, override_strings, to_toml, toml_literal
 
 __all__ = [
-    "load", "version", "plugin_abi", "plugins", "toml_literal",
+    "load", "version", "plugin_abi", "plugins", "toml_literal", "to_toml",
     "KilnError", "ConfigError", "PluginRefusedError", "RunFailedError",
-    "Session", "Metrics", "Progress", "PluginInfo", "PluginScan",
+    "Session", "Metrics", "Progress", "PluginInfo", "PluginScan", "IncompatibleKeys",
     "READY", "FINISHED", "CANCELLED", "STOPPED", "FAILED",
     "PROCESS_COUNT_CPU_MEMORY", "PROCESS_TORCH_SETTINGS", "PROCESS_TUNE_HEAP", "PROCESS_SIGNALS",
     "PROCESS_ALL",
@@ -55,7 +61,12 @@ _CODE_NAMES = {
 
 
 class KilnError(Exception):
-    """A status returned by libkiln: `code` is its KILN_ERR_* value, `message` its text."""
+    """A status returned by libkiln: `code` is its KILN_ERR_* value, `code_name` its name
+    ("CONFIG", "INVALID_ARGUMENT", ...), `message` its text. Configuration errors also say
+    where they point: `file` (the pipeline file, the name given to from_string/from_dict, or
+    "--set" for an override), `line` and `column` (1-based; 0 when not at a place in the file)
+    and `key` ("run.epochz"; "" for a TOML syntax error); all None when the status carries no
+    location."""
 
     # Codes as attributes, so callers can write `e.code == kiln.KilnError.FAILED_PRECONDITION`.
     INVALID_ARGUMENT = _capi.ERR_INVALID_ARGUMENT
@@ -68,14 +79,29 @@ class KilnError(Exception):
     PLUGIN_REFUSED = _capi.ERR_PLUGIN_REFUSED
     RUN_FAILED = _capi.ERR_RUN_FAILED
 
-    def __init__(self, code, message):
+    code: int
+    message: str
+    file: Optional[str]
+    line: Optional[int]
+    column: Optional[int]
+    key: Optional[str]
+
+    def __init__(self, code: int, message: str, location: Optional[Tuple[str, int, int, str]] = None):
         super().__init__(code, message)
         self.code = code
         self.message = message
+        self.file, self.line, self.column, self.key = location or (None, None, None, None)
 
     @property
-    def code_name(self):
+    def code_name(self) -> str:
         return _CODE_NAMES.get(self.code, f"code {self.code}")
+
+    @property
+    def suggestion(self) -> Optional[str]:
+        """The key the message suggests for a misspelt one ("did you mean 'epochs'?"), or
+        None."""
+        m = re.search(r"did you mean '([^']+)'", self.message)
+        return m.group(1) if m else None
 
     def __str__(self):
         # The library's message as it wrote it (file:line:column first for pipeline errors).
@@ -109,6 +135,17 @@ def _path_text(b):
     return os.fsdecode(b) if b else ""
 
 
+def _location(lib, status):
+    """(file, line, column, key) of a status that carries a location, else None."""
+    if lib.status_location is None:  # a version-1 library
+        return None
+    loc = _capi.kiln_status_location()
+    loc.struct_size = ctypes.sizeof(loc)
+    if not lib.status_location(status, ctypes.byref(loc)):
+        return None
+    return _path_text(loc.file), loc.line, loc.column, _text(loc.key)
+
+
 def _check(lib, status):
     """Raises the KilnError of a non-NULL status, releasing the status first."""
     if not status:
@@ -116,9 +153,10 @@ def _check(lib, status):
     try:
         code = lib.status_code(status)
         message = _text(lib.status_message(status))
+        location = _location(lib, status)
     finally:
         lib.status_release(status)
-    raise _ERROR_CLASSES.get(code, KilnError)(code, message)
+    raise _ERROR_CLASSES.get(code, KilnError)(code, message, location)
 
 
 # ---- records -----------------------------------------------------------------------------------
@@ -166,6 +204,14 @@ class Metrics:
             samples_per_second=m.samples_per_second, tensor_mb=m.tensor_mb,
             tensor_peak_mb=m.tensor_peak_mb, activation_mb=m.activation_mb,
             accuracy_top5=m.accuracy_top5)
+
+    def as_dict(self, drop_nan: bool = False) -> Dict[str, Any]:
+        """The record as a plain dict (field name -> value), e.g. for a logger or a DataFrame
+        row. With drop_nan, fields that do not apply to the kind (NaN) are left out."""
+        d = dataclasses.asdict(self)
+        if drop_nan:
+            d = {k: v for k, v in d.items() if not (isinstance(v, float) and v != v)}
+        return d
 
 
 @dataclass(frozen=True)
@@ -268,76 +314,7 @@ def plugins(extra_dirs=()):
 
 
 # ---- overrides ---------------------------------------------------------------------------------
-
-def _toml_string(s):
-    out = ['"']
-    for ch in s:
-        if ch == '"':
-            out.append('\\"')
-        elif ch == "\\":
-            out.append("\\\\")
-        elif ch in "\b\t\n\f\r":
-            out.append({"\b": "\\b", "\t": "\\t", "\n": "\\n", "\f": "\\f", "\r": "\\r"}[ch])
-        elif ord(ch) < 0x20 or ord(ch) == 0x7F:
-            out.append(f"\\u{ord(ch):04X}")
-        else:
-            out.append(ch)
-    out.append('"')
-    return "".join(out)
-
-
-def _toml_key(k):
-    if not isinstance(k, str) or not k:
-        raise TypeError(f"TOML table keys must be non-empty strings, not {k!r}")
-    bare = all(c.isascii() and (c.isalnum() or c in "-_") for c in k)
-    return k if bare else _toml_string(k)
-
-
-def toml_literal(value):
-    """The TOML literal of a Python value: str (quoted), bool, int, float (nan/inf included),
-    list/tuple (array) or dict (inline table)."""
-    if isinstance(value, bool):
-        return "true" if value else "false"
-    if isinstance(value, numbers.Integral):
-        return str(int(value))
-    if isinstance(value, numbers.Real):
-        v = float(value)
-        if math.isnan(v):
-            return "nan"
-        if math.isinf(v):
-            return "inf" if v > 0 else "-inf"
-        return repr(v)  # always has a '.' or an exponent, so TOML reads a float back
-    if isinstance(value, str):
-        return _toml_string(value)
-    if isinstance(value, os.PathLike):
-        return _toml_string(os.fspath(value))
-    if isinstance(value, (list, tuple)):
-        return "[" + ", ".join(toml_literal(v) for v in value) + "]"
-    if isinstance(value, dict):
-        return "{" + ", ".join(f"{_toml_key(k)} = {toml_literal(v)}"
-                               for k, v in value.items()) + "}"
-    raise TypeError(f"no TOML literal for {type(value).__name__} value {value!r}")
-
-
-def _override_strings(overrides):
-    if overrides is None:
-        return []
-    if isinstance(overrides, dict):
-        out = []
-        for key, value in overrides.items():
-            if not isinstance(key, str) or not key:
-                raise TypeError(f"override keys must be dotted key strings, not {key!r}")
-            out.append(f"{key}={toml_literal(value)}")
-        return out
-    if isinstance(overrides, (str, bytes)):
-        raise TypeError('overrides must be a dict or a list of "key=value" strings, '
-                        "not a single string")
-    out = list(overrides)
-    for o in out:
-        if not isinstance(o, str) or "=" not in o:
-            raise TypeError(f'override {o!r} is not a "dotted.key=value" string')
-    return out
-
+# (kiln.config: toml_literal, to_toml, override_strings)
 
 _LOG_LEVELS = {
     None: _capi.LOG_DEFAULT, "default": _capi.LOG_DEFAULT, "debug": _capi.LOG_DEBUG,
@@ -362,7 +339,7 @@ def _options(overrides, plugin_paths, metrics_path, resume, log_level, distribut
     for the length of the create call)."""
     opts = _capi.kiln_session_options()
     opts.struct_size = ctypes.sizeof(opts)
-    ovs, n_ovs = _c_strings(_override_strings(overrides), "overrides")
+    ovs, n_ovs = _c_strings(overrides, "overrides")
     paths, n_paths = _c_paths(plugin_paths, "plugin_paths")
     if ovs is not None:
         opts.overrides = ctypes.cast(ovs, ctypes.POINTER(ctypes.c_char_p))
@@ -397,26 +374,78 @@ def _dispatch(session_ref, metrics_ptr):
     if callback is None:
         return 0
     try:
-        return 1 if callback(Metrics._from_c(metrics_ptr.contents)) else 0
+        record = Metrics._from_c(metrics_ptr.contents)
+        return 1 if callback(record.as_dict() if session._as_dict else record) else 0
     except BaseException as e:  # noqa: B902 (KeyboardInterrupt included: re-raised later)
         if session._pending is None:
             session._pending = e
         return 1  # stops the session after this step, as session_cancel
 
 
+class IncompatibleKeys(NamedTuple):
+    """What Session.load_state_dict(strict=False) left alone, as torch's load_state_dict says."""
+
+    missing_keys: List[str]     # model tensors not given (they kept their values)
+    unexpected_keys: List[str]  # names given that the model does not have (skipped)
+
+
+def _lend_path(config) -> bool:
+    """Session(config): a str with a newline is TOML text; another str or a PathLike a path."""
+    return isinstance(config, os.PathLike) or (isinstance(config, str) and "\n" not in config)
+
+
 class Session:
     """A training session: one resolved pipeline with its plugins, model, optimizer and data.
 
-    Made by Session.from_file / Session.from_string; a context manager (close() frees it).
-    Training calls (run, step, evaluate, save_checkpoint) may come from any thread, one at a time
-    per session; cancel() and progress() may be called from any thread while another trains.
+    Made from a pipeline file, TOML text or a nested dict:
+
+        kiln.Session("pipe.toml")                      # a path (str without a newline, PathLike)
+        kiln.Session(toml_text)                        # a str with a newline: TOML text
+        kiln.Session({"run": {"epochs": 1}, ...})      # a dict: Session.from_dict
+        kiln.Session.from_file("pipe.toml", overrides={"run.epochs": 2}, run={"max_steps": 5})
+
+    A context manager (close() frees it). Training calls (run, step, evaluate, save_checkpoint,
+    the tensor calls) may come from any thread, one at a time per session; cancel() and
+    progress() may be called from any thread while another trains.
     """
 
-    def __init__(self, handle, lib):
-        # Private: use from_file / from_string.
+    def __init__(self, config: Union[str, "os.PathLike[str]", Mapping[str, Any], int] = None,
+                 _lib: Any = None, *, name: Optional[str] = None, overrides: Overrides = None,
+                 plugin_paths: Optional[List[Union[str, "os.PathLike[str]"]]] = None,
+                 metrics_path: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 resume: Optional[Union[str, "os.PathLike[str]"]] = None,
+                 log_level: Union[str, int, None] = None, distributed: bool = False,
+                 process_settings: int = 0, **sections: Mapping[str, Any]):
+        """Session(config, **options_and_sections): from_dict for a mapping, from_string for a
+        str that contains a newline, from_file for any other str or os.PathLike. The keyword
+        arguments are those of from_file (`name` only for text and dicts)."""
+        if isinstance(_lib, _capi.Library):
+            # The binding's own path: wrap a new session handle (from_file, from_string).
+            self._wrap(config, _lib)
+            return
+        if config is None:
+            raise TypeError("Session needs a pipeline: a path, TOML text or a dict")
+        options = dict(overrides=overrides, plugin_paths=plugin_paths, metrics_path=metrics_path,
+                       resume=resume, log_level=log_level, distributed=distributed,
+                       process_settings=process_settings)
+        if isinstance(config, Mapping):
+            handle, lib = Session._create("dict", config, name or "inline", options, sections)
+        elif _lend_path(config):
+            if name is not None:
+                raise TypeError("name is for TOML text and dicts; a file is named by its path")
+            handle, lib = Session._create("file", config, None, options, sections)
+        elif isinstance(config, str):
+            handle, lib = Session._create("string", config, name or "inline", options, sections)
+        else:
+            raise TypeError(f"Session needs a path, TOML text or a dict, not "
+                            f"{type(config).__name__}")
+        self._wrap(handle, lib)
+
+    def _wrap(self, handle, lib):
         self._lib = lib
         self._handle = handle
         self._callback = None
+        self._as_dict = False
         self._pending = None
         self._interrupted = False
         self._depth = 0  # training calls in progress (1 at most; see _train_call)
@@ -434,40 +463,79 @@ class Session:
 
     # -- creation --
 
-    @classmethod
-    def from_file(cls, path, overrides=None, plugin_paths=None, metrics_path=None, resume=None,
-                  log_level=None, distributed=False, process_settings=0):
-        """Reads the pipeline file `path`, applies `overrides` (a dict of key -> Python value,
-        or a list of "dotted.key=value" strings as `kiln run --set`), loads plugins and builds
-        everything. `process_settings` (kiln.PROCESS_* bits) says what the session may change
-        in the whole process (the CPU allocator, torch's threads and flags, malloc's tuning,
-        SIGINT/SIGTERM handlers); 0 leaves the process as it is. Raises ConfigError /
-        PluginRefusedError / KilnError."""
+    @staticmethod
+    def _create(kind, source, name, options, sections):
+        """A new session handle from a file path, TOML text or a dict, with `options` (the
+        keyword arguments of from_file) and keyword override `sections`."""
         lib = _capi.library()
-        opts, keep = _options(overrides, plugin_paths, metrics_path, resume, log_level,
-                              distributed, process_settings)
+        strings = override_strings(options.pop("overrides"), **sections)
+        opts, keep = _options(strings, **options)
         handle = ctypes.c_void_p()
-        status = lib.session_create_from_file(os.fsencode(path), ctypes.byref(opts),
-                                              ctypes.byref(handle))
+        if kind == "file":
+            status = lib.session_create_from_file(os.fsencode(source), ctypes.byref(opts),
+                                                  ctypes.byref(handle))
+        else:
+            text = to_toml(source) if kind == "dict" else source
+            status = lib.session_create_from_string(text.encode("utf-8"), name.encode("utf-8"),
+                                                    ctypes.byref(opts), ctypes.byref(handle))
         del keep
         _check(lib, status)
-        return cls(handle.value, lib)
+        return handle.value, lib
 
     @classmethod
-    def from_string(cls, toml, name="inline", overrides=None, plugin_paths=None,
-                    metrics_path=None, resume=None, log_level=None, distributed=False,
-                    process_settings=0):
-        """As from_file, from TOML text; `name` stands for the file in messages and in the
-        default output folder runs/<name>."""
-        lib = _capi.library()
-        opts, keep = _options(overrides, plugin_paths, metrics_path, resume, log_level,
-                              distributed, process_settings)
-        handle = ctypes.c_void_p()
-        status = lib.session_create_from_string(toml.encode("utf-8"), name.encode("utf-8"),
-                                                ctypes.byref(opts), ctypes.byref(handle))
-        del keep
-        _check(lib, status)
-        return cls(handle.value, lib)
+    def from_file(cls, path: Union[str, "os.PathLike[str]"], overrides: Overrides = None,
+                  plugin_paths=None, metrics_path=None, resume=None, log_level=None,
+                  distributed: bool = False, process_settings: int = 0,
+                  **sections: Mapping[str, Any]) -> "Session":
+        """Reads the pipeline file `path`, applies the overrides, loads plugins and builds
+        everything.
+
+        Overrides: `overrides` is a dict of dotted keys to Python values ({"run.epochs": 2};
+        a key without a dot whose value is a dict is a section: {"run": {"epochs": 2}}) or a
+        list of "dotted.key=value" strings as `kiln run --set` takes; keyword arguments named
+        after a section add more (run={"max_steps": 5} is "run.max_steps=5"), after `overrides`,
+        so they win. A dict inside a section's dict is an inline-table value, not a deeper
+        section. `process_settings` (kiln.PROCESS_* bits) says what the session may change in
+        the whole process (the CPU allocator, torch's threads and flags, malloc's tuning,
+        SIGINT/SIGTERM handlers); 0 leaves the process as it is. Raises ConfigError (with
+        .file/.line/.column/.key), PluginRefusedError, KilnError, and TypeError for a value
+        with no TOML form."""
+        options = dict(overrides=overrides, plugin_paths=plugin_paths, metrics_path=metrics_path,
+                       resume=resume, log_level=log_level, distributed=distributed,
+                       process_settings=process_settings)
+        handle, lib = cls._create("file", path, None, options, sections)
+        return cls(handle, lib)
+
+    @classmethod
+    def from_string(cls, toml: str, name: str = "inline", overrides: Overrides = None,
+                    plugin_paths=None, metrics_path=None, resume=None, log_level=None,
+                    distributed: bool = False, process_settings: int = 0,
+                    **sections: Mapping[str, Any]) -> "Session":
+        """As from_file, from TOML text; `name` stands for the file in messages (and in
+        KilnError.file) and in the default output folder runs/<name>. Relative data paths are
+        taken from the current directory."""
+        options = dict(overrides=overrides, plugin_paths=plugin_paths, metrics_path=metrics_path,
+                       resume=resume, log_level=log_level, distributed=distributed,
+                       process_settings=process_settings)
+        handle, lib = cls._create("string", toml, name, options, sections)
+        return cls(handle, lib)
+
+    @classmethod
+    def from_dict(cls, config: Mapping[str, Any], name: str = "inline",
+                  overrides: Overrides = None, plugin_paths=None, metrics_path=None, resume=None,
+                  log_level=None, distributed: bool = False, process_settings: int = 0,
+                  **sections: Mapping[str, Any]) -> "Session":
+        """As from_string, from a nested dict written as the pipeline's TOML (kiln.to_toml):
+        {"run": {"epochs": 2}, "model": {"name": "mlp", "hidden": [32]}}. Top-level dicts are
+        [sections], dicts within them [section.sub] tables, lists of dicts arrays of tables;
+        a value with no TOML form (None, an object) raises TypeError naming its dotted key.
+        Configuration errors point into that TOML (KilnError.line counts its lines; `name`
+        is its file name)."""
+        options = dict(overrides=overrides, plugin_paths=plugin_paths, metrics_path=metrics_path,
+                       resume=resume, log_level=log_level, distributed=distributed,
+                       process_settings=process_settings)
+        handle, lib = cls._create("dict", config, name, options, sections)
+        return cls(handle, lib)
 
     # -- lifetime --
 
@@ -612,17 +680,93 @@ class Session:
         _check(self._lib, self._lib.session_last_metrics(self._h(), code, ctypes.byref(out)))
         return Metrics._from_c(out) if out.kind != 0 else None
 
-    def on_metrics(self, callback):
-        """Calls `callback(metrics)` after every step and evaluation, on the training thread;
-        a true return stops the session after this step (as cancel). An exception it raises
-        stops the session too and is re-raised by the run/step/evaluate call. Inside it, only
-        progress, last_metrics and cancel may be called on this session. None clears it.
-        Returns `callback`, so it also works as a decorator."""
+    def on_metrics(self, callback: Optional[Callable[[Any], Any]] = None, *,
+                   as_dict: bool = False):
+        """Calls `callback(metrics)` after every step and evaluation, on the training thread,
+        with a Metrics record, or with a plain dict (Metrics.as_dict(): "kind", "step", "loss",
+        ...) when `as_dict`; a true return stops the session after this step (as cancel). An
+        exception it raises stops the session too and is re-raised by the run/step/evaluate
+        call. Inside it, only progress, last_metrics and cancel may be called on this session.
+        None clears it. Returns `callback`, so it also works as a decorator
+        (@s.on_metrics, or @s.on_metrics(as_dict=True))."""
+        if callback is None and as_dict:
+            return lambda cb: self.on_metrics(cb, as_dict=True)  # the decorator form
         if callback is not None and not callable(callback):
             raise TypeError("on_metrics needs a callable or None")
         self._h()
         self._callback = callback
+        self._as_dict = bool(as_dict)
         return callback
+
+    def steps(self, limit: Optional[int] = None, as_dict: bool = True) -> Iterator[Any]:
+        """Takes steps while the session is "ready" (at most `limit` of them), yielding each
+        step's record: a dict (Metrics.as_dict()) by default, a Metrics with as_dict=False.
+        It does not evaluate (see epochs()); leaving the loop leaves the session where it is.
+
+            for m in session.steps(100):
+                print(m["step"], m["loss"])
+        """
+        taken = 0
+        while (limit is None or taken < limit) and self.progress().state == READY:
+            m = self.step()
+            if m is None:
+                return
+            taken += 1
+            yield m.as_dict() if as_dict else m
+
+    # -- tensors (C API version 2; DLPack, torch imported here only) --
+
+    def _tensors(self, kinds: int) -> Dict[str, Any]:
+        # Inside a metrics callback the library refuses it (FAILED_PRECONDITION).
+        return _dlpack.tensors(self._lib, self._h(), kinds, _check)
+
+    def state_dict(self) -> Dict[str, Any]:
+        """The model's parameters and buffers as {name: torch.Tensor}, named as the model's
+        state_dict and a checkpoint's model.safetensors name them ("fc1.weight").
+
+        No copy: each tensor aliases the live training tensor (through DLPack), so it shows every
+        later step, and writing into it (tensor.copy_(...), in place, under torch.no_grad())
+        changes the training. It keeps the storage alive after the session closes. Clone it for
+        a snapshot. Needs torch; not inside a metrics callback."""
+        return self._tensors(_capi.TENSORS_MODEL)
+
+    def parameters(self) -> Dict[str, Any]:
+        """The model's parameters only, as state_dict() (live, no copies)."""
+        return self._tensors(_capi.TENSORS_PARAMETERS)
+
+    def buffers(self) -> Dict[str, Any]:
+        """The model's buffers only (batch norm's running statistics, ...), live as
+        state_dict()."""
+        return self._tensors(_capi.TENSORS_BUFFERS)
+
+    def optimizer_state(self) -> Dict[str, Any]:
+        """The optimizer's state tensors as {"<parameter>.<slot>": torch.Tensor}
+        ("fc1.weight.momentum_buffer", "fc1.weight.exp_avg"), live as state_dict(); empty before
+        the first step for optimizers that create their state then."""
+        return self._tensors(_capi.TENSORS_OPTIMIZER)
+
+    def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True
+                        ) -> IncompatibleKeys:
+        """Copies `state_dict` ({name: tensor}: torch tensors, or anything with __dlpack__,
+        e.g. numpy arrays) into the model's parameters and buffers of the same names, as
+        torch's Module.load_state_dict does; the optimizer's state is left as it is.
+
+        strict (the default): every model tensor must be given and every name must be the
+        model's. Shapes must match; floating-point dtypes are cast to the model's, others must
+        match. A refusal raises KilnError (code INVALID_ARGUMENT) naming the key and changes
+        nothing. strict=False keeps model tensors not given and skips unknown names; the
+        return value lists both (IncompatibleKeys). Not inside a metrics callback."""
+        if not isinstance(state_dict, Mapping):
+            raise TypeError(f"load_state_dict needs a mapping of name -> tensor, not "
+                            f"{type(state_dict).__name__}")
+        flags = 0 if strict else _capi.LOAD_ALLOW_MISSING | _capi.LOAD_ALLOW_UNEXPECTED
+        _dlpack.load(self._lib, self._h(), state_dict, flags, _check)
+        if strict:
+            return IncompatibleKeys([], [])
+        model = _dlpack.names(self._lib, self._h(), _capi.TENSORS_MODEL, _check)
+        known = set(model)
+        return IncompatibleKeys([n for n in model if n not in state_dict],
+                                [n for n in state_dict if n not in known])
 
 
 class _sigint_cancels:

@@ -1,4 +1,4 @@
-"""ctypes declarations of sdk/include/kiln/kiln.h (C API version 1) and the loading of libkiln.
+"""ctypes declarations of sdk/include/kiln/kiln.h (C API version 2) and the loading of libkiln.
 
 Every struct and every slot of the function table mirrors the header field for field, in the
 header's order: the table is read by offset, so one slot out of place would call the wrong
@@ -10,7 +10,7 @@ import ctypes.util
 import os
 import threading
 
-CAPI_VERSION = 1
+CAPI_VERSION = 2
 
 # kiln/abi.h status codes, and kiln.h's own.
 OK = 0
@@ -34,6 +34,14 @@ SESSION_FAILED = 4
 
 METRICS_STEP = 1
 METRICS_EVAL = 2
+
+# session_tensors' kinds (KILN_TENSORS_*) and session_load_tensors' flags (KILN_LOAD_*), version 2
+TENSORS_PARAMETERS = 1
+TENSORS_BUFFERS = 2
+TENSORS_MODEL = 3
+TENSORS_OPTIMIZER = 4
+LOAD_ALLOW_MISSING = 1
+LOAD_ALLOW_UNEXPECTED = 2
 
 # kiln_session_options.process_settings bits (KILN_PROCESS_*)
 PROCESS_COUNT_CPU_MEMORY = 1
@@ -126,6 +134,49 @@ class kiln_plugin_info(ctypes.Structure):
     ]
 
 
+class kiln_status_location(ctypes.Structure):  # version 2
+    _fields_ = [
+        ("struct_size", c_size_t),
+        ("file", c_char_p),
+        ("line", c_int64),
+        ("column", c_int64),
+        ("key", c_char_p),
+    ]
+
+
+# dlpack/dlpack.h's unversioned structs (DLPack 0.x/1.x "dltensor" capsules), which
+# tensor_list_get hands out and session_load_tensors reads.
+class DLDevice(ctypes.Structure):
+    _fields_ = [("device_type", c_int32), ("device_id", c_int32)]
+
+
+class DLDataType(ctypes.Structure):
+    _fields_ = [("code", ctypes.c_uint8), ("bits", ctypes.c_uint8), ("lanes", ctypes.c_uint16)]
+
+
+class DLTensor(ctypes.Structure):
+    _fields_ = [
+        ("data", ctypes.c_void_p),
+        ("device", DLDevice),
+        ("ndim", c_int32),
+        ("dtype", DLDataType),
+        ("shape", ctypes.POINTER(c_int64)),
+        ("strides", ctypes.POINTER(c_int64)),
+        ("byte_offset", ctypes.c_uint64),
+    ]
+
+
+class DLManagedTensor(ctypes.Structure):
+    pass
+
+
+DLManagedTensor._fields_ = [
+    ("dl_tensor", DLTensor),
+    ("manager_ctx", ctypes.c_void_p),
+    ("deleter", ctypes.CFUNCTYPE(None, ctypes.POINTER(DLManagedTensor))),
+]
+
+
 # typedef int32_t (*kiln_metrics_callback)(void* user_data, const kiln_metrics* metrics);
 metrics_callback = ctypes.CFUNCTYPE(c_int32, ctypes.c_void_p, ctypes.POINTER(kiln_metrics))
 
@@ -134,6 +185,7 @@ _P = ctypes.POINTER
 
 
 class kiln_api(ctypes.Structure):
+    _v1_last_ = "plugins_release"
     # CFUNCTYPE (not PYFUNCTYPE): ctypes releases the GIL for the length of every call, so
     # session_cancel, session_progress and Python threads keep running while a step trains.
     _fields_ = [
@@ -168,6 +220,15 @@ class kiln_api(ctypes.Structure):
         ("plugins_refused_count", _F(c_size_t, c_handle)),
         ("plugins_refused", _F(c_char_p, c_handle, c_size_t)),
         ("plugins_release", _F(None, c_handle)),
+        # ---- version 2 ----
+        ("status_location", _F(c_int32, c_handle, _P(kiln_status_location))),
+        ("session_tensors", _F(c_handle, c_handle, c_uint32, _P(c_handle))),
+        ("tensor_list_count", _F(c_size_t, c_handle)),
+        ("tensor_list_name", _F(c_char_p, c_handle, c_size_t)),
+        ("tensor_list_get", _F(c_handle, c_handle, c_size_t, _P(_P(DLManagedTensor)))),
+        ("tensor_list_release", _F(None, c_handle)),
+        ("session_load_tensors",
+         _F(c_handle, c_handle, _P(c_char_p), _P(_P(DLManagedTensor)), c_size_t, c_uint32)),
     ]
 
 
@@ -180,12 +241,16 @@ def v1_size(struct):
 
 
 KILN_API_V1_SIZE = v1_size(kiln_api)
+KILN_API_V2_SIZE = ctypes.sizeof(kiln_api)
 
 _SLOTS = [name for name, _ in kiln_api._fields_[3:]]
+# The slots a version-1 library serves; the rest are version 2's.
+_V1_SLOTS = _SLOTS[:_SLOTS.index("plugins_release") + 1]
 
 
 class Library:
-    """A loaded libkiln and its version-1 function table.
+    """A loaded libkiln and its function table: version 2's, or version 1's from an older
+    library (whose version-2 slots are then None, and the calls that need them say so).
 
     The slots are copied out of the table once (attribute access on a ctypes Structure builds a
     new function object each time).
@@ -203,22 +268,41 @@ class Library:
             raise OSError(f"{path}: no kiln_get_api symbol; is this libkiln?") from None
         get_api.argtypes = [c_uint32]
         get_api.restype = _P(kiln_api)
-        table = get_api(CAPI_VERSION)
+        wanted = CAPI_VERSION
+        table = get_api(wanted)
         if not table:
-            raise OSError(f"{path}: kiln_get_api({CAPI_VERSION}) returned NULL: the library does "
-                          f"not serve C API version {CAPI_VERSION}")
-        self.table = table.contents  # library-owned, static while the library stays loaded
-        if self.table.struct_size < KILN_API_V1_SIZE:
-            raise OSError(f"{path}: kiln_api.struct_size is {self.table.struct_size}, smaller "
-                          f"than the version-1 table ({KILN_API_V1_SIZE} bytes)")
-        if self.table.version != CAPI_VERSION:
-            raise OSError(f"{path}: kiln_get_api({CAPI_VERSION}) returned a table of version "
+            wanted = 1  # an older library: everything but the version-2 calls
+            table = get_api(wanted)
+        if not table:
+            raise OSError(f"{path}: kiln_get_api({CAPI_VERSION}) and kiln_get_api(1) returned "
+                          f"NULL: the library serves neither C API version")
+        # The table is library-owned and static; a version-1 table is only KILN_API_V1_SIZE
+        # bytes, so it is read through a view of that many bytes, never past its end.
+        self.table = table.contents
+        self.capi_version = wanted
+        if self.table.version != wanted:
+            raise OSError(f"{path}: kiln_get_api({wanted}) returned a table of version "
                           f"{self.table.version}")
+        need = KILN_API_V2_SIZE if wanted >= 2 else KILN_API_V1_SIZE
+        if self.table.struct_size < need:
+            raise OSError(f"{path}: kiln_api.struct_size is {self.table.struct_size}, smaller "
+                          f"than the version-{wanted} table ({need} bytes)")
         for name in _SLOTS:
+            if name not in _V1_SLOTS and wanted < 2:
+                setattr(self, name, None)
+                continue
             fn = getattr(self.table, name)
             if not fn:
                 raise OSError(f"{path}: kiln_api.{name} is NULL (every slot must be set)")
             setattr(self, name, fn)
+
+    def need(self, slot):
+        """The version-2 slot `slot`, or OSError naming the library when it serves version 1."""
+        fn = getattr(self, slot)
+        if fn is None:
+            raise OSError(f"{self.path} serves C API version {self.capi_version}; "
+                          f"{slot} needs version 2 (a newer libkiln)")
+        return fn
 
 
 _lock = threading.Lock()

@@ -16,6 +16,9 @@
  *    struct's version-1 size (KILN_*_V1_SIZE) is refused with KILN_ERR_INVALID_ARGUMENT.
  *  - The plugin ABI (kiln/abi.h, KILN_ABI_MAJOR/MINOR) is versioned on its own; plugin_abi
  *    reports the one the library was built with.
+ *  - Version 2 appends status_location (where a configuration error points) and the session's
+ *    tensors as DLPack (session_tensors, tensor_list_*, session_load_tensors). A caller of
+ *    kiln_get_api(1) gets a table of KILN_API_V1_SIZE and never sees them.
  *
  * ERRORS
  *  A function returning kiln_status* returns NULL on success, or a status the CALLER owns and
@@ -45,6 +48,9 @@
  *  - The metrics callback runs on the thread that called session_step/run/evaluate. Inside it,
  *    only session_progress, session_last_metrics and session_cancel may be called on its
  *    session; any other session call returns KILN_ERR_FAILED_PRECONDITION.
+ *  - The tensor_list_* functions may be called from any thread; the tensors they hand out are
+ *    the training's own, so reading or writing them while another thread steps the session
+ *    races with that step.
  *
  * PROCESS-WIDE SETTINGS, SIGNALS AND LOGS
  *  A session changes nothing in the process that loaded libkiln unless its options ask
@@ -63,7 +69,7 @@
 extern "C" {
 #endif
 
-#define KILN_CAPI_VERSION 1
+#define KILN_CAPI_VERSION 2
 
 /* Status codes of this API, in addition to kiln/abi.h's KILN_ERR_* (int32_t). */
 enum {
@@ -227,7 +233,48 @@ typedef struct kiln_plugin_info {
 } kiln_plugin_info;
 #define KILN_PLUGIN_INFO_V1_SIZE KILN_SIZE_UP_TO(kiln_plugin_info, abi_minor)
 
-/* The function table (version 1). Every slot is non-NULL. */
+/* ---- version 2 ---- */
+
+/* Where a configuration error points (status_location). Caller-owned out struct; set
+ * struct_size before the call. */
+typedef struct kiln_status_location {
+  size_t struct_size; /* sizeof(kiln_status_location) as the caller knows it */
+  const char* file;   /* owned by the status, valid until status_release: the pipeline file as
+                         given (session_create_from_string's name for TOML text), "--set" for an
+                         override; "" when unknown */
+  int64_t line;       /* 1-based; 0 when the error is not at a place in the file (an override, a
+                         default, a file that cannot be read) */
+  int64_t column;     /* 1-based; 0 when line is 0 */
+  const char* key;    /* owned by the status, valid until status_release: the dotted key the
+                         error is about ("run.epochz"), or "" (a TOML syntax error) */
+} kiln_status_location;
+#define KILN_STATUS_LOCATION_V1_SIZE KILN_SIZE_UP_TO(kiln_status_location, key)
+
+/* dlpack/dlpack.h's managed tensor (the unversioned DLPack 0.x/1.x struct, "dltensor"
+ * capsules): include <dlpack/dlpack.h> to read one. */
+struct DLManagedTensor;
+
+/* Named tensors of a session, taken by session_tensors. Opaque; freed by tensor_list_release. */
+typedef struct kiln_tensor_list kiln_tensor_list;
+
+/* Which tensors session_tensors takes (bits, uint32_t). */
+enum {
+  KILN_TENSORS_PARAMETERS = 1, /* the model's parameters, by state_dict name ("fc1.weight") */
+  KILN_TENSORS_BUFFERS = 2,    /* the model's buffers ("bn1.running_mean") */
+  KILN_TENSORS_MODEL = 3,      /* both, as a checkpoint's model.safetensors names them */
+  KILN_TENSORS_OPTIMIZER = 4   /* the optimizer's state, "<parameter>.<slot>"
+                                  ("fc1.weight.exp_avg"); empty before the first step for
+                                  optimizers that create their state then */
+};
+
+/* session_load_tensors' flags (bits, uint32_t); 0 is strict. */
+enum {
+  KILN_LOAD_ALLOW_MISSING = 1,   /* model tensors not given keep their values */
+  KILN_LOAD_ALLOW_UNEXPECTED = 2 /* given names the model does not have are skipped */
+};
+
+/* The function table (version 1, then version 2's appended slots). Every slot of the served
+ * version is non-NULL. */
 typedef struct kiln_api {
   size_t struct_size; /* sizeof(kiln_api) as the library knows it: slots past it are absent */
   uint32_t version;   /* the API version this table serves (as asked of kiln_get_api) */
@@ -331,11 +378,66 @@ typedef struct kiln_api {
   const char* (*plugins_refused)(const kiln_plugin_list* list, size_t index);
   /* Frees the list. NULL is a no-op. */
   void (*plugins_release)(kiln_plugin_list* list);
+
+  /* ==== version 2 (present when struct_size >= KILN_API_V2_SIZE) ==== */
+
+  /* ---- statuses (any thread) ---- */
+
+  /* Where a KILN_ERR_CONFIG status points: fills *out (caller-owned) and returns 1. Returns 0
+   * with "" and 0 in *out when the status carries no location (another code, or an error known
+   * only by its message) or is NULL. `out` NULL or its struct_size below
+   * KILN_STATUS_LOCATION_V1_SIZE: returns 0 and writes nothing. The message text names the same
+   * place. */
+  int32_t (*status_location)(const kiln_status* status, kiln_status_location* out);
+
+  /* ---- tensors (serialized, except the tensor_list_* functions; see THREADS) ---- */
+
+  /* The session's live tensors of `kinds` (KILN_TENSORS_* bits): parameters, then buffers,
+   * then optimizer state, each in the model's order. No data is copied: the list holds
+   * references to the tensors the next step trains. *out is a new list the caller owns
+   * (tensor_list_release). KILN_ERR_INVALID_ARGUMENT for kinds 0 or unknown bits;
+   * KILN_ERR_FAILED_PRECONDITION inside the metrics callback and on a failed session. */
+  KILN_MUST_USE_SLOT kiln_status* (*session_tensors)(kiln_session* session, uint32_t kinds,
+                                                     kiln_tensor_list** out);
+  /* Tensors in the list. */
+  size_t (*tensor_list_count)(const kiln_tensor_list* list);
+  /* The name of tensor `index`. Owned by the list, valid until tensor_list_release; NULL when
+   * index is out of range. */
+  const char* (*tensor_list_name)(const kiln_tensor_list* list, size_t index);
+  /* A DLPack view of tensor `index` (< tensor_list_count) into *out: a new managed tensor the
+   * caller owns, released by calling (*out)->deleter(*out) once, or by a DLPack consumer it is
+   * handed to (torch.from_dlpack of a "dltensor" capsule). It ALIASES the training tensor, no
+   * copy: it sees every later step, and writing through it changes the training (the
+   * parameter a step updates, the state it reads). It holds its own reference to the storage,
+   * so it stays valid after tensor_list_release and session_destroy. CPU tensors are kDLCPU,
+   * CUDA ones kDLCUDA. */
+  KILN_MUST_USE_SLOT kiln_status* (*tensor_list_get)(const kiln_tensor_list* list, size_t index,
+                                                     struct DLManagedTensor** out);
+  /* Frees the list (the views handed out stay valid). NULL is a no-op. */
+  void (*tensor_list_release)(kiln_tensor_list* list);
+
+  /* Copies `count` tensors into the model's parameters and buffers of the same names (as
+   * session_tensors names them); the optimizer's state is left as it is. names[i] and
+   * tensors[i] are borrowed: only tensors[i]->dl_tensor is read (any device and strides), and
+   * the library never calls their deleters. With fp32 master weights (a half-precision model)
+   * the masters are loaded too. Everything is checked before anything is copied: a name the
+   * model does not have (unless KILN_LOAD_ALLOW_UNEXPECTED), a model tensor not given (unless
+   * KILN_LOAD_ALLOW_MISSING), a name given twice, another shape, or a dtype of another kind
+   * (floating-point dtypes are cast to the model's, as torch's load_state_dict does; integer
+   * and bool ones must match) return KILN_ERR_INVALID_ARGUMENT naming the key and change
+   * nothing. KILN_ERR_FAILED_PRECONDITION inside the metrics callback and on a failed session.
+   * In a data-parallel run every rank must load the same tensors. */
+  KILN_MUST_USE_SLOT kiln_status* (*session_load_tensors)(
+      kiln_session* session, const char* const* names, const struct DLManagedTensor* const* tensors,
+      size_t count, uint32_t flags);
 } kiln_api;
 #define KILN_API_V1_SIZE KILN_SIZE_UP_TO(kiln_api, plugins_release)
+#define KILN_API_V2_SIZE KILN_SIZE_UP_TO(kiln_api, session_load_tensors)
 
 /* The function table of API `version` (1 .. KILN_CAPI_VERSION of the library), or NULL when the
- * library does not serve it. Library-owned, static: valid while libkiln is loaded. Any thread. */
+ * library does not serve it. Its struct_size is that version's size (KILN_API_V1_SIZE for 1)
+ * and its version the one asked. Library-owned, static: valid while libkiln is loaded. Any
+ * thread. */
 #if defined(_WIN32)
 __declspec(dllimport)
 #else
