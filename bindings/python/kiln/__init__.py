@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from typing import List, NamedTuple, Optional, Tuple
 
 from . import _capi
+from . import components as _components
 from ._capi import load  # noqa: F401  (public: kiln.load(path=None))
 
 __all__ = [
@@ -357,7 +358,7 @@ def _log_level(level):
 
 
 def _options(overrides, plugin_paths, metrics_path, resume, log_level, distributed,
-             process_settings):
+             process_settings, components=None):
     """kiln_session_options plus the ctypes objects it points into (kept alive by the caller
     for the length of the create call)."""
     opts = _capi.kiln_session_options()
@@ -382,6 +383,7 @@ def _options(overrides, plugin_paths, metrics_path, resume, log_level, distribut
     opts.log_level = _log_level(log_level)
     opts.distributed = 1 if distributed else 0
     opts.process_settings = process_settings
+    keep.append(_components._attach(opts, components))  # kiln.components (in-process)
     return opts, keep
 
 
@@ -436,7 +438,7 @@ class Session:
 
     @classmethod
     def from_file(cls, path, overrides=None, plugin_paths=None, metrics_path=None, resume=None,
-                  log_level=None, distributed=False, process_settings=0):
+                  log_level=None, distributed=False, process_settings=0, components=None):
         """Reads the pipeline file `path`, applies `overrides` (a dict of key -> Python value,
         or a list of "dotted.key=value" strings as `kiln run --set`), loads plugins and builds
         everything. `process_settings` (kiln.PROCESS_* bits) says what the session may change
@@ -445,29 +447,34 @@ class Session:
         PluginRefusedError / KilnError."""
         lib = _capi.library()
         opts, keep = _options(overrides, plugin_paths, metrics_path, resume, log_level,
-                              distributed, process_settings)
+                              distributed, process_settings, components)
         handle = ctypes.c_void_p()
         status = lib.session_create_from_file(os.fsencode(path), ctypes.byref(opts),
                                               ctypes.byref(handle))
         del keep
         _check(lib, status)
-        return cls(handle.value, lib)
+        return cls(handle.value, lib)._hold(components)
 
     @classmethod
     def from_string(cls, toml, name="inline", overrides=None, plugin_paths=None,
                     metrics_path=None, resume=None, log_level=None, distributed=False,
-                    process_settings=0):
+                    process_settings=0, components=None):
         """As from_file, from TOML text; `name` stands for the file in messages and in the
         default output folder runs/<name>."""
         lib = _capi.library()
         opts, keep = _options(overrides, plugin_paths, metrics_path, resume, log_level,
-                              distributed, process_settings)
+                              distributed, process_settings, components)
         handle = ctypes.c_void_p()
         status = lib.session_create_from_string(toml.encode("utf-8"), name.encode("utf-8"),
                                                 ctypes.byref(opts), ctypes.byref(handle))
         del keep
         _check(lib, status)
-        return cls(handle.value, lib)
+        return cls(handle.value, lib)._hold(components)
+
+    def _hold(self, components):
+        # In-process components (kiln.components) are borrowed by the library until close().
+        self._components = list(components or ())
+        return self
 
     # -- lifetime --
 
