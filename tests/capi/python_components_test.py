@@ -215,6 +215,33 @@ class ComponentsTest(unittest.TestCase):
         self.assertIn("<python>: component 'constant' (lr_policy) is already provided by",
                       str(caught.exception))
 
+    def test_layout_is_the_headers(self):
+        # LP64 sizes and offsets of kiln/plugin.h, lr_policy.h, abi.h and kiln.h (as the C
+        # compiler gives them; tests/sdk/capi_v1_layout.c pins kiln.h's the same way).
+        import ctypes
+        from kiln import _capi
+        c = components
+        pinned = [
+            (ctypes.sizeof(c.kiln_option_spec), 72), (c.kiln_option_spec.min.offset, 32),
+            (c.kiln_option_spec.doc.offset, 64), (ctypes.sizeof(c.kiln_option_value), 80),
+            (c.kiln_option_value.float_value.offset, 32),
+            (c.kiln_option_value.string_list.offset, 72), (ctypes.sizeof(c.kiln_options), 24),
+            (ctypes.sizeof(c.kiln_capabilities), 32), (ctypes.sizeof(c.kiln_lr_schedule), 40),
+            (ctypes.sizeof(c.kiln_lr_policy_vtable), 32),
+            (ctypes.sizeof(c.kiln_component_descriptor), 80),
+            (c.kiln_component_descriptor.summary.offset, 40),
+            (c.kiln_component_descriptor.vtable.offset, 72),
+            (ctypes.sizeof(c.kiln_plugin_descriptor), 80),
+            (c.kiln_plugin_descriptor.init.offset, 56),
+            (c.kiln_plugin_descriptor.reserved.offset, 76),
+            (c.kiln_host_api.make_status.offset, 16),
+            (ctypes.sizeof(_capi.kiln_session_options), 96),
+            (_capi.kiln_session_options.components.offset, 72),
+            (_capi.kiln_session_options.component_origin.offset, 88),
+        ]
+        for i, (got, want) in enumerate(pinned):
+            self.assertEqual(got, want, f"entry {i}")
+
     def test_only_policies(self):
         with self.assertRaises(TypeError):
             kiln.Session.from_string(self.text("constant"), "x.toml", components=[c_linear])
