@@ -24,9 +24,14 @@
 #include "engine/trainer.hpp"
 #include "io/log.hpp"
 #include "io/status_line.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/loader.hpp"
 
 struct kiln_session {
   std::shared_ptr<const kiln::capi::PluginSet> plugins;
+  // The plugins' components plus the session's in-process ones (kiln_session_options.components);
+  // the pipeline points into it.
+  kiln::plugin::Registry registry;
   kiln::config::Pipeline pipeline;
   // KILN_PROCESS_SIGNALS: the handlers the session installed, alive as long as the trainer.
   std::unique_ptr<kiln::engine::StopSignals> signals;
@@ -241,6 +246,28 @@ engine::ProcessSettings process_settings_of(uint32_t bits) {
   return p;
 }
 
+// Validates the options' in-process components as plugin libraries are, calls their init and
+// adds them to `registry`: a refusal is KILN_ERR_PLUGIN_REFUSED, as a library's.
+kiln_status* add_components(const kiln_session_options& o, plugin::Registry& registry) {
+  if (o.component_count > 0 && o.components == nullptr) {
+    return make_status(KILN_ERR_INVALID_ARGUMENT,
+                       "kiln_session_options.components is NULL but its count is " +
+                           std::to_string(o.component_count));
+  }
+  const std::string origin = o.component_origin != nullptr && o.component_origin[0] != '\0'
+                                 ? o.component_origin
+                                 : "<in-process>";
+  plugin::LibraryLoader loader(plugin::host_api());
+  for (size_t i = 0; i < o.component_count; ++i) {
+    try {
+      loader.add_descriptor(o.components[i], origin, registry);
+    } catch (const plugin::LoadError& e) {
+      return make_status(KILN_ERR_PLUGIN_REFUSED, std::string("plugin refused: ") + e.what());
+    }
+  }
+  return nullptr;
+}
+
 // Builds a session from TOML text; `file` is the path it came from, or empty.
 kiln_status* create(const std::string& text, const std::string& name, const std::string& file,
                     const kiln_session_options* options, kiln_session** out) {
@@ -281,9 +308,11 @@ kiln_status* create(const std::string& text, const std::string& name, const std:
     for (const auto& r : session->plugins->refused) message += (message.empty() ? "" : "\n") + r;
     return make_status(KILN_ERR_PLUGIN_REFUSED, "plugin refused: " + message);
   }
-  session->pipeline =
-      file.empty() ? config::load_pipeline_text(text, name, overrides, session->plugins->registry)
-                   : config::load_pipeline(file, overrides, session->plugins->registry);
+  session->registry = session->plugins->registry;
+  if (kiln_status* st = add_components(o, session->registry)) return st;
+  session->pipeline = file.empty()
+                          ? config::load_pipeline_text(text, name, overrides, session->registry)
+                          : config::load_pipeline(file, overrides, session->registry);
   // The Trainer checks the pipeline and refuses what the configuration cannot do as a located
   // config::ConfigError (KILN_ERR_CONFIG) before its first step.
   engine::RunOptions run;

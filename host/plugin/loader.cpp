@@ -240,6 +240,65 @@ auto call_library(const std::string& path, const char* entry, Call&& call) -> de
 
 }  // namespace
 
+void LibraryLoader::accept(const kiln_plugin_descriptor* d, const std::string& path,
+                           const std::string& origin, bool from_file, Registry& registry) {
+  if (d->struct_size < KILN_PLUGIN_DESCRIPTOR_V1_SIZE) {
+    throw LoadError(path, "plugin descriptor is " + std::to_string(d->struct_size) +
+                              " bytes, smaller than the " +
+                              std::to_string(KILN_PLUGIN_DESCRIPTOR_V1_SIZE) + " bytes of ABI 1.0");
+  }
+  if (d->abi_major != KILN_ABI_MAJOR || d->abi_minor > KILN_ABI_MINOR) {
+    throw LoadError(path, "descriptor declares Kiln ABI " + abi_text(d->abi_major, d->abi_minor) +
+                              ", this host speaks " + abi_text(KILN_ABI_MAJOR, KILN_ABI_MINOR));
+  }
+  if (d->reserved != 0) throw LoadError(path, "plugin descriptor " + nonzero_reserved(d->reserved));
+  if (std::string reason = check_torch(d); !reason.empty()) throw LoadError(path, reason);
+  // Only a file shows what it links; a program's own descriptor is taken at its word.
+  if (from_file) {
+    if (std::string reason = check_torch_recorded(path, d); !reason.empty()) {
+      throw LoadError(path, reason);
+    }
+  }
+  if (d->component_count > 0 && d->components == nullptr) {
+    throw LoadError(path, "descriptor lists " + std::to_string(d->component_count) +
+                              " components but no component array");
+  }
+  std::vector<std::string> names_here;
+  for (size_t i = 0; i < d->component_count; ++i) {
+    const kiln_component_descriptor* c = d->components[i];
+    if (std::string reason = check_component(c, i, d->abi_minor); !reason.empty())
+      throw LoadError(path, reason);
+    const std::string name = c->name;
+    if (c->kind == KILN_COMPONENT_MODEL && d->torch_version == nullptr) {
+      throw LoadError(path, "component '" + name +
+                                "' is a model (torch-bound) but the library records no torch "
+                                "version");
+    }
+    if (std::find(names_here.begin(), names_here.end(), name) != names_here.end()) {
+      throw LoadError(path, "component name '" + name + "' appears twice in this library");
+    }
+    if (const Component* other = registry.find_any(name)) {
+      throw LoadError(path, "component '" + name + "' (" + kind_name(c->kind) +
+                                ") is already provided by " + other->library_path);
+    }
+    names_here.push_back(name);
+  }
+  if (d->init != nullptr) {
+    if (kiln_status* status = call_library(path, "init", [&] { return d->init(host_); })) {
+      throw LoadError(path, "init failed: " + take_message(status));
+    }
+  }
+  for (size_t i = 0; i < d->component_count; ++i) {
+    registry.add(Component{d->components[i], d, origin});
+  }
+}
+
+void LibraryLoader::add_descriptor(const kiln_plugin_descriptor* d, const std::string& origin,
+                                   Registry& registry) {
+  if (d == nullptr) throw LoadError(origin, "plugin descriptor is NULL");
+  accept(d, origin, origin, false, registry);
+}
+
 void LibraryLoader::load_library(const std::string& path, Registry& registry) {
   namespace dll = boost::dll;
   dll::shared_library lib;
@@ -285,53 +344,7 @@ void LibraryLoader::load_library(const std::string& path, Registry& registry) {
   auto* entry = lib.get<const kiln_plugin_descriptor*()>(KILN_PLUGIN_ENTRY_SYMBOL);
   const kiln_plugin_descriptor* d = call_library(path, KILN_PLUGIN_ENTRY_SYMBOL, entry);
   if (d == nullptr) throw LoadError(path, "kiln_plugin_get returned NULL");
-  if (d->struct_size < KILN_PLUGIN_DESCRIPTOR_V1_SIZE) {
-    throw LoadError(path, "plugin descriptor is " + std::to_string(d->struct_size) +
-                              " bytes, smaller than the " +
-                              std::to_string(KILN_PLUGIN_DESCRIPTOR_V1_SIZE) + " bytes of ABI 1.0");
-  }
-  if (d->abi_major != KILN_ABI_MAJOR || d->abi_minor > KILN_ABI_MINOR) {
-    throw LoadError(path, "descriptor declares Kiln ABI " + abi_text(d->abi_major, d->abi_minor) +
-                              ", this host speaks " + abi_text(KILN_ABI_MAJOR, KILN_ABI_MINOR));
-  }
-  if (d->reserved != 0) throw LoadError(path, "plugin descriptor " + nonzero_reserved(d->reserved));
-  if (std::string reason = check_torch(d); !reason.empty()) throw LoadError(path, reason);
-  if (std::string reason = check_torch_recorded(path, d); !reason.empty()) {
-    throw LoadError(path, reason);
-  }
-  if (d->component_count > 0 && d->components == nullptr) {
-    throw LoadError(path, "descriptor lists " + std::to_string(d->component_count) +
-                              " components but no component array");
-  }
-  std::vector<std::string> names_here;
-  for (size_t i = 0; i < d->component_count; ++i) {
-    const kiln_component_descriptor* c = d->components[i];
-    if (std::string reason = check_component(c, i, d->abi_minor); !reason.empty())
-      throw LoadError(path, reason);
-    const std::string name = c->name;
-    if (c->kind == KILN_COMPONENT_MODEL && d->torch_version == nullptr) {
-      throw LoadError(path, "component '" + name +
-                                "' is a model (torch-bound) but the library records no torch "
-                                "version");
-    }
-    if (std::find(names_here.begin(), names_here.end(), name) != names_here.end()) {
-      throw LoadError(path, "component name '" + name + "' appears twice in this library");
-    }
-    if (const Component* other = registry.find_any(name)) {
-      throw LoadError(path, "component '" + name + "' (" + kind_name(c->kind) +
-                                ") is already provided by " + other->library_path);
-    }
-    names_here.push_back(name);
-  }
-  if (d->init != nullptr) {
-    if (kiln_status* status = call_library(path, "init", [&] { return d->init(host_); })) {
-      throw LoadError(path, "init failed: " + take_message(status));
-    }
-  }
-  std::string absolute = fs::absolute(path).lexically_normal().string();
-  for (size_t i = 0; i < d->component_count; ++i) {
-    registry.add(Component{d->components[i], d, absolute});
-  }
+  accept(d, path, fs::absolute(path).lexically_normal().string(), true, registry);
   keep_loaded(std::move(lib));
 }
 

@@ -36,7 +36,19 @@ class LibraryLoader {
   void load_directory(const std::string& dir, Registry& registry,
                       std::vector<std::string>& refused);
 
+  // Validates a descriptor a program holds in itself (kiln_session_options.components) as a
+  // library's, calls its init and adds its components to `registry`, `origin` standing for the
+  // library path in the registry and in messages. Borrowed: the caller keeps `d` alive as long
+  // as `registry` is used. Throws LoadError.
+  void add_descriptor(const kiln_plugin_descriptor* d, const std::string& origin,
+                      Registry& registry);
+
  private:
+  // The checks and registration every descriptor goes through; `from_file`: `path` is the
+  // library file (what it links can be read), else `path` only names the descriptor.
+  void accept(const kiln_plugin_descriptor* d, const std::string& path, const std::string& origin,
+              bool from_file, Registry& registry);
+
   const kiln_host_api* host_;
 };
 

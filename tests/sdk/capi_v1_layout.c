@@ -14,9 +14,15 @@ _Static_assert(KILN_SESSION_READY == 0 && KILN_SESSION_FINISHED == 1 &&
                "session states");
 _Static_assert(KILN_METRICS_STEP == 1 && KILN_METRICS_EVAL == 2, "metrics kinds");
 _Static_assert(KILN_SESSION_LOG_DEFAULT == 0 && KILN_SESSION_LOG_OFF == 5, "log levels");
-_Static_assert(sizeof(kiln_session_options) == 72, "sizeof kiln_session_options");
+_Static_assert(sizeof(kiln_session_options) == 96, "sizeof kiln_session_options");
+_Static_assert(KILN_SESSION_OPTIONS_V1_SIZE == 64, "KILN_SESSION_OPTIONS_V1_SIZE");
 _Static_assert(offsetof(kiln_session_options, process_settings) == 64,
                "kiln_session_options.process_settings"); /* appended */
+_Static_assert(offsetof(kiln_session_options, components) == 72 &&
+                   offsetof(kiln_session_options, component_count) == 80 &&
+                   offsetof(kiln_session_options, component_origin) == 88 &&
+                   KILN_SESSION_OPTIONS_V2_SIZE == 96,
+               "kiln_session_options V2 (in-process components, appended)");
 _Static_assert(offsetof(kiln_session_options, overrides) == 8, "kiln_session_options.overrides");
 _Static_assert(offsetof(kiln_session_options, override_count) == 16,
                "kiln_session_options.override_count");

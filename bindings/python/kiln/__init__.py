@@ -24,10 +24,11 @@ import signal
 import threading
 import weakref
 from dataclasses import dataclass
-from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Tuple,
-                    Union)
+from typing import (Any, Callable, Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence,
+                    Tuple, Union)
 
 from . import _capi, _dlpack
+from . import components as _components
 from ._capi import load  # noqa: F401  (public: kiln.load(path=None))
 from .config import Overrides, override_strings, to_toml, toml_literal
 
@@ -334,7 +335,7 @@ def _log_level(level):
 
 
 def _options(overrides, plugin_paths, metrics_path, resume, log_level, distributed,
-             process_settings):
+             process_settings, components=None):
     """kiln_session_options plus the ctypes objects it points into (kept alive by the caller
     for the length of the create call)."""
     opts = _capi.kiln_session_options()
@@ -359,6 +360,7 @@ def _options(overrides, plugin_paths, metrics_path, resume, log_level, distribut
     opts.log_level = _log_level(log_level)
     opts.distributed = 1 if distributed else 0
     opts.process_settings = process_settings
+    keep.append(_components._attach(opts, components))  # kiln.components (in-process)
     return opts, keep
 
 
@@ -415,7 +417,8 @@ class Session:
                  metrics_path: Optional[Union[str, "os.PathLike[str]"]] = None,
                  resume: Optional[Union[str, "os.PathLike[str]"]] = None,
                  log_level: Union[str, int, None] = None, distributed: bool = False,
-                 process_settings: int = 0, **sections: Mapping[str, Any]):
+                 process_settings: int = 0, components: Optional[Sequence[Any]] = None,
+                 **sections: Mapping[str, Any]):
         """Session(config, **options_and_sections): from_dict for a mapping, from_string for a
         str that contains a newline, from_file for any other str or os.PathLike. The keyword
         arguments are those of from_file (`name` only for text and dicts)."""
@@ -427,7 +430,7 @@ class Session:
             raise TypeError("Session needs a pipeline: a path, TOML text or a dict")
         options = dict(overrides=overrides, plugin_paths=plugin_paths, metrics_path=metrics_path,
                        resume=resume, log_level=log_level, distributed=distributed,
-                       process_settings=process_settings)
+                       process_settings=process_settings, components=components)
         if isinstance(config, Mapping):
             handle, lib = Session._create("dict", config, name or "inline", options, sections)
         elif _lend_path(config):
@@ -440,6 +443,7 @@ class Session:
             raise TypeError(f"Session needs a path, TOML text or a dict, not "
                             f"{type(config).__name__}")
         self._wrap(handle, lib)
+        self._hold(components)
 
     def _wrap(self, handle, lib):
         self._lib = lib
@@ -486,6 +490,7 @@ class Session:
     def from_file(cls, path: Union[str, "os.PathLike[str]"], overrides: Overrides = None,
                   plugin_paths=None, metrics_path=None, resume=None, log_level=None,
                   distributed: bool = False, process_settings: int = 0,
+                  components: Optional[Sequence[Any]] = None,
                   **sections: Mapping[str, Any]) -> "Session":
         """Reads the pipeline file `path`, applies the overrides, loads plugins and builds
         everything.
@@ -499,31 +504,35 @@ class Session:
         the whole process (the CPU allocator, torch's threads and flags, malloc's tuning,
         SIGINT/SIGTERM handlers); 0 leaves the process as it is. Raises ConfigError (with
         .file/.line/.column/.key), PluginRefusedError, KilnError, and TypeError for a value
-        with no TOML form."""
+        with no TOML form. `components` are in-process components (kiln.components, e.g. an LR
+        policy that is a Python function) the pipeline may name; the session holds them until
+        close()."""
         options = dict(overrides=overrides, plugin_paths=plugin_paths, metrics_path=metrics_path,
                        resume=resume, log_level=log_level, distributed=distributed,
-                       process_settings=process_settings)
+                       process_settings=process_settings, components=components)
         handle, lib = cls._create("file", path, None, options, sections)
-        return cls(handle, lib)
+        return cls(handle, lib)._hold(components)
 
     @classmethod
     def from_string(cls, toml: str, name: str = "inline", overrides: Overrides = None,
                     plugin_paths=None, metrics_path=None, resume=None, log_level=None,
                     distributed: bool = False, process_settings: int = 0,
+                    components: Optional[Sequence[Any]] = None,
                     **sections: Mapping[str, Any]) -> "Session":
         """As from_file, from TOML text; `name` stands for the file in messages (and in
         KilnError.file) and in the default output folder runs/<name>. Relative data paths are
         taken from the current directory."""
         options = dict(overrides=overrides, plugin_paths=plugin_paths, metrics_path=metrics_path,
                        resume=resume, log_level=log_level, distributed=distributed,
-                       process_settings=process_settings)
+                       process_settings=process_settings, components=components)
         handle, lib = cls._create("string", toml, name, options, sections)
-        return cls(handle, lib)
+        return cls(handle, lib)._hold(components)
 
     @classmethod
     def from_dict(cls, config: Mapping[str, Any], name: str = "inline",
                   overrides: Overrides = None, plugin_paths=None, metrics_path=None, resume=None,
                   log_level=None, distributed: bool = False, process_settings: int = 0,
+                  components: Optional[Sequence[Any]] = None,
                   **sections: Mapping[str, Any]) -> "Session":
         """As from_string, from a nested dict written as the pipeline's TOML (kiln.to_toml):
         {"run": {"epochs": 2}, "model": {"name": "mlp", "hidden": [32]}}. Top-level dicts are
@@ -533,9 +542,14 @@ class Session:
         is its file name)."""
         options = dict(overrides=overrides, plugin_paths=plugin_paths, metrics_path=metrics_path,
                        resume=resume, log_level=log_level, distributed=distributed,
-                       process_settings=process_settings)
+                       process_settings=process_settings, components=components)
         handle, lib = cls._create("dict", config, name, options, sections)
-        return cls(handle, lib)
+        return cls(handle, lib)._hold(components)
+
+    def _hold(self, components):
+        # In-process components (kiln.components) are borrowed by the library until close().
+        self._components = list(components or ())
+        return self
 
     # -- lifetime --
 

@@ -76,6 +76,10 @@ class kiln_session_options(ctypes.Structure):
         ("log_level", c_int32),
         ("distributed", c_int32),
         ("process_settings", c_uint32),  # appended after version 1
+        # V2: in-process components (kiln/components.py builds the descriptors)
+        ("components", ctypes.c_void_p),
+        ("component_count", c_size_t),
+        ("component_origin", c_char_p),
     ]
     _v1_last_ = "distributed"
 

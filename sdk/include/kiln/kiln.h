@@ -100,6 +100,9 @@ enum {
   KILN_SESSION_LOG_OFF = 5
 };
 
+/* kiln/plugin.h's descriptor, named by kiln_session_options.components. */
+struct kiln_plugin_descriptor;
+
 /* How a session is made. Zero-fill it, then set struct_size and what you need. */
 typedef struct kiln_session_options {
   size_t struct_size;              /* sizeof(kiln_session_options) as the caller knows it */
@@ -123,8 +126,37 @@ typedef struct kiln_session_options {
   uint32_t process_settings;       /* appended (read only when struct_size covers it):
                                       KILN_PROCESS_* bits, what the session may change in the
                                       whole process; 0: nothing (see PROCESS-WIDE SETTINGS) */
+  /* Since V2 (read only when struct_size covers them; see IN-PROCESS COMPONENTS below): */
+  const struct kiln_plugin_descriptor* const* components; /* borrowed for the SESSION'S LIFE
+                                      (until session_destroy returns): plugin descriptors
+                                      (kiln/plugin.h) whose functions live in the program, as
+                                      kiln_plugin_get would return them; the array itself is
+                                      read during the create call only; may be NULL when
+                                      component_count is 0 */
+  size_t component_count;                                 /* entries in components */
+  const char* component_origin; /* borrowed: stands for a library path in messages and
+                                   plugin lists ("my_app.py"); NULL or "": "<in-process>" */
 } kiln_session_options;
 #define KILN_SESSION_OPTIONS_V1_SIZE KILN_SIZE_UP_TO(kiln_session_options, distributed)
+#define KILN_SESSION_OPTIONS_V2_SIZE KILN_SIZE_UP_TO(kiln_session_options, component_origin)
+
+/* IN-PROCESS COMPONENTS (kiln_session_options.components)
+ *  A program registers optimizers, LR policies (or any other kind) whose functions it holds
+ *  itself, with no plugin library: each entry is the kiln_plugin_descriptor a library's
+ *  kiln_plugin_get would return, with its component descriptors, vtables, capabilities and
+ *  option schemas. The session validates each exactly as a library's (ABI version, struct
+ *  sizes, component kinds, required slots, option schemas, capabilities, reserved fields, the
+ *  recorded LibTorch) and refuses a component whose name a loaded plugin, or an earlier
+ *  descriptor, already uses; a refusal is KILN_ERR_PLUGIN_REFUSED with "<origin>: <reason>".
+ *  Then the descriptor's init (if any) is called, once per session created with it, and the
+ *  pipeline names the components like any plugin's; their options are validated against their
+ *  schemas (a misspelt key is KILN_ERR_CONFIG). The components exist for that session only.
+ *  Everything the descriptors point to (names, schemas, vtables and what their functions use)
+ *  must stay valid and unchanged until session_destroy returns. Their functions are called on
+ *  the thread of the session call that needs them (an LR policy's lr_at on the training thread,
+ *  under the session lock) and must not throw or unwind through the library: a failure is a
+ *  returned status (made with the kiln_host_api passed to init and create), which fails the
+ *  call as a plugin's would. */
 
 /* What a session may change in the whole process (kiln_session_options.process_settings, bits).
  * `kiln run` makes all of them; a session makes none unless asked. */

@@ -32,6 +32,7 @@ use std::path::{Path, PathBuf};
 use std::ptr;
 use std::sync::{Arc, Weak};
 
+pub mod components;
 pub mod sys;
 
 /// Status codes ([`Error::code`]): kiln/abi.h's `KILN_ERR_*` and kiln.h's own.
@@ -403,6 +404,9 @@ pub struct Options {
     /// What the session may change in the whole process (`process::*` bits): 0, the default,
     /// leaves the process as it is; `process::ALL` does what `kiln run` does.
     pub process_settings: u32,
+    /// In-process LR policies (closures), named by the pipeline like plugins' components; the
+    /// session keeps them alive until it is dropped.
+    pub components: Vec<components::LrPolicy>,
 }
 
 /// Bits of `Options::process_settings` (`KILN_PROCESS_*`).
@@ -453,6 +457,11 @@ impl Options {
         self.process_settings = bits;
         self
     }
+    /// Adds an in-process LR policy (see [`components`]).
+    pub fn component(mut self, policy: components::LrPolicy) -> Options {
+        self.components.push(policy);
+        self
+    }
 }
 
 /// `kiln_session_options` and the C strings its pointers refer to; the pointers stay valid
@@ -462,6 +471,7 @@ struct RawOptions {
     _strings: Vec<CString>,
     _overrides: Vec<*const c_char>,
     _plugin_paths: Vec<*const c_char>,
+    _components: Vec<*const sys::KilnPluginDescriptor>,
 }
 
 impl RawOptions {
@@ -505,11 +515,21 @@ impl RawOptions {
         raw.log_level = o.log_level.raw();
         raw.distributed = i32::from(o.distributed);
         raw.process_settings = o.process_settings;
+        let components: Vec<*const sys::KilnPluginDescriptor> =
+            o.components.iter().map(|c| c.descriptor()).collect();
+        if !components.is_empty() {
+            let origin = cstring("origin", b"<rust>")?;
+            raw.components = components.as_ptr();
+            raw.component_count = components.len();
+            raw.component_origin = origin.as_ptr();
+            strings.push(origin);
+        }
         Ok(RawOptions {
             raw,
             _strings: strings,
             _overrides: overrides,
             _plugin_paths: plugin_paths,
+            _components: components,
         })
     }
 }
@@ -668,6 +688,8 @@ impl Metrics {
 struct Inner {
     api: Api,
     raw: *mut sys::KilnSession,
+    /// In-process components the native session borrows; dropped after it is destroyed.
+    _components: Vec<components::LrPolicy>,
 }
 
 // SAFETY: the header lets session calls come from any thread (serialized inside libkiln).
@@ -760,7 +782,7 @@ impl Session {
         // SAFETY: borrowed strings and options alive across the call; `out` caller-owned.
         let status =
             unsafe { slot!(api, session_create_from_file)(path.as_ptr(), &opts.raw, &mut out) };
-        Session::created(api, status, out)
+        Session::created(api, status, out, &options.components)
     }
 
     /// The same from TOML text; `name` stands for the file in messages and in the default
@@ -780,13 +802,14 @@ impl Session {
                 &mut out,
             )
         };
-        Session::created(api, status, out)
+        Session::created(api, status, out, &options.components)
     }
 
     fn created(
         api: Api,
         status: *mut sys::KilnStatus,
         out: *mut sys::KilnSession,
+        components: &[components::LrPolicy],
     ) -> Result<Session, Error> {
         api.check(status)?;
         if out.is_null() {
@@ -796,7 +819,11 @@ impl Session {
             ));
         }
         Ok(Session {
-            inner: Arc::new(Inner { api, raw: out }),
+            inner: Arc::new(Inner {
+                api,
+                raw: out,
+                _components: components.to_vec(),
+            }),
             callback: ptr::null_mut(),
         })
     }

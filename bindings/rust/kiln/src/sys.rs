@@ -55,6 +55,7 @@ pub const KILN_METRICS_EVAL: i32 = 2;
 compile_error!("the kiln crate mirrors kiln.h for 64-bit targets only (LibTorch's platforms)");
 
 pub const KILN_SESSION_OPTIONS_V1_SIZE: usize = 64;
+pub const KILN_SESSION_OPTIONS_V2_SIZE: usize = 96;
 pub const KILN_PROGRESS_V1_SIZE: usize = 88;
 pub const KILN_METRICS_V1_SIZE: usize = 120;
 pub const KILN_METRICS_V2_SIZE: usize = 128;
@@ -102,6 +103,11 @@ pub struct KilnSessionOptions {
     pub log_level: i32,
     pub distributed: i32,
     pub process_settings: u32,
+    /// Since V2 (KILN_SESSION_OPTIONS_V2_SIZE): in-process plugin descriptors, borrowed for
+    /// the session's life.
+    pub components: *const *const KilnPluginDescriptor,
+    pub component_count: usize,
+    pub component_origin: *const c_char,
 }
 
 /// `kiln_progress`.
@@ -253,13 +259,158 @@ pub struct KilnApi {
     pub plugins_release: Option<unsafe extern "C" fn(list: *mut KilnPluginList)>,
 }
 
+// ---- the plugin ABI (kiln/abi.h, kiln/host.h, kiln/plugin.h, kiln/lr_policy.h): what an
+// in-process component (kiln_session_options.components) is made of ----
+
+/// `KILN_COMPONENT_LR_POLICY` (kiln_component_descriptor.kind).
+pub const KILN_COMPONENT_LR_POLICY: i32 = 2;
+/// `KILN_CAP_DEVICE_CPU`, `KILN_CAP_DEVICE_CUDA` (kiln_capabilities.flags).
+pub const KILN_CAP_DEVICE_CPU: u64 = 1;
+pub const KILN_CAP_DEVICE_CUDA: u64 = 2;
+// kiln_option_spec.type / kiln_option_value.type
+pub const KILN_OPT_BOOL: i32 = 1;
+pub const KILN_OPT_INT: i32 = 2;
+pub const KILN_OPT_FLOAT: i32 = 3;
+pub const KILN_OPT_STRING: i32 = 4;
+pub const KILN_OPT_INT_LIST: i32 = 5;
+pub const KILN_OPT_FLOAT_LIST: i32 = 6;
+pub const KILN_OPT_STRING_LIST: i32 = 7;
+
+/// The first slots of `kiln_host_api` (kiln/host.h), all an LR policy calls. Received by
+/// pointer from the host, never made here, so the rest of the table need not be spelt out.
+#[repr(C)]
+pub struct KilnHostApiHead {
+    pub struct_size: usize,
+    pub abi_major: u32,
+    pub abi_minor: u32,
+    pub make_status:
+        Option<unsafe extern "C" fn(code: i32, message: *const c_char) -> *mut KilnStatus>,
+}
+
+/// `kiln_option_spec` (kiln/abi.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnOptionSpec {
+    pub struct_size: usize,
+    pub name: *const c_char,
+    pub type_: i32,
+    pub has_min: i32,
+    pub has_max: i32,
+    pub reserved: i32,
+    pub min: f64,
+    pub max: f64,
+    pub default_value: *const c_char,
+    pub choices: *const c_char,
+    pub doc: *const c_char,
+}
+
+/// `kiln_option_value` (kiln/abi.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnOptionValue {
+    pub struct_size: usize,
+    pub name: *const c_char,
+    pub type_: i32,
+    pub bool_value: i32,
+    pub int_value: i64,
+    pub float_value: f64,
+    pub string_value: *const c_char,
+    pub int_list: *const i64,
+    pub float_list: *const f64,
+    pub list_length: usize,
+    pub string_list: *const *const c_char,
+}
+
+/// `kiln_options` (kiln/abi.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnOptions {
+    pub struct_size: usize,
+    pub count: usize,
+    pub values: *const KilnOptionValue,
+}
+
+/// `kiln_capabilities` (kiln/abi.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnCapabilities {
+    pub struct_size: usize,
+    pub flags: u64,
+    pub attribute_count: usize,
+    pub attributes: *const c_void,
+}
+
+/// `kiln_lr_schedule` (kiln/lr_policy.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnLrSchedule {
+    pub struct_size: usize,
+    pub base_lr: f64,
+    pub max_iters: i64,
+    pub warmup_iters: i64,
+    pub iters_per_epoch: i64,
+}
+
+/// `kiln_lr_policy_vtable` (kiln/lr_policy.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnLrPolicyVtable {
+    pub struct_size: usize,
+    pub create: Option<
+        unsafe extern "C" fn(
+            host: *const KilnHostApiHead,
+            options: *const KilnOptions,
+            schedule: *const KilnLrSchedule,
+            out: *mut *mut c_void,
+        ) -> *mut KilnStatus,
+    >,
+    pub destroy: Option<unsafe extern "C" fn(instance: *mut c_void)>,
+    pub lr_at: Option<
+        unsafe extern "C" fn(instance: *mut c_void, iter: i64, lr: *mut f64) -> *mut KilnStatus,
+    >,
+}
+
+/// `kiln_component_descriptor` (kiln/plugin.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnComponentDescriptor {
+    pub struct_size: usize,
+    pub kind: i32,
+    pub reserved: i32,
+    pub name: *const c_char,
+    pub version: KilnVersion,
+    pub summary: *const c_char,
+    pub capabilities: *const KilnCapabilities,
+    pub option_count: usize,
+    pub options: *const KilnOptionSpec,
+    pub vtable: *const c_void,
+}
+
+/// `kiln_plugin_descriptor` (kiln/plugin.h).
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnPluginDescriptor {
+    pub struct_size: usize,
+    pub abi_major: u32,
+    pub abi_minor: u32,
+    pub name: *const c_char,
+    pub version: KilnVersion,
+    pub component_count: usize,
+    pub components: *const *const KilnComponentDescriptor,
+    pub init: Option<unsafe extern "C" fn(host: *const KilnHostApiHead) -> *mut KilnStatus>,
+    pub torch_version: *const c_char,
+    pub torch_cxx11_abi: i32,
+    pub reserved: i32,
+}
+
 // Zero-filled structs with struct_size set to this binding's size, as the header asks callers
 // to prepare them. All-zero bytes are valid for every field (integers, floats, raw pointers).
 macro_rules! sized_default {
     ($($t:ident),*) => {$(
         impl Default for $t {
             fn default() -> Self {
-                // SAFETY: every field is an integer, a float or a raw pointer.
+                // SAFETY: every field is an integer, a float, a raw pointer or an Option of a
+                // function pointer (all-zero: None).
                 let mut v: Self = unsafe { std::mem::zeroed() };
                 v.struct_size = std::mem::size_of::<Self>();
                 v
@@ -271,7 +422,12 @@ sized_default!(
     KilnSessionOptions,
     KilnProgress,
     KilnMetrics,
-    KilnPluginInfo
+    KilnPluginInfo,
+    KilnOptionSpec,
+    KilnCapabilities,
+    KilnLrPolicyVtable,
+    KilnComponentDescriptor,
+    KilnPluginDescriptor
 );
 
 extern "C" {

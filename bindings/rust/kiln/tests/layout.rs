@@ -71,6 +71,9 @@ fn all_fields() -> Vec<Field> {
             log_level,
             distributed,
             process_settings,
+            components,
+            component_count,
+            component_origin,
         ]
     ));
     v.extend(fields!(
@@ -160,6 +163,119 @@ fn all_fields() -> Vec<Field> {
             plugins_release,
         ]
     ));
+    // The plugin ABI's structs an in-process component is made of (kiln/plugin.h, ...).
+    v.extend(fields!(
+        KilnHostApiHead,
+        "kiln_host_api",
+        [struct_size, abi_major, abi_minor, make_status]
+    ));
+    v.extend(fields!(
+        KilnOptionSpec,
+        "kiln_option_spec",
+        [struct_size, name]
+    ));
+    v.push((
+        "kiln_option_spec.type".to_string(),
+        offset!(KilnOptionSpec, type_),
+        field_size!(KilnOptionSpec, type_),
+    ));
+    v.extend(fields!(
+        KilnOptionSpec,
+        "kiln_option_spec",
+        [
+            has_min,
+            has_max,
+            reserved,
+            min,
+            max,
+            default_value,
+            choices,
+            doc
+        ]
+    ));
+    v.extend(fields!(
+        KilnOptionValue,
+        "kiln_option_value",
+        [struct_size, name]
+    ));
+    v.push((
+        "kiln_option_value.type".to_string(),
+        offset!(KilnOptionValue, type_),
+        field_size!(KilnOptionValue, type_),
+    ));
+    v.extend(fields!(
+        KilnOptionValue,
+        "kiln_option_value",
+        [
+            bool_value,
+            int_value,
+            float_value,
+            string_value,
+            int_list,
+            float_list,
+            list_length,
+            string_list,
+        ]
+    ));
+    v.extend(fields!(
+        KilnOptions,
+        "kiln_options",
+        [struct_size, count, values]
+    ));
+    v.extend(fields!(
+        KilnCapabilities,
+        "kiln_capabilities",
+        [struct_size, flags, attribute_count, attributes]
+    ));
+    v.extend(fields!(
+        KilnLrSchedule,
+        "kiln_lr_schedule",
+        [
+            struct_size,
+            base_lr,
+            max_iters,
+            warmup_iters,
+            iters_per_epoch
+        ]
+    ));
+    v.extend(fields!(
+        KilnLrPolicyVtable,
+        "kiln_lr_policy_vtable",
+        [struct_size, create, destroy, lr_at]
+    ));
+    v.extend(fields!(
+        KilnComponentDescriptor,
+        "kiln_component_descriptor",
+        [
+            struct_size,
+            kind,
+            reserved,
+            name,
+            version,
+            summary,
+            capabilities,
+            option_count,
+            options,
+            vtable,
+        ]
+    ));
+    v.extend(fields!(
+        KilnPluginDescriptor,
+        "kiln_plugin_descriptor",
+        [
+            struct_size,
+            abi_major,
+            abi_minor,
+            name,
+            version,
+            component_count,
+            components,
+            init,
+            torch_version,
+            torch_cxx11_abi,
+            reserved,
+        ]
+    ));
     v
 }
 
@@ -172,12 +288,24 @@ fn struct_sizes() -> Vec<(&'static str, usize)> {
         ("kiln_plugin_info", size_of::<KilnPluginInfo>()),
         // kiln_api: the crate binds version 1's table, whose size is KILN_API_V1_SIZE (below);
         // the header's whole table has version 2's slots appended.
+        ("kiln_option_spec", size_of::<KilnOptionSpec>()),
+        ("kiln_option_value", size_of::<KilnOptionValue>()),
+        ("kiln_options", size_of::<KilnOptions>()),
+        ("kiln_capabilities", size_of::<KilnCapabilities>()),
+        ("kiln_lr_schedule", size_of::<KilnLrSchedule>()),
+        ("kiln_lr_policy_vtable", size_of::<KilnLrPolicyVtable>()),
+        (
+            "kiln_component_descriptor",
+            size_of::<KilnComponentDescriptor>(),
+        ),
+        ("kiln_plugin_descriptor", size_of::<KilnPluginDescriptor>()),
     ]
 }
 
 fn v1_sizes() -> Vec<(&'static str, usize)> {
     vec![
         ("KILN_SESSION_OPTIONS_V1_SIZE", KILN_SESSION_OPTIONS_V1_SIZE),
+        ("KILN_SESSION_OPTIONS_V2_SIZE", KILN_SESSION_OPTIONS_V2_SIZE),
         ("KILN_PROGRESS_V1_SIZE", KILN_PROGRESS_V1_SIZE),
         ("KILN_METRICS_V1_SIZE", KILN_METRICS_V1_SIZE),
         ("KILN_PLUGIN_INFO_V1_SIZE", KILN_PLUGIN_INFO_V1_SIZE),
@@ -197,7 +325,7 @@ fn offset_of(fields: &[Field], name: &str) -> usize {
 #[cfg(target_pointer_width = "64")]
 fn layout_matches_hand_computed_lp64_values() {
     assert_eq!(size_of::<KilnVersion>(), 12);
-    assert_eq!(size_of::<KilnSessionOptions>(), 72); // process_settings appended
+    assert_eq!(size_of::<KilnSessionOptions>(), 96); // process_settings, then V2 appended
     assert_eq!(size_of::<KilnProgress>(), 88);
     assert_eq!(size_of::<KilnMetrics>(), 128); // accuracy_top5 appended (V2)
     assert_eq!(size_of::<KilnPluginInfo>(), 64);
@@ -215,6 +343,9 @@ fn layout_matches_hand_computed_lp64_values() {
         ("kiln_session_options.log_level", 56),
         ("kiln_session_options.distributed", 60),
         ("kiln_session_options.process_settings", 64),
+        ("kiln_session_options.components", 72),
+        ("kiln_session_options.component_count", 80),
+        ("kiln_session_options.component_origin", 88),
         ("kiln_progress.state", 8),
         ("kiln_progress.epoch_ended", 12),
         ("kiln_progress.step", 16),
@@ -277,6 +408,10 @@ fn layout_matches_hand_computed_lp64_values() {
         KILN_SESSION_OPTIONS_V1_SIZE,
         end("kiln_session_options.distributed")
     );
+    assert_eq!(
+        KILN_SESSION_OPTIONS_V2_SIZE,
+        end("kiln_session_options.component_origin")
+    );
     assert_eq!(KILN_PROGRESS_V1_SIZE, end("kiln_progress.last_checkpoint"));
     assert_eq!(KILN_METRICS_V1_SIZE, end("kiln_metrics.activation_mb"));
     assert_eq!(KILN_PLUGIN_INFO_V1_SIZE, end("kiln_plugin_info.abi_minor"));
@@ -300,7 +435,8 @@ fn layout_matches_the_c_compiler() {
     );
 
     let mut c = String::from(
-        "#include <stdio.h>\n#include <stddef.h>\n#include \"kiln/kiln.h\"\nint main(void) {\n",
+        "#include <stdio.h>\n#include <stddef.h>\n#include \"kiln/kiln.h\"\n\
+         #include \"kiln/lr_policy.h\"\n#include \"kiln/plugin.h\"\nint main(void) {\n",
     );
     for (name, _, _) in all_fields() {
         let (ty, field) = name.split_once('.').unwrap();
