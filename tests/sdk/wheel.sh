@@ -237,11 +237,13 @@ assert _capi.library().path == os.path.join(pkg, "lib", "libkiln.so.1"), _capi.l
 print(f"python binding ({kiln.version()}): {p.step} steps over {_capi.library().path}")
 PY
 
-# ---- the binding's example, copied out of the checkout (it imports the installed package) ----
-cp "$src/bindings/python/examples/train_quickstart.py" .
-python train_quickstart.py --config pipeline.toml --set run.max_steps=0 --set run.epochs=2 \
+# ---- the binding's examples, run from the checkout: they import the installed package ----
+python "$src/bindings/python/examples/train_quickstart.py" --config pipeline.toml --set run.max_steps=0 --set run.epochs=2 \
   --target 1.01 --patience 2 >example.log 2>&1 ||
   fail "train_quickstart.py: $(cat example.log)"
 grep -Eq '^epoch 2/2  test accuracy' example.log && grep -q '^finished: 2 epochs, 16 steps' example.log ||
   fail "train_quickstart.py: $(cat example.log)"
+python "$src/bindings/python/examples/python_api.py" --synthetic --epochs 1 >api.log 2>&1 ||
+  fail "python_api.py: $(cat api.log)"
+grep -q "^fresh session: .* after load_state_dict" api.log || fail "python_api.py: $(cat api.log)"
 echo "wheel: ok in $((SECONDS - start)) s"

@@ -13,15 +13,16 @@ Every --set is passed to the library as `kiln run --set` takes it.
 
 import argparse
 import math
-import os
 import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parents[2]  # bindings/python/examples -> repository root
-sys.path.insert(0, str(HERE.parent))  # the kiln package beside this folder, uninstalled
-
-import kiln  # noqa: E402
+try:
+    import kiln  # installed (the kiln-train wheel: its own libkiln, no KILN_LIBRARY)
+except ImportError:
+    sys.path.insert(0, str(HERE.parent))  # a checkout: the package beside this folder
+    import kiln
 
 
 def parse_args():

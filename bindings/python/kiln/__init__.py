@@ -234,7 +234,7 @@ class Progress:
     last_checkpoint: str
 
     @property
-    def done(self):
+    def done(self) -> bool:
         """True once the session takes no more steps."""
         return self.state != READY
 
@@ -258,12 +258,12 @@ class PluginScan(NamedTuple):
 
 # ---- library-wide calls ------------------------------------------------------------------------
 
-def version():
+def version() -> str:
     """E.g. "kiln 0.1.0, C API 1, plugin ABI 1.2, LibTorch 2.11.0"."""
     return _text(_capi.library().version_string())
 
 
-def plugin_abi():
+def plugin_abi() -> Tuple[int, int]:
     """(major, minor) of the plugin ABI the library loads."""
     major, minor = ctypes.c_uint32(), ctypes.c_uint32()
     _capi.library().plugin_abi(ctypes.byref(major), ctypes.byref(minor))
@@ -289,7 +289,7 @@ def _c_paths(items, what):
     return _c_strings([os.fsencode(p) for p in items], what)  # os.PathLike included
 
 
-def plugins(extra_dirs=()):
+def plugins(extra_dirs: Sequence[Union[str, "os.PathLike[str]"]] = ()) -> "PluginScan":
     """Loads the plugin libraries in the built-in folder, KILN_PLUGIN_PATH and `extra_dirs`.
     Returns PluginScan(plugins, refused)."""
     lib = _capi.library()
@@ -553,7 +553,7 @@ class Session:
 
     # -- lifetime --
 
-    def close(self):
+    def close(self) -> None:
         """Frees the session (writes nothing: call save_checkpoint first to keep the state).
         Idempotent."""
         handle, self._handle = self._handle, None
@@ -564,7 +564,7 @@ class Session:
         self._callback = None
 
     @property
-    def closed(self):
+    def closed(self) -> bool:
         return not self._handle
 
     def __enter__(self):
@@ -622,7 +622,7 @@ class Session:
         if self._interrupted:
             raise KeyboardInterrupt
 
-    def run(self):
+    def run(self) -> "Progress":
         """Trains until the session leaves "ready" (evaluating, checkpointing and logging as
         `kiln run` does) and returns the final Progress. Ctrl-C in the main thread cancels after
         the current step (with its checkpoint when run.checkpoints) and raises
@@ -630,7 +630,7 @@ class Session:
         self._train_call(self._lib.session_run)
         return self.progress()
 
-    def step(self):
+    def step(self) -> Optional["Metrics"]:
         """One optimizer step. Returns its Metrics (kind "step"), or None when no step was taken
         (the session was cancelled before it began). Raises KilnError with code
         FAILED_PRECONDITION when the session is not "ready"."""
@@ -639,21 +639,21 @@ class Session:
         m = self.last_metrics("step")
         return m if m is not None and m.step > before else None
 
-    def evaluate(self):
+    def evaluate(self) -> "Metrics":
         """Evaluates on the test split now; returns the Metrics (kind "eval")."""
         out = _capi.kiln_metrics()
         out.struct_size = ctypes.sizeof(out)
         self._train_call(self._lib.session_evaluate, ctypes.byref(out))
         return Metrics._from_c(out)
 
-    def save_checkpoint(self):
+    def save_checkpoint(self) -> str:
         """Writes a checkpoint of the current state (even with run.checkpoints off); returns its
         folder ("" on ranks other than 0)."""
         path = ctypes.c_char_p()
         self._train_call(self._lib.session_save_checkpoint, ctypes.byref(path))
         return _path_text(path.value)
 
-    def epochs(self):
+    def epochs(self) -> Iterator["Metrics"]:
         """Steps through the run, yielding the test Metrics after each epoch (and once more when
         run.max_steps ends the run inside an epoch). Stop early by leaving the loop; a session
         cancelled or stopped by a guard ends the loop without an evaluation."""
@@ -663,7 +663,7 @@ class Session:
             if p.state == FINISHED or (p.state == READY and p.epoch_ended):
                 yield self.evaluate()
 
-    def cancel(self):
+    def cancel(self) -> None:
         """Asks the session to stop after the step in progress (or before the next one). Any
         thread; never blocks; a no-op on a closed session."""
         h = self._handle
@@ -672,7 +672,7 @@ class Session:
 
     # -- observing --
 
-    def progress(self):
+    def progress(self) -> "Progress":
         """Where training stands (any thread, without waiting for a step in progress)."""
         out = _capi.kiln_progress()
         out.struct_size = ctypes.sizeof(out)
@@ -684,7 +684,7 @@ class Session:
             rank=out.rank, world_size=out.world_size, stop_reason=_text(out.stop_reason),
             last_checkpoint=_path_text(out.last_checkpoint))
 
-    def last_metrics(self, kind="step"):
+    def last_metrics(self, kind: Union[str, int] = "step") -> Optional["Metrics"]:
         """The latest record of `kind` ("step" or "eval"), or None when there is none yet."""
         code = _KIND_CODES.get(kind, kind)
         if not isinstance(code, int):
