@@ -222,6 +222,12 @@ TOML
 kiln run pipeline.toml --metrics metrics.jsonl >run.log 2>&1 || fail "kiln run: $(tail -30 run.log)"
 steps=$(grep -c '"type":"step"' metrics.jsonl || true)
 [ "$steps" = 4 ] || fail "kiln run wrote $steps step records, not 4: $(tail -30 run.log)"
+# The README's quickstart file itself, on the small set (the real one is not needed here).
+kiln run "$src/configs/quickstart.toml" --set run.max_steps=3 --set run.device='"cpu"' \
+  --set data.root="\"$work/cwd/data\"" --set run.output_dir="\"$work/cwd/runs\"" \
+  --metrics quickstart.jsonl >quickstart.log 2>&1 || fail "kiln run quickstart.toml: $(tail -30 quickstart.log)"
+steps=$(grep -c '"type":"step"' quickstart.jsonl || true)
+[ "$steps" = 3 ] || fail "quickstart.toml wrote $steps step records, not 3: $(tail -30 quickstart.log)"
 
 # ---- the Python binding: the bundled libkiln, no KILN_LIBRARY ----
 python - pipeline.toml "$pkg" <<'PY'
