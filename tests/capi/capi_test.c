@@ -12,25 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-static const kiln_api* api;
-static int failures;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
-
-/* Fails the test with the status's message when it is not NULL. */
-static void ok(kiln_status* s, const char* what) {
-  if (s != NULL) {
-    fprintf(stderr, "%s: error %d: %s\n", what, api->status_code(s), api->status_message(s));
-    api->status_release(s);
-    exit(1);
-  }
-}
+#include "check.h"
 
 static char pipeline[4096];
 

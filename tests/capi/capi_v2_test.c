@@ -11,24 +11,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const kiln_api* api;
-static int failures;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
-
-static void ok(kiln_status* s, const char* what) {
-  if (s != NULL) {
-    fprintf(stderr, "%s: error %d: %s\n", what, api->status_code(s), api->status_message(s));
-    api->status_release(s);
-    exit(1);
-  }
-}
+#include "check.h"
 
 static char pipeline[4096];
 

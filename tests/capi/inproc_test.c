@@ -13,24 +13,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
-static const kiln_api* api;
-static int failures;
-
-#define CHECK(cond)                                                            \
-  do {                                                                         \
-    if (!(cond)) {                                                             \
-      fprintf(stderr, "%s:%d: CHECK failed: %s\n", __FILE__, __LINE__, #cond); \
-      ++failures;                                                              \
-    }                                                                          \
-  } while (0)
-
-static void ok(kiln_status* s, const char* what) {
-  if (s != NULL) {
-    fprintf(stderr, "%s: error %d: %s\n", what, api->status_code(s), api->status_message(s));
-    api->status_release(s);
-    exit(1);
-  }
-}
+#include "check.h"
 
 /* ---- the in-process LR policy "c_inproc_step": lr = base_lr * gamma^floor((iter - 1) /
  * step_size); with fail_at > 0, lr_at(fail_at) fails ---- */
