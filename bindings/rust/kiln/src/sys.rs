@@ -62,7 +62,7 @@ pub const KILN_METRICS_V1_SIZE: usize = 120;
 pub const KILN_METRICS_V2_SIZE: usize = 128;
 pub const KILN_PLUGIN_INFO_V1_SIZE: usize = 60;
 pub const KILN_API_V1_SIZE: usize = 192;
-pub const KILN_API_V2_SIZE: usize = 240;
+pub const KILN_API_V2_SIZE: usize = 248;
 pub const KILN_STATUS_LOCATION_V1_SIZE: usize = 40;
 
 // session_tensors' kinds (bits)

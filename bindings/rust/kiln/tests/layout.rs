@@ -446,7 +446,7 @@ fn layout_matches_hand_computed_lp64_values() {
         ("kiln_api.session_cancel", 120),
         ("kiln_api.plugins_release", 184),
         ("kiln_api.status_location", 192),
-        ("kiln_api.session_load_tensors", 232),
+        ("kiln_api.session_load_tensors", 240),
         ("kiln_status_location.file", 8),
         ("kiln_status_location.line", 16),
         ("kiln_status_location.column", 24),
