@@ -170,7 +170,7 @@ pub mod kinds {
     pub const BUFFERS: u32 = sys::KILN_TENSORS_BUFFERS;
     /// Both, as a checkpoint's model.safetensors names them.
     pub const MODEL: u32 = sys::KILN_TENSORS_MODEL;
-    /// The optimizer's state, "<parameter>.<slot>" ("head.weight.momentum_buffer").
+    /// The optimizer's state, `"<parameter>.<slot>"` ("head.weight.momentum_buffer").
     pub const OPTIMIZER: u32 = sys::KILN_TENSORS_OPTIMIZER;
 }
 

@@ -234,7 +234,7 @@ impl Tensor {
     }
 
     /// The name session_tensors gives it: the model's state_dict name ("layers.0.linear.weight")
-    /// or "<parameter>.<slot>" for optimizer state ("head.weight.momentum_buffer").
+    /// or `"<parameter>.<slot>"` for optimizer state ("head.weight.momentum_buffer").
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -676,7 +676,7 @@ impl Session {
         self.tensors(crate::kinds::BUFFERS)
     }
 
-    /// The optimizer's state, "<parameter>.<slot>" ("head.weight.momentum_buffer"); empty
+    /// The optimizer's state, `"<parameter>.<slot>"` ("head.weight.momentum_buffer"); empty
     /// before the first step for optimizers that create their state then.
     pub fn optimizer_state(&self) -> Result<Vec<Tensor>, Error> {
         self.tensors(crate::kinds::OPTIMIZER)
