@@ -22,6 +22,11 @@
 //!
 //! Threads: [`Session`] is `Send` but not `Sync`; training calls take `&mut self`. To stop a
 //! session from another thread while it trains, take a [`Canceller`].
+//!
+//! C API version 2 (asked for first; a version-1 library still works, its version-2 calls
+//! return UNSUPPORTED): [`Error::location`] says where a configuration error points, and
+//! [`Session::tensors`] / [`Session::load_tensors`] reach the model's and the optimizer's
+//! tensors without copies (see [`tensor`]).
 
 use std::any::Any;
 use std::ffi::{CStr, CString};
@@ -30,10 +35,12 @@ use std::os::raw::{c_char, c_void};
 use std::panic::{self, AssertUnwindSafe};
 use std::path::{Path, PathBuf};
 use std::ptr;
-use std::sync::{Arc, Weak};
+use std::sync::{Arc, RwLock, Weak};
 
 pub mod components;
 pub mod sys;
+
+pub use tensor::{DType, Device, Element, Slice, SliceMut, Tensor, TensorView};
 
 /// Status codes ([`Error::code`]): kiln/abi.h's `KILN_ERR_*` and kiln.h's own.
 pub mod code {
@@ -76,6 +83,23 @@ pub struct Error {
     /// One of [`code`]'s constants.
     pub code: i32,
     pub message: String,
+    /// Where a configuration error (code CONFIG) points, from C API version 2's
+    /// status_location; None for other errors, errors of this binding and version-1 libraries.
+    pub location: Option<Location>,
+}
+
+/// Where a configuration error points (`kiln_status_location`).
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct Location {
+    /// The pipeline file as given (the name passed to [`Session::from_str`] for TOML text),
+    /// "--set" for an override, "" when unknown.
+    pub file: String,
+    /// 1-based; 0 when the error is not at a place in the file (an override, a default).
+    pub line: i64,
+    /// 1-based; 0 when line is 0.
+    pub column: i64,
+    /// The dotted key the error is about ("run.epochz"), or "" (a TOML syntax error).
+    pub key: String,
 }
 
 impl Error {
@@ -83,6 +107,7 @@ impl Error {
         Error {
             code,
             message: message.into(),
+            location: None,
         }
     }
 
@@ -117,10 +142,55 @@ macro_rules! slot {
     };
 }
 
-/// libkiln's function table for C API version 1. Cheap to copy; valid while the process runs
-/// (libkiln is linked, never unloaded).
+/// The version-2 slot `$name`, or an UNSUPPORTED error when the table is version 1's.
+macro_rules! slot_v2 {
+    ($api:expr, $name:ident) => {
+        $api.raw.$name.ok_or_else(|| {
+            Error::new(
+                code::UNSUPPORTED,
+                format!(
+                    "{} needs C API version 2; libkiln's table is version {}",
+                    stringify!($name),
+                    $api.raw.version
+                ),
+            )
+        })
+    };
+}
+
+// After slot_v2!, which it uses.
+pub mod tensor;
+
+/// Bits of [`Session::tensors`]' kinds (`KILN_TENSORS_*`).
+pub mod kinds {
+    use crate::sys;
+    /// The model's parameters, by state_dict name ("layers.0.linear.weight").
+    pub const PARAMETERS: u32 = sys::KILN_TENSORS_PARAMETERS;
+    /// The model's buffers ("bn1.running_mean").
+    pub const BUFFERS: u32 = sys::KILN_TENSORS_BUFFERS;
+    /// Both, as a checkpoint's model.safetensors names them.
+    pub const MODEL: u32 = sys::KILN_TENSORS_MODEL;
+    /// The optimizer's state, `"<parameter>.<slot>"` ("head.weight.momentum_buffer").
+    pub const OPTIMIZER: u32 = sys::KILN_TENSORS_OPTIMIZER;
+}
+
+/// Bits of [`Session::load_tensors`]' flags (`KILN_LOAD_*`).
+pub mod load {
+    use crate::sys;
+    /// Every model tensor must be given, and every name must be the model's.
+    pub const STRICT: u32 = 0;
+    /// Model tensors not given keep their values.
+    pub const ALLOW_MISSING: u32 = sys::KILN_LOAD_ALLOW_MISSING;
+    /// Given names the model does not have are skipped.
+    pub const ALLOW_UNEXPECTED: u32 = sys::KILN_LOAD_ALLOW_UNEXPECTED;
+}
+
+/// libkiln's function table (C API version 2, or 1 from an older library). Cheap to copy;
+/// valid while the process runs (libkiln is linked, never unloaded).
 #[derive(Clone, Copy)]
 pub struct Api {
+    /// Always a whole `sys::KilnApi`: a version-1 table is copied into a zero-filled one (see
+    /// `whole_table`), so the version-2 slots of a version-1 table read as None.
     raw: &'static sys::KilnApi,
 }
 
@@ -133,43 +203,101 @@ impl fmt::Debug for Api {
     }
 }
 
+/// Zero-filled copies of short tables (index: the version), made once and kept for the
+/// process's life: reading a version-1 table as the whole struct would read past its end.
+static SHORT_TABLES: [std::sync::atomic::AtomicPtr<sys::KilnApi>; 3] = [
+    std::sync::atomic::AtomicPtr::new(ptr::null_mut()),
+    std::sync::atomic::AtomicPtr::new(ptr::null_mut()),
+    std::sync::atomic::AtomicPtr::new(ptr::null_mut()),
+];
+
+/// The table at `p` (served as `version`, `size` bytes long) as a whole `sys::KilnApi`.
+///
+/// SAFETY: `p` is a static table of at least `size` bytes, as kiln_get_api returns.
+unsafe fn whole_table(p: *const sys::KilnApi, version: u32, size: usize) -> &'static sys::KilnApi {
+    use std::sync::atomic::Ordering;
+    if size >= std::mem::size_of::<sys::KilnApi>() {
+        return &*p;
+    }
+    let cache = &SHORT_TABLES[version as usize];
+    let cached = cache.load(Ordering::Acquire);
+    if !cached.is_null() {
+        return &*cached;
+    }
+    let mut copy: Box<sys::KilnApi> = Box::new(std::mem::zeroed());
+    ptr::copy_nonoverlapping(
+        p as *const u8,
+        &mut *copy as *mut sys::KilnApi as *mut u8,
+        size,
+    );
+    let fresh = Box::into_raw(copy);
+    match cache.compare_exchange(ptr::null_mut(), fresh, Ordering::AcqRel, Ordering::Acquire) {
+        Ok(_) => &*fresh,
+        Err(other) => {
+            // Another thread made it first: keep theirs.
+            drop(Box::from_raw(fresh));
+            &*other
+        }
+    }
+}
+
 impl Api {
-    /// Asks libkiln for the version-1 table and checks it is whole: a library that serves
-    /// only a shorter table, or leaves a slot empty, is refused here rather than crashing later.
+    /// Asks libkiln for the version-2 table, or the version-1 table when the library does not
+    /// serve version 2 (then [`Session::tensors`], [`Session::load_tensors`] and
+    /// [`Error::location`] are unavailable: UNSUPPORTED, None).
     pub fn load() -> Result<Api, Error> {
+        // SAFETY: kiln_get_api may be called from any thread.
+        if unsafe { sys::kiln_get_api(sys::KILN_CAPI_VERSION) }.is_null() {
+            Api::load_version(1)
+        } else {
+            Api::load_version(sys::KILN_CAPI_VERSION)
+        }
+    }
+
+    /// Asks libkiln for the table of `version` (1 or 2) and checks it is whole: a library that
+    /// serves only a shorter table, or leaves a slot empty, is refused here rather than
+    /// crashing later. Version 1 is what a program written for the first C API gets.
+    pub fn load_version(version: u32) -> Result<Api, Error> {
+        let need = match version {
+            1 => sys::KILN_API_V1_SIZE,
+            2 => sys::KILN_API_V2_SIZE,
+            _ => {
+                return Err(Error::new(
+                    code::UNSUPPORTED,
+                    format!("this crate knows C API versions 1 and 2, not {}", version),
+                ))
+            }
+        };
         // SAFETY: kiln_get_api may be called from any thread; the table is static.
-        let p = unsafe { sys::kiln_get_api(sys::KILN_CAPI_VERSION) };
+        let p = unsafe { sys::kiln_get_api(version) };
         if p.is_null() {
             return Err(Error::new(
                 code::UNSUPPORTED,
-                format!(
-                    "libkiln does not serve C API version {}",
-                    sys::KILN_CAPI_VERSION
-                ),
+                format!("libkiln does not serve C API version {}", version),
             ));
         }
-        // SAFETY: non-NULL, static and immutable per the header.
-        let raw: &'static sys::KilnApi = unsafe { &*p };
-        if raw.struct_size < sys::KILN_API_V1_SIZE {
+        // SAFETY: non-NULL and static; struct_size and version begin every version's table.
+        let (size, served) = unsafe { ((*p).struct_size, (*p).version) };
+        if size < need {
             return Err(Error::new(
                 code::UNSUPPORTED,
                 format!(
-                    "libkiln's function table has struct_size {}, smaller than version 1's {}",
-                    raw.struct_size,
-                    sys::KILN_API_V1_SIZE
+                    "libkiln's function table has struct_size {}, smaller than version {}'s {}",
+                    size, version, need
                 ),
             ));
         }
-        if raw.version != sys::KILN_CAPI_VERSION {
+        if served != version {
             return Err(Error::new(
                 code::UNSUPPORTED,
                 format!(
                     "libkiln answered C API version {} when asked for {}",
-                    raw.version,
-                    sys::KILN_CAPI_VERSION
+                    served, version
                 ),
             ));
         }
+        // SAFETY: a static table of `size` bytes.
+        let raw = unsafe { whole_table(p, version, size) };
         macro_rules! require {
             ($($name:ident),*) => {$(
                 if raw.$name.is_none() {
@@ -204,7 +332,63 @@ impl Api {
             plugins_refused,
             plugins_release
         );
+        if version >= 2 {
+            require!(
+                status_location,
+                session_tensors,
+                tensor_list_count,
+                tensor_list_name,
+                tensor_list_get,
+                tensor_list_release,
+                session_load_tensors
+            );
+        }
         Ok(Api { raw })
+    }
+
+    /// The C API version of this table (2, or 1 from an older library).
+    pub fn api_version(&self) -> u32 {
+        self.raw.version
+    }
+
+    /// A session made through this table: [`Session::from_file`] for a chosen version.
+    pub fn session_from_file(
+        &self,
+        path: impl AsRef<Path>,
+        options: &Options,
+    ) -> Result<Session, Error> {
+        let api = *self;
+        let path = path_cstring("pipeline path", path.as_ref())?;
+        let opts = RawOptions::new(options)?;
+        let mut out: *mut sys::KilnSession = ptr::null_mut();
+        // SAFETY: borrowed strings and options alive across the call; `out` caller-owned.
+        let status =
+            unsafe { slot!(api, session_create_from_file)(path.as_ptr(), &opts.raw, &mut out) };
+        Session::created(api, status, out, &options.components)
+    }
+
+    /// A session made through this table: [`Session::from_str`] for a chosen version.
+    pub fn session_from_str(
+        &self,
+        toml: &str,
+        name: &str,
+        options: &Options,
+    ) -> Result<Session, Error> {
+        let api = *self;
+        let toml = cstring("pipeline text", toml.as_bytes())?;
+        let name = cstring("pipeline name", name.as_bytes())?;
+        let opts = RawOptions::new(options)?;
+        let mut out: *mut sys::KilnSession = ptr::null_mut();
+        // SAFETY: as in session_from_file.
+        let status = unsafe {
+            slot!(api, session_create_from_string)(
+                toml.as_ptr(),
+                name.as_ptr(),
+                &opts.raw,
+                &mut out,
+            )
+        };
+        Session::created(api, status, out, &options.components)
     }
 
     /// The raw table, for calls this crate does not wrap.
@@ -283,12 +467,32 @@ impl Api {
         if status.is_null() {
             return Ok(());
         }
-        // SAFETY: a status returned by this table; the message is copied before the release.
+        // SAFETY: a status returned by this table; its strings are copied before the release.
         unsafe {
             let code = slot!(self, status_code)(status);
             let message = string_from(slot!(self, status_message)(status));
+            let location = match self.raw.status_location {
+                Some(status_location) => {
+                    let mut raw = sys::KilnStatusLocation::default();
+                    if status_location(status, &mut raw) != 0 {
+                        Some(Location {
+                            file: string_from(raw.file),
+                            line: raw.line,
+                            column: raw.column,
+                            key: string_from(raw.key),
+                        })
+                    } else {
+                        None
+                    }
+                }
+                None => None,
+            };
             slot!(self, status_release)(status);
-            Err(Error { code, message })
+            Err(Error {
+                code,
+                message,
+                location,
+            })
         }
     }
 }
@@ -756,6 +960,10 @@ pub struct Session {
     /// Box::into_raw of the registered callback state, or null. Kept as a raw pointer because
     /// libkiln holds a copy of it.
     callback: *mut CallbackState,
+    /// Shared with this session's [`Tensor`]s: a slice of a tensor holds it (read for
+    /// `as_slice`, write for `as_mut_slice`), and the calls that read or write the training's
+    /// tensors take it too, so no Rust reference ever sees its memory change.
+    access: Arc<RwLock<()>>,
 }
 
 // SAFETY: Inner is Send + Sync and the callback state holds only Send data; `callback` is
@@ -775,34 +983,13 @@ impl Session {
     /// Reads the pipeline file `path`, applies `options.overrides`, loads plugins, validates
     /// everything and builds the run. A bad pipeline gives code CONFIG with file:line:column.
     pub fn from_file(path: impl AsRef<Path>, options: &Options) -> Result<Session, Error> {
-        let api = Api::load()?;
-        let path = path_cstring("pipeline path", path.as_ref())?;
-        let opts = RawOptions::new(options)?;
-        let mut out: *mut sys::KilnSession = ptr::null_mut();
-        // SAFETY: borrowed strings and options alive across the call; `out` caller-owned.
-        let status =
-            unsafe { slot!(api, session_create_from_file)(path.as_ptr(), &opts.raw, &mut out) };
-        Session::created(api, status, out, &options.components)
+        Api::load()?.session_from_file(path, options)
     }
 
     /// The same from TOML text; `name` stands for the file in messages and in the default
     /// output folder runs/<name>. Relative data paths are taken from the current directory.
     pub fn from_str(toml: &str, name: &str, options: &Options) -> Result<Session, Error> {
-        let api = Api::load()?;
-        let toml = cstring("pipeline text", toml.as_bytes())?;
-        let name = cstring("pipeline name", name.as_bytes())?;
-        let opts = RawOptions::new(options)?;
-        let mut out: *mut sys::KilnSession = ptr::null_mut();
-        // SAFETY: as in from_file.
-        let status = unsafe {
-            slot!(api, session_create_from_string)(
-                toml.as_ptr(),
-                name.as_ptr(),
-                &opts.raw,
-                &mut out,
-            )
-        };
-        Session::created(api, status, out, &options.components)
+        Api::load()?.session_from_str(toml, name, options)
     }
 
     fn created(
@@ -825,6 +1012,7 @@ impl Session {
                 _components: components.to_vec(),
             }),
             callback: ptr::null_mut(),
+            access: Arc::new(RwLock::new(())),
         })
     }
 
@@ -842,6 +1030,8 @@ impl Session {
     /// as the pipeline says). Ok when training ended (finished, cancelled or stopped by a
     /// guard: read [`progress`](Session::progress)); an error when the callback panicked.
     pub fn run(&mut self) -> Result<(), Error> {
+        let access = Arc::clone(&self.access);
+        let _busy = tensor::exclusive(&access, "run")?;
         // SAFETY: live session.
         let status = unsafe { slot!(self.inner.api, session_run)(self.inner.raw) };
         self.finish(status)
@@ -850,6 +1040,8 @@ impl Session {
     /// One optimizer step. It does not evaluate: when [`Progress::epoch_ended`], call
     /// [`evaluate`](Session::evaluate). Code FAILED_PRECONDITION when the state is not Ready.
     pub fn step(&mut self) -> Result<(), Error> {
+        let access = Arc::clone(&self.access);
+        let _busy = tensor::exclusive(&access, "step")?;
         // SAFETY: live session.
         let status = unsafe { slot!(self.inner.api, session_step)(self.inner.raw) };
         self.finish(status)
@@ -858,6 +1050,8 @@ impl Session {
     /// Evaluates the model on the test split now (the record also goes to the metrics file
     /// and the callback). In a data-parallel run every rank must call it.
     pub fn evaluate(&mut self) -> Result<Metrics, Error> {
+        let access = Arc::clone(&self.access);
+        let _reading = tensor::shared(&access, "evaluate")?;
         let mut out = sys::KilnMetrics::default();
         // SAFETY: live session; `out` caller-owned.
         let status = unsafe { slot!(self.inner.api, session_evaluate)(self.inner.raw, &mut out) };
@@ -868,6 +1062,8 @@ impl Session {
     /// Writes a checkpoint of the current state, even when run.checkpoints is off, and returns
     /// its folder ("" on ranks other than 0).
     pub fn save_checkpoint(&mut self) -> Result<String, Error> {
+        let access = Arc::clone(&self.access);
+        let _reading = tensor::shared(&access, "save_checkpoint")?;
         let mut path: *const c_char = ptr::null();
         // SAFETY: live session; the path is library-owned until the next call, copied at once.
         let status =
@@ -1010,6 +1206,67 @@ impl Session {
                 e.message
                     .push_str(&format!(" (the metrics callback also panicked: {})", p));
                 Err(e)
+            }
+        }
+    }
+}
+
+impl Session {
+    /// Takes steps while the session is Ready (at most `limit` of them when given), yielding
+    /// each step's record. It does not evaluate; leaving the loop leaves the session where it
+    /// is. An error is yielded once and ends the iteration.
+    ///
+    /// ```no_run
+    /// # fn f(session: &mut kiln::Session) {
+    /// for m in session.steps(Some(100)) {
+    ///     let m = m.expect("a step");
+    ///     println!("step {} loss {:.4}", m.step, m.loss);
+    /// }
+    /// # }
+    /// ```
+    pub fn steps(&mut self, limit: Option<u64>) -> Steps<'_> {
+        Steps {
+            session: self,
+            left: limit,
+            done: false,
+        }
+    }
+}
+
+/// The iterator of [`Session::steps`].
+#[derive(Debug)]
+pub struct Steps<'a> {
+    session: &'a mut Session,
+    left: Option<u64>,
+    done: bool,
+}
+
+impl Iterator for Steps<'_> {
+    type Item = Result<Metrics, Error>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.done || self.left == Some(0) {
+            return None;
+        }
+        let result = (|| {
+            if self.session.progress()?.state != State::Ready {
+                return Ok(None);
+            }
+            self.session.step()?;
+            self.session.last_metrics(MetricsKind::Step)
+        })();
+        if let Some(left) = self.left.as_mut() {
+            *left -= 1;
+        }
+        match result {
+            Ok(Some(m)) => Some(Ok(m)),
+            Ok(None) => {
+                self.done = true;
+                None
+            }
+            Err(e) => {
+                self.done = true;
+                Some(Err(e))
             }
         }
     }

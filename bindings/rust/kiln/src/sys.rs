@@ -7,8 +7,9 @@
 
 use std::os::raw::{c_char, c_void};
 
-/// `KILN_CAPI_VERSION`: the C API version these declarations describe.
-pub const KILN_CAPI_VERSION: u32 = 1;
+/// `KILN_CAPI_VERSION`: the C API version these declarations describe (the table below has
+/// version 2's slots; a version-1 library fills only the first `KILN_API_V1_SIZE` bytes).
+pub const KILN_CAPI_VERSION: u32 = 2;
 
 // Status codes: kiln/abi.h's, then kiln.h's own.
 pub const KILN_OK: i32 = 0;
@@ -61,6 +62,18 @@ pub const KILN_METRICS_V1_SIZE: usize = 120;
 pub const KILN_METRICS_V2_SIZE: usize = 128;
 pub const KILN_PLUGIN_INFO_V1_SIZE: usize = 60;
 pub const KILN_API_V1_SIZE: usize = 192;
+pub const KILN_API_V2_SIZE: usize = 248;
+pub const KILN_STATUS_LOCATION_V1_SIZE: usize = 40;
+
+// session_tensors' kinds (bits)
+pub const KILN_TENSORS_PARAMETERS: u32 = 1;
+pub const KILN_TENSORS_BUFFERS: u32 = 2;
+pub const KILN_TENSORS_MODEL: u32 = 3;
+pub const KILN_TENSORS_OPTIMIZER: u32 = 4;
+
+// session_load_tensors' flags (bits); 0 is strict
+pub const KILN_LOAD_ALLOW_MISSING: u32 = 1;
+pub const KILN_LOAD_ALLOW_UNEXPECTED: u32 = 2;
 
 /// Opaque `kiln_status` (kiln/abi.h).
 #[repr(C)]
@@ -171,7 +184,87 @@ pub struct KilnPluginInfo {
     pub abi_minor: u32,
 }
 
-/// `kiln_api`, version 1: the function table returned by [`kiln_get_api`].
+/// `kiln_status_location` (version 2): where a KILN_ERR_CONFIG status points.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnStatusLocation {
+    pub struct_size: usize,
+    /// Owned by the status, valid until status_release.
+    pub file: *const c_char,
+    pub line: i64,
+    pub column: i64,
+    /// Owned by the status, valid until status_release.
+    pub key: *const c_char,
+}
+
+/// Opaque `kiln_tensor_list` (version 2).
+#[repr(C)]
+pub struct KilnTensorList {
+    _private: [u8; 0],
+}
+
+// ---- DLPack (dlpack/dlpack.h): the unversioned managed tensor that ATen's at::toDLPack makes
+// and kiln.h's tensor functions exchange. Its layout is the same in DLPack 0.6 (Debian's
+// libdlpack-dev) and 1.x (LibTorch's ATen/dlpack.h). ----
+
+// DLDeviceType
+pub const DL_CPU: i32 = 1;
+pub const DL_CUDA: i32 = 2;
+pub const DL_CUDA_HOST: i32 = 3;
+// DLDataTypeCode
+pub const DL_INT: u8 = 0;
+pub const DL_UINT: u8 = 1;
+pub const DL_FLOAT: u8 = 2;
+pub const DL_OPAQUE_HANDLE: u8 = 3;
+pub const DL_BFLOAT: u8 = 4;
+pub const DL_COMPLEX: u8 = 5;
+/// Since DLPack 0.8 (what LibTorch 2.x uses for torch.bool).
+pub const DL_BOOL: u8 = 6;
+
+/// `DLDevice`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DLDevice {
+    /// A `DLDeviceType` (a C enum: int).
+    pub device_type: i32,
+    pub device_id: i32,
+}
+
+/// `DLDataType`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DLDataType {
+    /// A `DLDataTypeCode`.
+    pub code: u8,
+    pub bits: u8,
+    pub lanes: u16,
+}
+
+/// `DLTensor`.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct DLTensor {
+    pub data: *mut c_void,
+    pub device: DLDevice,
+    pub ndim: i32,
+    pub dtype: DLDataType,
+    pub shape: *mut i64,
+    /// In elements; NULL: compact row-major.
+    pub strides: *mut i64,
+    pub byte_offset: u64,
+}
+
+/// `DLManagedTensor`: the tensor, its producer's context and the deleter that frees both.
+#[repr(C)]
+#[derive(Debug)]
+pub struct DLManagedTensor {
+    pub dl_tensor: DLTensor,
+    pub manager_ctx: *mut c_void,
+    pub deleter: Option<unsafe extern "C" fn(self_: *mut DLManagedTensor)>,
+}
+
+/// `kiln_api`: the function table returned by [`kiln_get_api`], with version 2's slots
+/// appended. A table of version 1 ends at `KILN_API_V1_SIZE`: never read past its struct_size.
 #[repr(C)]
 pub struct KilnApi {
     pub struct_size: usize,
@@ -257,6 +350,38 @@ pub struct KilnApi {
     pub plugins_refused:
         Option<unsafe extern "C" fn(list: *const KilnPluginList, index: usize) -> *const c_char>,
     pub plugins_release: Option<unsafe extern "C" fn(list: *mut KilnPluginList)>,
+
+    // ==== version 2 (present when struct_size >= KILN_API_V2_SIZE) ====
+    pub status_location: Option<
+        unsafe extern "C" fn(status: *const KilnStatus, out: *mut KilnStatusLocation) -> i32,
+    >,
+    pub session_tensors: Option<
+        unsafe extern "C" fn(
+            session: *mut KilnSession,
+            kinds: u32,
+            out: *mut *mut KilnTensorList,
+        ) -> *mut KilnStatus,
+    >,
+    pub tensor_list_count: Option<unsafe extern "C" fn(list: *const KilnTensorList) -> usize>,
+    pub tensor_list_name:
+        Option<unsafe extern "C" fn(list: *const KilnTensorList, index: usize) -> *const c_char>,
+    pub tensor_list_get: Option<
+        unsafe extern "C" fn(
+            list: *const KilnTensorList,
+            index: usize,
+            out: *mut *mut DLManagedTensor,
+        ) -> *mut KilnStatus,
+    >,
+    pub tensor_list_release: Option<unsafe extern "C" fn(list: *mut KilnTensorList)>,
+    pub session_load_tensors: Option<
+        unsafe extern "C" fn(
+            session: *mut KilnSession,
+            names: *const *const c_char,
+            tensors: *const *const DLManagedTensor,
+            count: usize,
+            flags: u32,
+        ) -> *mut KilnStatus,
+    >,
 }
 
 // ---- the plugin ABI (kiln/abi.h, kiln/host.h, kiln/plugin.h, kiln/lr_policy.h): what an
@@ -420,6 +545,7 @@ macro_rules! sized_default {
 }
 sized_default!(
     KilnSessionOptions,
+    KilnStatusLocation,
     KilnProgress,
     KilnMetrics,
     KilnPluginInfo,

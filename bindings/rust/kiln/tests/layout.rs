@@ -161,7 +161,32 @@ fn all_fields() -> Vec<Field> {
             plugins_refused_count,
             plugins_refused,
             plugins_release,
+            status_location,
+            session_tensors,
+            tensor_list_count,
+            tensor_list_name,
+            tensor_list_get,
+            tensor_list_release,
+            session_load_tensors,
         ]
+    ));
+    v.extend(fields!(
+        KilnStatusLocation,
+        "kiln_status_location",
+        [struct_size, file, line, column, key]
+    ));
+    // DLPack (dlpack/dlpack.h, which kiln/abi.h includes).
+    v.extend(fields!(DLDevice, "DLDevice", [device_type, device_id]));
+    v.extend(fields!(DLDataType, "DLDataType", [code, bits, lanes]));
+    v.extend(fields!(
+        DLTensor,
+        "DLTensor",
+        [data, device, ndim, dtype, shape, strides, byte_offset]
+    ));
+    v.extend(fields!(
+        DLManagedTensor,
+        "DLManagedTensor",
+        [dl_tensor, manager_ctx, deleter]
     ));
     // The plugin ABI's structs an in-process component is made of (kiln/plugin.h, ...).
     v.extend(fields!(
@@ -286,8 +311,12 @@ fn struct_sizes() -> Vec<(&'static str, usize)> {
         ("kiln_progress", size_of::<KilnProgress>()),
         ("kiln_metrics", size_of::<KilnMetrics>()),
         ("kiln_plugin_info", size_of::<KilnPluginInfo>()),
-        // kiln_api: the crate binds version 1's table, whose size is KILN_API_V1_SIZE (below);
-        // the header's whole table has version 2's slots appended.
+        ("kiln_api", size_of::<KilnApi>()),
+        ("kiln_status_location", size_of::<KilnStatusLocation>()),
+        ("DLDevice", size_of::<DLDevice>()),
+        ("DLDataType", size_of::<DLDataType>()),
+        ("DLTensor", size_of::<DLTensor>()),
+        ("DLManagedTensor", size_of::<DLManagedTensor>()),
         ("kiln_option_spec", size_of::<KilnOptionSpec>()),
         ("kiln_option_value", size_of::<KilnOptionValue>()),
         ("kiln_options", size_of::<KilnOptions>()),
@@ -302,7 +331,7 @@ fn struct_sizes() -> Vec<(&'static str, usize)> {
     ]
 }
 
-fn v1_sizes() -> Vec<(&'static str, usize)> {
+fn constants() -> Vec<(&'static str, usize)> {
     vec![
         ("KILN_SESSION_OPTIONS_V1_SIZE", KILN_SESSION_OPTIONS_V1_SIZE),
         ("KILN_SESSION_OPTIONS_V2_SIZE", KILN_SESSION_OPTIONS_V2_SIZE),
@@ -310,6 +339,27 @@ fn v1_sizes() -> Vec<(&'static str, usize)> {
         ("KILN_METRICS_V1_SIZE", KILN_METRICS_V1_SIZE),
         ("KILN_PLUGIN_INFO_V1_SIZE", KILN_PLUGIN_INFO_V1_SIZE),
         ("KILN_API_V1_SIZE", KILN_API_V1_SIZE),
+        ("KILN_API_V2_SIZE", KILN_API_V2_SIZE),
+        ("KILN_STATUS_LOCATION_V1_SIZE", KILN_STATUS_LOCATION_V1_SIZE),
+        ("KILN_CAPI_VERSION", KILN_CAPI_VERSION as usize),
+        ("KILN_TENSORS_PARAMETERS", KILN_TENSORS_PARAMETERS as usize),
+        ("KILN_TENSORS_BUFFERS", KILN_TENSORS_BUFFERS as usize),
+        ("KILN_TENSORS_MODEL", KILN_TENSORS_MODEL as usize),
+        ("KILN_TENSORS_OPTIMIZER", KILN_TENSORS_OPTIMIZER as usize),
+        ("KILN_LOAD_ALLOW_MISSING", KILN_LOAD_ALLOW_MISSING as usize),
+        (
+            "KILN_LOAD_ALLOW_UNEXPECTED",
+            KILN_LOAD_ALLOW_UNEXPECTED as usize,
+        ),
+        ("kDLCPU", DL_CPU as usize),
+        ("kDLCUDA", DL_CUDA as usize),
+        ("kDLCUDAHost", DL_CUDA_HOST as usize),
+        ("kDLInt", DL_INT as usize),
+        ("kDLUInt", DL_UINT as usize),
+        ("kDLFloat", DL_FLOAT as usize),
+        ("kDLOpaqueHandle", DL_OPAQUE_HANDLE as usize),
+        ("kDLBfloat", DL_BFLOAT as usize),
+        ("kDLComplex", DL_COMPLEX as usize),
     ]
 }
 
@@ -329,8 +379,15 @@ fn layout_matches_hand_computed_lp64_values() {
     assert_eq!(size_of::<KilnProgress>(), 88);
     assert_eq!(size_of::<KilnMetrics>(), 128); // accuracy_top5 appended (V2)
     assert_eq!(size_of::<KilnPluginInfo>(), 64);
-    // struct_size, version, reserved (16 bytes), then 22 slots of 8.
-    assert_eq!(size_of::<KilnApi>(), 16 + 22 * 8);
+    // struct_size, version, reserved (16 bytes), then 22 slots of 8 (version 1) and 7 more.
+    assert_eq!(size_of::<KilnApi>(), 16 + 29 * 8);
+    assert_eq!(size_of::<KilnStatusLocation>(), 40);
+    // DLPack: DLDevice 2 x int, DLDataType 1+1+2 bytes; DLTensor data 0, device 8, ndim 16,
+    // dtype 20, shape 24, strides 32, byte_offset 40; the managed tensor adds two pointers.
+    assert_eq!(size_of::<DLDevice>(), 8);
+    assert_eq!(size_of::<DLDataType>(), 4);
+    assert_eq!(size_of::<DLTensor>(), 48);
+    assert_eq!(size_of::<DLManagedTensor>(), 64);
 
     let f = all_fields();
     let pinned: &[(&str, usize)] = &[
@@ -388,6 +445,20 @@ fn layout_matches_hand_computed_lp64_values() {
         ("kiln_api.session_destroy", 72),
         ("kiln_api.session_cancel", 120),
         ("kiln_api.plugins_release", 184),
+        ("kiln_api.status_location", 192),
+        ("kiln_api.session_load_tensors", 240),
+        ("kiln_status_location.file", 8),
+        ("kiln_status_location.line", 16),
+        ("kiln_status_location.column", 24),
+        ("kiln_status_location.key", 32),
+        ("DLTensor.device", 8),
+        ("DLTensor.ndim", 16),
+        ("DLTensor.dtype", 20),
+        ("DLTensor.shape", 24),
+        ("DLTensor.strides", 32),
+        ("DLTensor.byte_offset", 40),
+        ("DLManagedTensor.manager_ctx", 48),
+        ("DLManagedTensor.deleter", 56),
     ];
     for (name, off) in pinned {
         assert_eq!(offset_of(&f, name), *off, "offset of {}", name);
@@ -397,7 +468,7 @@ fn layout_matches_hand_computed_lp64_values() {
         .iter()
         .filter(|x| x.0.starts_with("kiln_api.") && x.1 >= 16)
         .collect();
-    assert_eq!(slots.len(), 22);
+    assert_eq!(slots.len(), 29);
     for (i, s) in slots.iter().enumerate() {
         assert_eq!(s.1, 16 + 8 * i, "{}", s.0);
         assert_eq!(s.2, 8, "{}", s.0);
@@ -416,6 +487,12 @@ fn layout_matches_hand_computed_lp64_values() {
     assert_eq!(KILN_METRICS_V1_SIZE, end("kiln_metrics.activation_mb"));
     assert_eq!(KILN_PLUGIN_INFO_V1_SIZE, end("kiln_plugin_info.abi_minor"));
     assert_eq!(KILN_API_V1_SIZE, end("kiln_api.plugins_release"));
+    assert_eq!(KILN_API_V2_SIZE, end("kiln_api.session_load_tensors"));
+    assert_eq!(KILN_API_V2_SIZE, size_of::<KilnApi>());
+    assert_eq!(
+        KILN_STATUS_LOCATION_V1_SIZE,
+        end("kiln_status_location.key")
+    );
 }
 
 fn source_dir() -> PathBuf {
@@ -453,7 +530,7 @@ fn layout_matches_the_c_compiler() {
             t = ty
         ));
     }
-    for (m, _) in v1_sizes() {
+    for (m, _) in constants() {
         c.push_str(&format!(
             "  printf(\"{m} %zu 0\\n\", (size_t)({m}));\n",
             m = m
@@ -511,7 +588,7 @@ fn layout_matches_the_c_compiler() {
             .into_iter()
             .map(|(t, s)| (format!("sizeof({})", t), s, 0)),
     );
-    expected.extend(v1_sizes().into_iter().map(|(m, s)| (m.to_string(), s, 0)));
+    expected.extend(constants().into_iter().map(|(m, s)| (m.to_string(), s, 0)));
     let got: Vec<(String, usize, usize)> = text
         .lines()
         .map(|l| {

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use kiln::{code, LogLevel, MetricsKind, Options, Session, State};
+use kiln::{code, Api, Location, LogLevel, MetricsKind, Options, Session, State};
 
 fn source_dir() -> PathBuf {
     match std::env::var_os("KILN_SOURCE_DIR") {
@@ -145,6 +145,16 @@ fn misspelt_key_is_a_config_error_with_position_and_suggestion() {
     );
     // Display keeps the library's message unchanged.
     assert!(err.to_string().contains(&err.message));
+    // C API version 2: the same place as fields.
+    assert_eq!(
+        err.location,
+        Some(Location {
+            file: file.to_str().unwrap().to_string(),
+            line: line as i64,
+            column: 1,
+            key: "optimizer.lrr".to_string(),
+        })
+    );
 
     // From text, the name stands for the file.
     let err = Session::from_str(&text, "inline.toml", &quiet()).unwrap_err();
@@ -154,12 +164,44 @@ fn misspelt_key_is_a_config_error_with_position_and_suggestion() {
         "{}",
         err.message
     );
+    let at = err.location.expect("a location");
+    assert_eq!(
+        (at.file.as_str(), at.line, at.column, at.key.as_str()),
+        ("inline.toml", line as i64, 1, "optimizer.lrr")
+    );
 
-    // A misspelt override is a config error too.
+    // A key misspelt further into its line: the column is where the key starts.
+    let indented = pipeline(dir.path(), 1, "").replace("epochs = 1", "  epochz = 1");
+    let eline = indented.lines().position(|l| l.contains("epochz")).unwrap() + 1;
+    let err = Session::from_str(&indented, "indent.toml", &quiet()).unwrap_err();
+    let at = err.location.clone().expect("a location");
+    assert_eq!(
+        (at.line, at.column, at.key.as_str()),
+        (eline as i64, 3, "run.epochz"),
+        "{}",
+        err
+    );
+
+    // A misspelt override is a config error too, at "--set" (no line in a file).
     let good = pipeline(dir.path(), 1, "");
     let err = Session::from_str(&good, "p.toml", &quiet().set("optimizer.lrr=0.1")).unwrap_err();
     assert_eq!(err.code, code::CONFIG, "{}", err);
     assert!(err.message.contains("'lr'"), "{}", err.message);
+    let at = err.location.expect("a location");
+    assert_eq!(
+        (at.file.as_str(), at.line, at.key.as_str()),
+        ("--set", 0, "optimizer.lrr")
+    );
+
+    // A TOML syntax error has a place and no key.
+    let err = Session::from_str("[run\nepochs = 1\n", "bad.toml", &quiet()).unwrap_err();
+    assert_eq!(err.code, code::CONFIG, "{}", err);
+    let at = err.location.expect("a location");
+    assert_eq!(
+        (at.file.as_str(), at.line, at.key.as_str()),
+        ("bad.toml", 1, "")
+    );
+    assert!(at.column > 0);
 }
 
 #[test]
@@ -246,6 +288,61 @@ fn run_to_the_end_then_step_is_failed_precondition() {
     let err = s.step().unwrap_err();
     assert_eq!(err.code, code::FAILED_PRECONDITION, "{}", err);
     assert_eq!(err.code_name(), "FAILED_PRECONDITION");
+    // Only configuration errors point somewhere.
+    assert_eq!(err.location, None);
+}
+
+#[test]
+fn steps_iterates_records_up_to_a_limit_then_to_the_end() {
+    let dir = TempDir::new("iter");
+    let mut s = Session::from_str(&pipeline(dir.path(), 1, ""), "it.toml", &quiet()).unwrap();
+    let first: Vec<i64> = s
+        .steps(Some(5))
+        .map(|m| {
+            let m = m.unwrap();
+            assert_eq!(m.kind, MetricsKind::Step);
+            assert!(m.loss.is_finite());
+            m.step
+        })
+        .collect();
+    assert_eq!(first, vec![1, 2, 3, 4, 5]);
+    assert_eq!(s.progress().unwrap().step, 5);
+    // No limit: on to the end (16 steps), then nothing more.
+    let rest: Vec<i64> = s.steps(None).map(|m| m.unwrap().step).collect();
+    assert_eq!(rest, (6..=16).collect::<Vec<i64>>());
+    assert_eq!(s.progress().unwrap().state, State::Finished);
+    assert_eq!(s.steps(None).count(), 0);
+}
+
+#[test]
+fn a_version_1_table_still_trains_without_the_version_2_calls() {
+    let v1 = Api::load_version(1).unwrap();
+    assert_eq!(v1.api_version(), 1);
+    assert_eq!(v1.raw().struct_size, kiln::sys::KILN_API_V1_SIZE);
+    assert!(v1.raw().status_location.is_none() && v1.raw().session_load_tensors.is_none());
+    assert_eq!(Api::load().unwrap().api_version(), 2);
+    assert_eq!(Api::load_version(3).unwrap_err().code, code::UNSUPPORTED);
+
+    let dir = TempDir::new("v1");
+    let text = pipeline(dir.path(), 1, "eval = false");
+    // Errors keep code and message, without a location.
+    let bad = text.replace("lr = 0.02", "lrr = 0.02");
+    let err = v1.session_from_str(&bad, "v1.toml", &quiet()).unwrap_err();
+    assert_eq!(err.code, code::CONFIG);
+    assert!(err.message.contains("v1.toml:"), "{}", err);
+    assert_eq!(err.location, None);
+
+    let mut s = v1.session_from_str(&text, "v1.toml", &quiet()).unwrap();
+    assert_eq!(s.api().api_version(), 1);
+    s.step().unwrap();
+    assert_eq!(s.progress().unwrap().step, 1);
+    let err = s.parameters().unwrap_err();
+    assert_eq!(err.code, code::UNSUPPORTED, "{}", err);
+    assert!(err.message.contains("version 2"), "{}", err);
+    assert_eq!(
+        s.load_tensors(&[], kiln::load::STRICT).unwrap_err().code,
+        code::UNSUPPORTED
+    );
 }
 
 #[test]
