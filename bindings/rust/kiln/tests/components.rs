@@ -1,38 +1,14 @@
 //! In-process LR policies from Rust closures (kiln::components) against the real libkiln: the
 //! per-step lr is the closure's formula, options reach it validated, a panic fails the step
 //! with its message, and the descriptor is checked as a plugin library's.
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use kiln::components::{LrPolicy, OptionSpec, Schedule};
 use kiln::{code, LogLevel, MetricsKind, Options, Session, State};
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "kiln-rust-components-{}-{}-{}",
-            tag,
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 /// 512 samples in batches of 64: 8 steps in one epoch, the first 2 the host's warm-up.
 fn pipeline(out: &Path, policy_table: &str) -> String {

@@ -2,11 +2,10 @@
 //! a fraction of a second per run on a CPU), each writing under its own temporary folder.
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::sync::{Arc, Mutex};
 use std::thread;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use kiln::{code, Api, Location, LogLevel, MetricsKind, Options, Session, State};
 
@@ -17,36 +16,8 @@ fn source_dir() -> PathBuf {
     }
 }
 
-/// A folder under the system temp dir, removed on drop (also when the test fails).
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let nanos = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .unwrap()
-            .subsec_nanos();
-        let dir = std::env::temp_dir().join(format!(
-            "kiln-rust-{}-{}-{}-{}",
-            tag,
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst),
-            nanos
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 /// A TOML basic string holding `s`.
 fn toml_string(s: &str) -> String {

@@ -2,9 +2,7 @@
 //! shapes are the mlp's, views alias the training's memory (no copies), the optimizer's state
 //! is live, load_tensors copies weights between sessions exactly and refuses bad input naming
 //! the key. Small synthetic pipelines: 1x8x8 images, 4 classes, an MLP with one hidden layer.
-use std::fs;
-use std::path::{Path, PathBuf};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::path::Path;
 use std::sync::{Arc, Mutex};
 
 use kiln::{code, kinds, load, DType, Device, LogLevel, Options, Session, Tensor, TensorView};
@@ -13,30 +11,8 @@ const CLASSES: usize = 4;
 const HIDDEN: usize = 16;
 const INPUTS: usize = 64;
 
-struct TempDir(PathBuf);
-
-impl TempDir {
-    fn new(tag: &str) -> TempDir {
-        static COUNTER: AtomicUsize = AtomicUsize::new(0);
-        let dir = std::env::temp_dir().join(format!(
-            "kiln-rust-tensors-{}-{}-{}",
-            tag,
-            std::process::id(),
-            COUNTER.fetch_add(1, Ordering::SeqCst)
-        ));
-        fs::create_dir_all(&dir).unwrap();
-        TempDir(dir)
-    }
-    fn path(&self) -> &Path {
-        &self.0
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = fs::remove_dir_all(&self.0);
-    }
-}
+mod common;
+use common::TempDir;
 
 /// 256 training and 128 test images, batches of 32 (8 steps per epoch), SGD with momentum.
 fn pipeline(out: &Path) -> String {
