@@ -12,6 +12,8 @@
 # sympy, ...) in <python>'s venv are linked into its site-packages, where pip sees them installed
 # and where the wheel's relative RUNPATHs ($ORIGIN/../../torch/lib) look for them.
 # Usage: wheel.sh <kiln build dir> <kiln source dir> <python of the venv holding torch>
+# KILN_TEST_WHEEL=<file.whl> tests that wheel instead of packing the build tree (the build tree
+# still gives the plugin SDK's example its source).
 set -euo pipefail
 build=$(realpath "$1")
 src=$(realpath "$2")
@@ -22,8 +24,12 @@ fail() { echo "wheel: $*" >&2; exit 1; }
 start=$SECONDS
 
 # ---- the wheel ----
-wheel=$(KILN_PYTHON="$py" "$src/scripts/wheel.sh" "$build" "$work/dist" 2>"$work/wheel.log") ||
-  fail "scripts/wheel.sh: $(tail -30 "$work/wheel.log")"
+if [ -n "${KILN_TEST_WHEEL:-}" ]; then  # a wheel built otherwise (e.g. `pip wheel .`)
+  wheel=$KILN_TEST_WHEEL
+else
+  wheel=$(KILN_PYTHON="$py" "$src/scripts/wheel.sh" "$build" "$work/dist" 2>"$work/wheel.log") ||
+    fail "scripts/wheel.sh: $(tail -30 "$work/wheel.log")"
+fi
 [ -f "$wheel" ] || fail "scripts/wheel.sh printed '$wheel', not a file"
 echo "built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB) in $((SECONDS - start)) s"
 "$py" - "$wheel" <<'PY'
