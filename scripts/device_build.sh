@@ -130,7 +130,27 @@ fetch() {
   local total
   total=$(cat "$DEBS"/*.deb | wc -c)
   note "$(ls "$DEBS"/*.deb | wc -l) .debs, $((total / 1024)) KiB total, in $DEBS"
+  fetch_pylib
   note "carry '.devkit' in the device call; there: scripts/device_build.sh build && scripts/device_build.sh test"
+}
+
+# pytest and what it imports (pure Python, any Python 3), at the versions setup.sh's venv holds,
+# into .devkit/pylib: the device's python3 has torch but no pytest, and the Python API's suites
+# (capi_python_pytest, capi_python_cuda) run under it. runtime_env puts it on PYTHONPATH.
+PYLIB_DISTS=(pytest iniconfig pluggy packaging pygments exceptiongroup tomli)
+fetch_pylib() {
+  local venv_py="$HOME/.cache/kiln/venv/bin/python" specs=() d v
+  [ -x "$venv_py" ] || die "fetch needs scripts/setup.sh's venv ($venv_py) for pytest's versions"
+  for d in "${PYLIB_DISTS[@]}"; do
+    v="$("$venv_py" -c "import importlib.metadata as m, sys; print(m.version(sys.argv[1]))" "$d" 2>/dev/null || true)"
+    specs+=("$d${v:+==$v}")
+  done
+  rm -rf "$ROOT/.devkit/pylib"
+  # Pure-Python wheels only (tomli's default one is compiled for this machine's CPython).
+  "$venv_py" -m pip install -q --no-deps --target "$ROOT/.devkit/pylib" --only-binary=:all: \
+    --implementation py --abi none --platform any --python-version 3.10 "${specs[@]}" ||
+    die "cannot download ${specs[*]} from PyPI"
+  note "pylib: ${specs[*]} in .devkit/pylib"
 }
 
 # ---------------------------------------------------------------------------------------------
@@ -261,6 +281,9 @@ runtime_env() {
   export FONTCONFIG_FILE="$PREFIX/etc/fonts/kiln-fonts.conf"
   export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
   export PYTHONUNBUFFERED=1  # output survives a command killed at the device time limit
+  if [ -d "$ROOT/.devkit/pylib" ]; then  # pytest (fetch_pylib), after anything already set
+    export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$ROOT/.devkit/pylib"
+  fi
 }
 # Tests also compile headers and out-of-tree examples directly (sdk_header_*, sdk_install_example,
 # sdk_plugin_guide): they need <dlpack/dlpack.h> and friends from the prefix, and find_package.
