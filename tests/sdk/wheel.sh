@@ -62,9 +62,9 @@ import importlib.metadata as md, os, sys
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 # (distribution, extra) pairs: cuda-toolkit[cublas,cudart,...] brings nvidia-* through extras.
-todo, seen, dists = [("torch", "")], set(), {}
-while todo:
-    name, extra = todo.pop()
+pending, seen, dists = [("torch", "")], set(), {}
+while pending:
+    name, extra = pending.pop()
     name = canonicalize_name(name)
     if (name, extra) in seen:
         continue
@@ -73,7 +73,7 @@ while todo:
     for text in dist.requires or []:
         req = Requirement(text)
         if req.marker is None or req.marker.evaluate({"extra": extra}):
-            todo += [(req.name, "")] + [(req.name, e) for e in req.extras]
+            pending += [(req.name, "")] + [(req.name, e) for e in req.extras]
 tops = set()
 for dist in dists.values():
     home = os.path.realpath(dist.locate_file(""))
