@@ -17,7 +17,8 @@ the arms alternating run by run:
 Measured per optimizer step from Kiln's --metrics records: `activation_mb` (the peak of live
 tensor storage during the step above what was live when it began: weights and optimizer state
 excluded, the gradients backward creates included, as both arms of a pair create the same;
-counted by Kiln's CPU allocator counter, or the CUDA caching allocator's statistics on a GPU) and `step_time` (forward, backward, optimizer). A run's value is the median
+counted by Kiln's CPU allocator counter, or the CUDA caching allocator's statistics on a GPU)
+and `step_time` (forward, backward, optimizer). A run's value is the median
 over the steps after --warmup; the table gives the median over --repeats runs with the min–max
 in brackets, and each pair's ratio of medians.
 
@@ -28,7 +29,8 @@ in brackets, and each pair's ratio of medians.
 
 The same run times PyTorch twins (bench/memory_reference.py: the same networks and batches,
 BatchNorm + LeakyReLU, and torch.utils.checkpoint.checkpoint_sequential with the same segment
-count), for a time reference: PyTorch has no InPlace-ABN and no CPU tensor-memory counter.
+count), for a time reference and, on CUDA, a memory one (the caching allocator's peak above the
+step's start): PyTorch has no InPlace-ABN and no CPU tensor-memory counter.
 
 Targets: InPlace-ABN <= 0.7x the activation memory of BN + LeakyReLU at <= 1.10x the time;
 checkpointing sqrt <= 0.4x the activation memory of none at <= 1.4x the time.
@@ -97,12 +99,13 @@ def run_reference(args, arm, batch):
     cmd = [sys.executable, os.path.join(REPO, "bench", "memory_reference.py"), "--arm", arm,
            "--batch", str(batch), "--width", str(args.width), "--blocks", str(args.blocks),
            "--hidden", str(args.hidden), "--depth", str(args.depth), "--steps", str(args.steps),
-           "--warmup", str(args.warmup), "--threads", str(args.threads)]
+           "--warmup", str(args.warmup), "--threads", str(args.threads), "--device", args.device]
     env = dict(os.environ, OMP_NUM_THREADS=str(args.threads))
     proc = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=args.timeout)
     if proc.returncode != 0:
         raise RuntimeError(f"{shlex.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    return json.loads(proc.stdout.strip().splitlines()[-1])["step_ms"] / 1e3
+    result = json.loads(proc.stdout.strip().splitlines()[-1])
+    return result["step_ms"] / 1e3, result["activation_mb"]  # MiB: None on the CPU
 
 
 def arms(args):
@@ -159,7 +162,10 @@ def main():
             results[name][0].append(memory)
             results[name][1].append(time)
         for _, name, arm, batch in references:
-            results[name][1].append(run_reference(args, arm, batch))
+            time, memory = run_reference(args, arm, batch)
+            results[name][1].append(time)
+            if memory is not None:
+                results[name][0].append(memory)
 
     device = cpu_name() if args.device == "cpu" else "cuda"
     print(f"# bench/memory.py on {device}, {args.threads} threads, {args.steps} steps "
@@ -181,16 +187,17 @@ def main():
         mem = statistics.median(results[test][0]) / statistics.median(results[base][0])
         time = statistics.median(results[test][1]) / statistics.median(results[base][1])
         print(f"{pair:<5}{test + ' / ' + base:<36}{mem:8.3f}{time:8.3f}{target:>22}")
-    med = {name: statistics.median(results[name][1]) for name in results}
-    print(f"{'a':<5}{'Kiln BN + LeakyReLU / PyTorch':<36}{'-':>8}"
-          f"{med['BN + LeakyReLU'] / med['PyTorch BN + LeakyReLU']:8.3f}{'reference':>22}")
-    print(f"{'a':<5}{'Kiln InPlace-ABN / PyTorch BN':<36}{'-':>8}"
-          f"{med['InPlace-ABN'] / med['PyTorch BN + LeakyReLU']:8.3f}{'reference':>22}")
-    print(f"{'b':<5}{'Kiln none / PyTorch none':<36}{'-':>8}"
-          f"{med['checkpoint none'] / med['PyTorch none']:8.3f}{'reference':>22}")
-    print(f"{'b':<5}{'PyTorch sqrt / PyTorch none':<36}{'-':>8}"
-          f"{med['PyTorch sqrt'] / med['PyTorch none']:8.3f}{'reference':>22}")
-
+    for pair, test, base in (("a", "BN + LeakyReLU", "PyTorch BN + LeakyReLU"),
+                             ("a", "InPlace-ABN", "PyTorch BN + LeakyReLU"),
+                             ("b", "checkpoint none", "PyTorch none"),
+                             ("b", "PyTorch sqrt", "PyTorch none")):
+        label = test if test.startswith("PyTorch") else "Kiln " + test
+        label += " / " + (base if "PyTorch" in test else base.replace(" + LeakyReLU", ""))
+        # PyTorch's memory is counted on CUDA only (its caching allocator).
+        mem = (f"{statistics.median(results[test][0]) / statistics.median(results[base][0]):8.3f}"
+               if results[test][0] and results[base][0] else f"{'-':>8}")
+        time = statistics.median(results[test][1]) / statistics.median(results[base][1])
+        print(f"{pair:<5}{label:<36}{mem}{time:8.3f}{'reference':>22}")
 
 if __name__ == "__main__":
     main()

@@ -1,8 +1,10 @@
 """PyTorch twins of bench/memory.py's networks, timed the same way: the pre-activation ResNet with
 BatchNorm + LeakyReLU, and the deep MLP (Linear, BatchNorm1d, ReLU) plain and under
 torch.utils.checkpoint.checkpoint_sequential with the same sqrt(n) segment count. Prints one
-JSON line: {"arm": ..., "step_ms": median}. PyTorch has no InPlace-ABN and no CPU tensor-memory
-counter, so these arms give the time reference only."""
+JSON line: {"arm": ..., "step_ms": median, "activation_mb": ...}. PyTorch has no InPlace-ABN. On
+the CPU it has no tensor-memory counter, so activation_mb is null there and the arms give the
+time reference only; on CUDA it is the step's peak of allocated memory above what was allocated
+when the step began (the caching allocator's counts), as Kiln's activation_mb."""
 import argparse
 import json
 import math
@@ -66,14 +68,24 @@ def mlp(depth, hidden, inputs, classes):
     return nn.Sequential(*layers), nn.Linear(last, classes)
 
 
-def time_steps(step, steps, warmup):
-    times = []
+def time_steps(step, steps, warmup, device):
+    """Median step time in ms and, on CUDA, median activation MiB over the steps after warm-up."""
+    cuda = device.type == "cuda"
+    times, memory = [], []
     for i in range(steps):
+        if cuda:
+            torch.cuda.synchronize(device)
+            torch.cuda.reset_peak_memory_stats(device)
+            resting = torch.cuda.memory_allocated(device)
         start = time.perf_counter()
         step()
+        if cuda:
+            torch.cuda.synchronize(device)
         if i >= warmup:
             times.append(time.perf_counter() - start)
-    return statistics.median(times) * 1e3
+            if cuda:
+                memory.append((torch.cuda.max_memory_allocated(device) - resting) / 2**20)
+    return statistics.median(times) * 1e3, statistics.median(memory) if memory else None
 
 
 def main():
@@ -87,7 +99,9 @@ def main():
     p.add_argument("--steps", type=int, default=8)
     p.add_argument("--warmup", type=int, default=2)
     p.add_argument("--threads", type=int, default=2)
+    p.add_argument("--device", default="cpu", choices=["cpu", "cuda"])
     args = p.parse_args()
+    device = torch.device(args.device)
     torch.manual_seed(0)
     torch.set_num_threads(args.threads)
 
@@ -106,6 +120,7 @@ def main():
             forward = lambda t: head(checkpoint_sequential(body, segments, t.flatten(1),
                                                            use_reentrant=False))
     y = torch.randint(0, 10, (args.batch,))
+    model, x, y = model.to(device), x.to(device), y.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
 
     def step():
@@ -113,7 +128,8 @@ def main():
         F.cross_entropy(forward(x), y).backward()
         optimizer.step()
 
-    print(json.dumps({"arm": args.arm, "step_ms": time_steps(step, args.steps, args.warmup)}))
+    step_ms, activation_mb = time_steps(step, args.steps, args.warmup, device)
+    print(json.dumps({"arm": args.arm, "step_ms": step_ms, "activation_mb": activation_mb}))
 
 
 if __name__ == "__main__":

@@ -37,14 +37,16 @@ def run_arm(kiln, cfg, launch, steps, warmup, work):
         f.write(to_toml(cfg))
     cmd = [kiln, "launch", "--nproc", "1", path] if launch else [kiln, "run", path]
     proc = subprocess.run(cmd + ["--metrics", metrics], cwd=work, capture_output=True, text=True)
-    log = (proc.stdout + proc.stderr).strip().splitlines()
+    # c10's stack frames would push the error itself out of the tail shown on failure.
+    log = [line for line in (proc.stdout + proc.stderr).strip().splitlines()
+           if "frame #" not in line]
     records = []
     if os.path.exists(metrics):
         with open(metrics) as f:
             records = [r for r in map(json.loads, f) if r.get("type") == "step"]
     if proc.returncode != 0 or len(records) != steps:
         raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode} after {len(records)} "
-                           f"steps:\n" + "\n".join(log[-15:]))
+                           f"steps:\n" + "\n".join(log[-30:]))
     ddp = any("data parallel over" in line for line in log)
     if launch and not ddp:
         raise RuntimeError("kiln launch --nproc 1 did not train data-parallel:\n" +

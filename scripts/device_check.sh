@@ -17,6 +17,8 @@
 #   nccl      bench/nccl_world1.py: kiln launch --nproc 1 (NCCL, DDP) against kiln run
 #   memory    bench/memory.py --device cuda
 #   suite     the whole suite, ctest -j16 (over 7 minutes on an H200 machine's 16 cores)
+# KILN_CHECK_PHASES="build cuda gpu256 ..." runs only those, in that order (a session with less
+# device time puts first what has not been measured yet).
 set -uo pipefail
 
 ROOT="$(cd "$(dirname "$0")/.." && pwd)"
@@ -40,6 +42,16 @@ PHASES=(
   "memory|90|${X[*]} python3 bench/memory.py --device cuda --kiln $B/bin/kiln --repeats 1"
   "suite|300|scripts/device_build.sh test -j16 --timeout 300"
 )
+
+if [ -n "${KILN_CHECK_PHASES:-}" ]; then
+  chosen=()
+  for want in $KILN_CHECK_PHASES; do
+    found=
+    for entry in "${PHASES[@]}"; do [ "${entry%%|*}" = "$want" ] && { chosen+=("$entry"); found=1; }; done
+    [ -n "$found" ] || { echo "device_check: unknown phase '$want'" >&2; exit 2; }
+  done
+  PHASES=("${chosen[@]}")
+fi
 
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUTDIR/gpu.txt"

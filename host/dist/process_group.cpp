@@ -90,26 +90,35 @@ ProcessGroup::~ProcessGroup() = default;
 
 int64_t ProcessGroup::counted_allreduces() const { return counting_->allreduce_calls(); }
 
+at::Tensor ProcessGroup::on_wire(const at::Tensor& tensor) const {
+  if (options_.backend != "nccl" || tensor.is_cuda()) return tensor.contiguous();
+  return tensor.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(options_.device_index)));
+}
+
 void ProcessGroup::allreduce(at::Tensor& tensor, const std::string& op) {
-  std::vector<at::Tensor> tensors{tensor};
+  std::vector<at::Tensor> tensors{on_wire(tensor)};
   c10d::AllreduceOptions o;
   o.reduceOp = reduce_op(op);
   backend_->allreduce(tensors, o)->wait();
+  if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
 }
 
 void ProcessGroup::broadcast(at::Tensor& tensor, int root) {
-  std::vector<at::Tensor> tensors{tensor};
+  std::vector<at::Tensor> tensors{on_wire(tensor)};
   c10d::BroadcastOptions o;
   o.rootRank = root;
   backend_->broadcast(tensors, o)->wait();
+  if (!tensors[0].is_same(tensor)) tensor.copy_(tensors[0]);
 }
 
 void ProcessGroup::allgather(const at::Tensor& in, at::Tensor& out) {
-  std::vector<at::Tensor> inputs{in.contiguous()};
+  std::vector<at::Tensor> inputs{on_wire(in)};
+  at::Tensor gathered = on_wire(out);
   std::vector<std::vector<at::Tensor>> outputs(1);
-  at::Tensor flat = out.view({options_.world_size, in.numel()});
+  at::Tensor flat = gathered.view({options_.world_size, in.numel()});
   for (int r = 0; r < options_.world_size; ++r) outputs[0].push_back(flat[r].view(in.sizes()));
   backend_->allgather(outputs, inputs)->wait();
+  if (!gathered.is_same(out)) out.copy_(gathered);
 }
 
 }  // namespace kiln::dist

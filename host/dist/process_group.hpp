@@ -49,7 +49,9 @@ class ProcessGroup {
   int world_size() const { return options_.world_size; }
   const std::string& backend() const { return options_.backend; }
 
-  // In place; op is "sum", "max" or "min". Blocking.
+  // In place; op is "sum", "max" or "min". Blocking. Under NCCL, which moves CUDA tensors only,
+  // a CPU tensor (the host's votes and evaluation sums, a plugin's statistics) travels through
+  // this rank's device and back.
   void allreduce(at::Tensor& tensor, const std::string& op);
   void broadcast(at::Tensor& tensor, int root);
   // `out` holds world_size × in.numel() elements, rank-major.
@@ -64,6 +66,9 @@ class ProcessGroup {
   const c10::intrusive_ptr<c10d::Store>& store() const { return store_; }
 
  private:
+  // The tensor the backend can move: `tensor` itself when it can, else a copy.
+  at::Tensor on_wire(const at::Tensor& tensor) const;
+
   GroupOptions options_;
   c10::intrusive_ptr<c10d::Store> store_;
   c10::intrusive_ptr<c10d::Backend> backend_;

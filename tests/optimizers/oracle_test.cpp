@@ -20,6 +20,10 @@ namespace {
 
 constexpr int64_t kSteps = 100;
 constexpr double kTolerance = 1e-6;
+// Adam's second moments on CUDA: the device kernels contract v·β₂ + (1-β₂)·g² into fused
+// multiply-adds where torch's CPU reference rounds twice, and over 100 steps that measured up to
+// 2.1e-6 (H100, 2026-11-26); the parameters themselves still agree to kTolerance.
+constexpr double kCudaStateTolerance = 4e-6;
 
 std::set<std::string> split(const std::string& text) {
   std::set<std::string> out;
@@ -100,7 +104,8 @@ void compare_with_torch(at::Device device) {
         }
         at::Tensor expected = oracle.read(prefix + name + n + ".bin",
                                           scalar ? std::vector<int64_t>{} : traj.shapes[i]);
-        EXPECT_LE(relative_error(mine, expected), kTolerance) << name << " of parameter " << n;
+        const double tolerance = device.is_cuda() && !scalar ? kCudaStateTolerance : kTolerance;
+        EXPECT_LE(relative_error(mine, expected), tolerance) << name << " of parameter " << n;
       }
     }
   }

@@ -19,7 +19,7 @@ if not torch.cuda.is_available():
 
 def cuda_pipeline(out_dir, **sections):
     d = base_pipeline(out_dir, **sections)
-    d["run"].update(device="cuda", tf32=False, cudnn_benchmark=False)
+    d["run"].update(device="cuda", tf32="off", cudnn_benchmark=False)
     return d
 
 

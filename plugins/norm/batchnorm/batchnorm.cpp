@@ -2,6 +2,7 @@
 // backward on the host's tensors. Float32 CPU data goes through the fused kernels of
 // plugins/norm/common (statistics, normalisation and the model's activation in two passes,
 // backward in two); everything else through ATen's native batch-norm kernels.
+#include <ATen/AccumulateType.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/native_batch_norm.h>
@@ -99,6 +100,19 @@ kiln_status* bn_create(const kiln_host_api* host, const kiln_options* options,
   });
 }
 
+// Whether native_batch_norm_out can write the host's tensors as they are (see bn_forward).
+bool out_kernel_fits(const at::Tensor& x, const at::Tensor& output, const at::Tensor& weight,
+                     const at::Tensor& save_mean, const at::Tensor& save_invstd) {
+  if (x.is_cuda()) {
+    const at::ScalarType acc = at::toAccumulateType(x.scalar_type(), /*is_cuda=*/true);
+    return save_mean.scalar_type() == acc && save_invstd.scalar_type() == acc &&
+           (!weight.defined() || weight.scalar_type() == x.scalar_type() ||
+            weight.scalar_type() == acc);
+  }
+  return output.is_contiguous() && (!weight.defined() || weight.scalar_type() == x.scalar_type()) &&
+         save_mean.scalar_type() == x.scalar_type() && save_invstd.scalar_type() == x.scalar_type();
+}
+
 void bn_destroy(void* instance) { delete static_cast<BatchNorm*>(instance); }
 
 kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
@@ -128,14 +142,14 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
     }
     at::Tensor output = kiln::as_tensor(*args->output);
     const at::Tensor weight = optional_view(args->weight);
-    // Batch statistics with every tensor in the input's dtype (fp32 training): ATen's out kernel
-    // writes straight into the host's output and saved statistics, with no copy at the boundary.
-    if (batch_stats && args->save_mean != nullptr && args->save_invstd != nullptr &&
-        output.is_contiguous() && (!weight.defined() || weight.scalar_type() == x.scalar_type())) {
+    // Batch statistics: ATen's out kernel writes straight into the host's output and saved
+    // statistics, with no copy at the boundary. On the CPU it wants a contiguous output and
+    // every tensor in the input's dtype; on CUDA it is what the functional kernel itself calls,
+    // so any layout (channels_last) and AMP's mix (half data, float weight and statistics) go.
+    if (batch_stats && args->save_mean != nullptr && args->save_invstd != nullptr) {
       at::Tensor save_mean = kiln::as_tensor(*args->save_mean);
       at::Tensor save_invstd = kiln::as_tensor(*args->save_invstd);
-      if (save_mean.scalar_type() == x.scalar_type() &&
-          save_invstd.scalar_type() == x.scalar_type()) {
+      if (out_kernel_fits(x, output, weight, save_mean, save_invstd)) {
         at::native_batch_norm_out(output, save_mean, save_invstd, x, weight,
                                   optional_view(args->bias), running_mean, running_var, true,
                                   momentum, bn.eps);
