@@ -1,6 +1,7 @@
 // The host collectives plugins call (kiln_host_api.allreduce/broadcast/allgather) on a real c10d
 // Gloo process group of 2 ranks (two threads of this process over loopback), and their
 // single-process behaviour.
+#include <ATen/Context.h>
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -62,6 +63,41 @@ TEST(Collectives, TwoGlooRanksReduceBroadcastAndGather) {
     EXPECT_TRUE(at::equal(broadcasts[r], at::full({2, 2}, 10.0f))) << broadcasts[r];
     EXPECT_TRUE(at::equal(gathers[r], at::tensor({7.0f, 7.0f, 8.0f, 8.0f}))) << gathers[r];
   }
+}
+
+// NCCL moves CUDA tensors only: the host's own CPU tensors (the ranks' vote, evaluation sums, a
+// plugin's statistics) travel through the rank's device and come back in place.
+TEST(Collectives, OneNcclRankTakesCpuAndCudaTensorsCuda) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  kiln::dist::GroupOptions options;
+  options.backend = "nccl";
+  options.port = 20000 + static_cast<int>((::getpid() + 7919) % 20000);
+  options.timeout = std::chrono::seconds(60);
+  kiln::dist::ProcessGroup group(options);
+  kiln_call_context ctx;
+  ctx.group = &group;
+
+  at::Tensor sum = at::full({3}, 2.0f);
+  DLTensor s = kiln::as_dltensor(sum);
+  expect_ok(host()->allreduce(&ctx, &s, KILN_REDUCE_SUM));
+  EXPECT_TRUE(sum.device().is_cpu());
+  EXPECT_TRUE(at::equal(sum, at::full({3}, 2.0f))) << sum;
+
+  at::Tensor strided = at::arange(6, at::kFloat).view({2, 3}).t();  // not contiguous
+  group.allreduce(strided, "max");
+  EXPECT_TRUE(at::equal(strided, at::arange(6, at::kFloat).view({2, 3}).t())) << strided;
+
+  at::Tensor b = at::full({2, 2}, 4.0f);
+  group.broadcast(b, 0);
+  EXPECT_TRUE(at::equal(b, at::full({2, 2}, 4.0f))) << b;
+
+  at::Tensor in = at::full({2}, 7.0f), out = at::zeros({2});
+  group.allgather(in, out);
+  EXPECT_TRUE(at::equal(out, in)) << out;
+
+  at::Tensor on_device = at::full({4}, 3.0f, at::TensorOptions().device(at::kCUDA));
+  group.allreduce(on_device, "sum");
+  EXPECT_TRUE(at::equal(on_device.cpu(), at::full({4}, 3.0f)));
 }
 
 TEST(Collectives, SingleProcessIsTheIdentityAndChecksArguments) {
