@@ -1,5 +1,10 @@
 #include "engine/optimizer_side.hpp"
 
+#include <ATen/ops/empty_like.h>
+
+#include <map>
+#include <string>
+
 namespace kiln::engine {
 
 namespace {
@@ -70,11 +75,24 @@ void OptimizerSide::restore(const io::CheckpointData& data, c10::Device device) 
       stepped.flat()[k].copy_(it->second);
     }
   }
+  // Checkpoints hold state contiguous; it goes back in its parameter's layout, as a step
+  // creates it (host_api state_tensor), so channels_last runs keep the fused optimizer kernels.
+  std::map<std::string, at::Tensor> params;
+  for (const ParamGroup& g : groups_) {
+    for (size_t i = 0; i < g.params.size(); ++i) params.emplace(g.names[i], g.params[i]);
+  }
   optimizer_.state().clear();
   for (const auto& [key, t] : saved) {
     if (key.rfind("optim/", 0) != 0) continue;
     const size_t slash = key.rfind('/');
-    optimizer_.state()[key.substr(6, slash - 6)][key.substr(slash + 1)] = t.to(device);
+    const std::string name = key.substr(6, slash - 6);
+    at::Tensor value = t.to(device);
+    const auto p = params.find(name);
+    if (p != params.end() && p->second.sizes() == value.sizes() &&
+        p->second.is_non_overlapping_and_dense()) {
+      value = at::empty_like(p->second, value.options()).copy_(value);
+    }
+    optimizer_.state()[name][key.substr(slash + 1)] = value;
   }
   lr_.set_counted(data.info.lr_counted);
   scaler_.restore(LossScaler::State{data.info.loss_scale, data.info.skipped_total,

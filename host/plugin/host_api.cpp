@@ -71,7 +71,10 @@ kiln_status* state_tensor(kiln_call_context* ctx, size_t param_index, const char
       switch (init) {
         case KILN_STATE_ZEROS_LIKE_PARAM:
         case KILN_STATE_COPY_OF_GRAD:
-          slot = at::zeros_like(param, at::MemoryFormat::Contiguous);
+          // In the parameter's layout (torch's preserve_format): under channels_last the
+          // parameter, its gradient and its state then walk memory together, which the fused
+          // optimizer kernels need (else they fall back to per-tensor loops).
+          slot = at::zeros_like(param);
           if (init == KILN_STATE_COPY_OF_GRAD && param.grad().defined()) slot.copy_(param.grad());
           break;
         case KILN_STATE_SCALAR_F64:

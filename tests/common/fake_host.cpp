@@ -1,5 +1,6 @@
 #include "fake_host.hpp"
 
+#include <ATen/ops/empty_like.h>
 #include <ATen/ops/zeros.h>
 #include <ATen/ops/zeros_like.h>
 
@@ -16,13 +17,14 @@ std::atomic<NormLayerHook> g_norm_hook{nullptr};
 at::Tensor new_state(const kiln_call_context& ctx, size_t param_index, int32_t init) {
   const at::Tensor& param = ctx.params[param_index];
   switch (init) {
+    // In the parameter's layout, as the real host makes them (plugin/host_api.cpp).
     case KILN_STATE_ZEROS_LIKE_PARAM:
-      return at::zeros_like(param, at::MemoryFormat::Contiguous);
+      return at::zeros_like(param);
     case KILN_STATE_COPY_OF_GRAD:
       if (param_index < ctx.grads.size()) {
-        return ctx.grads[param_index].clone(at::MemoryFormat::Contiguous);
+        return at::empty_like(param).copy_(ctx.grads[param_index]);
       } else {
-        at::Tensor t = at::zeros_like(param, at::MemoryFormat::Contiguous);
+        at::Tensor t = at::zeros_like(param);
         if (param.grad().defined()) t.copy_(param.grad());
         return t;
       }

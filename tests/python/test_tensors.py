@@ -154,6 +154,36 @@ def test_a_checkpoints_weights_load_into_a_new_session(pipeline):
         assert fresh.evaluate().loss == pytest.approx(want, rel=1e-6)
 
 
+def test_optimizer_state_keeps_its_parameters_layout_and_resumes_in_it(tmp_path):
+    """Under channels_last the momentum buffers lie as their weights (torch's preserve_format),
+    which the fused SGD kernel needs; a resumed run lays the checkpoint's contiguous state out
+    the same way, and goes on as the uninterrupted run."""
+    from conftest import base_pipeline
+    pipe = base_pipeline(tmp_path / "runs")
+    pipe["model"] = {"name": "resnet", "blocks": [1, 1, 1], "memory_format": "channels_last"}
+
+    def check_layout(s):
+        state, params = s.optimizer_state(), s.parameters()
+        convs = [n for n, p in params.items() if p.dim() == 4]
+        assert convs and all(params[n].is_contiguous(memory_format=torch.channels_last)
+                             for n in convs)
+        for n in convs:
+            assert state[f"{n}.momentum_buffer"].stride() == params[n].stride(), n
+
+    with kiln.Session.from_dict(pipe, log_level="warn") as whole:
+        list(whole.steps(2))
+        check_layout(whole)
+        folder = whole.save_checkpoint()
+        whole.step()
+        want = whole.state_dict()
+    with kiln.Session.from_dict(pipe, resume=folder, log_level="warn") as resumed:
+        resumed.step()
+        check_layout(resumed)
+        got = resumed.state_dict()
+    for name, t in want.items():
+        assert torch.allclose(got[name], t, rtol=1e-5, atol=1e-6), name
+
+
 def test_not_inside_a_metrics_callback(session):
     codes = []
 

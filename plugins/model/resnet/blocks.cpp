@@ -4,6 +4,8 @@
 #include <ATen/ops/leaky_relu.h>
 #include <ATen/ops/relu.h>
 
+#include "add_relu.hpp"
+
 namespace kiln_resnet {
 
 at::Tensor Activation::apply_(at::Tensor& x) const {
@@ -35,7 +37,11 @@ at::Tensor Downsample::forward(const at::Tensor& input) {
 }
 
 at::Tensor ResidualBlock::merge(const at::Tensor& residual, const at::Tensor& input) const {
-  at::Tensor sum = residual + (downsample_ ? downsample_->forward(input) : input);
+  const at::Tensor shortcut = downsample_ ? downsample_->forward(input) : input;
+  if (activation_.kind == KILN_ACT_RELU && add_relu_fits(residual, shortcut)) {
+    return add_relu(residual, shortcut);
+  }
+  at::Tensor sum = residual + shortcut;
   // In place is safe: the sum is a fresh tensor no one else holds.
   return activation_.apply_(sum);
 }

@@ -30,9 +30,10 @@ enum { KILN_LOG_DEBUG = 0, KILN_LOG_INFO = 1, KILN_LOG_WARN = 2, KILN_LOG_ERROR 
 
 /* How a state tensor is shaped and initialised when first requested (int32_t). */
 enum {
-  KILN_STATE_ZEROS_LIKE_PARAM = 1, /* same shape, dtype and device as the parameter, zeros */
+  KILN_STATE_ZEROS_LIKE_PARAM = 1, /* same shape, dtype, device and strides as the parameter
+                                      (channels_last weights: channels_last state), zeros */
   KILN_STATE_SCALAR_F64 = 2,       /* 0-dim float64 on CPU, zero (e.g. a step counter) */
-  KILN_STATE_COPY_OF_GRAD = 3,     /* same shape as the parameter, initialised from its grad */
+  KILN_STATE_COPY_OF_GRAD = 3,     /* as ZEROS_LIKE_PARAM, initialised from the parameter's grad */
   KILN_STATE_SCALAR_LIKE_PARAM = 4 /* 0-dim float32 on the parameter's device, zero (torch's
                                       per-parameter "step" as fused optimizers keep it) */
 };
