@@ -46,7 +46,8 @@ What a run does, mirroring `kiln run` with the same pipeline:
   has compiled so far ("compiles"), "compile_s" (the warm-up steps that compiled a graph, less
   the median measured step each), "recompiled_at" (the first step after --warmup in which a graph
   was compiled, counting from 0: its compile time is inside the measured steps; null when none),
-  the graph breaks and Dynamo's own account ("dynamo_compile_s",
+  the graph breaks, inductor's count of graphs run without the CUDA graphs their mode asked for
+  ("cudagraph_skips") and Dynamo's own account ("dynamo_compile_s",
   torch._dynamo.utils.calculate_time_spent's total_wall_time).
 
 Timing, per step, as Kiln's trainer does: zero_grad(set_to_none) before the clock (Kiln zero_grads
@@ -312,6 +313,9 @@ def compile_account(step_times, compiles, warmup):
                  if compiles[i] != compiles[i - 1]), None)
     return {"compiles": compiles, "compile_s": sum(step_times[i] - steady for i in compiling),
             "recompiled_at": late, "graph_breaks": sum(counters["graph_break"].values()),
+            # graphs inductor ran without the CUDA graphs its mode asked for (max-autotune,
+            # reduce-overhead on CUDA); TORCH_LOGS=perf_hints says why
+            "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
             "dynamo_compile_s": calculate_time_spent().get("total_wall_time", math.nan)}
 
 

@@ -257,7 +257,7 @@ def run_torch(cfg, mode, init, data, args, work, compile_mode=None):
                dtype=ref["dtype"], warnings=[])
     if compile_mode:
         out.update({k: ref[k] for k in ("compile_s", "recompiled_at", "graph_breaks",
-                                        "dynamo_compile_s")},
+                                        "cudagraph_skips", "dynamo_compile_s")},
                    graphs=ref["compiles"][-1], warmup_steps_s=ref["step_time"][:args.warmup])
     return out
 
@@ -456,8 +456,10 @@ def compile_report(results, args):
             row += [ratio(k, c)] + ([ratio(g, c)] if graphed else [])
         for a in arms:
             c = results[(a, batch, "amp")]
+            skips = (f", CUDA graphs skipped {c[0]['cudagraph_skips']}"
+                     if c[0]["cudagraph_skips"] else "")
             row.append(f"{fmt_spread([r['compile_s'] for r in c], '.1f')} (graphs "
-                       f"{c[0]['graphs']}, breaks {c[0]['graph_breaks']})")
+                       f"{c[0]['graphs']}, breaks {c[0]['graph_breaks']}{skips})")
             late += [f"batch {batch} {side_label(a)} (run {i + 1}: step {r['recompiled_at'] + 1})"
                      for i, r in enumerate(c) if r["recompiled_at"] is not None]
         print("| " + " | ".join(row) + " |")
@@ -470,7 +472,9 @@ def compile_report(results, args):
           "warm-up steps in which Dynamo compiled a graph (the first), less a steady step each "
           "(inductor's autotuning included), median (min–max) over runs; inductor's cache is "
           "empty at the bench's start and shared by its runs, so later runs of a batch size "
-          "find their kernels cached. Graphs and graph breaks: Dynamo's counts in the first run.")
+          "find their kernels cached. Graphs and graph breaks: Dynamo's counts in the first run; "
+          "CUDA graphs skipped (when any): graphs inductor ran without the CUDA graphs its mode "
+          "asked for (TORCH_LOGS=perf_hints says why).")
     if late:
         print(f"\n**RECOMPILE after the warm-up in: {', '.join(late)}: that compile time is inside "
               f"the measured steps, so those images/s are too low; raise --warmup, or find the "
@@ -584,7 +588,8 @@ def main():
                             at = out["recompiled_at"]
                             extra = (f", compile {out['compile_s']:.1f} s (Dynamo's account "
                                      f"{out['dynamo_compile_s']:.1f} s), {out['graphs']} "
-                                     f"graph(s), {out['graph_breaks']} graph break(s); warm-up "
+                                     f"graph(s), {out['graph_breaks']} graph break(s), "
+                                     f"{out['cudagraph_skips']} CUDA graph skip(s); warm-up "
                                      f"steps " + " ".join(f"{x:.3f}" for x in
                                                           out["warmup_steps_s"])
                                      + f" s, median step {out['step_ms'] / 1e3:.3f} s"
