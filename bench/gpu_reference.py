@@ -7,6 +7,8 @@ loop, in its own process (its peak memory is its own), printed as one JSON line 
   # one run
   python bench/gpu_reference.py --pipeline P.json --init W.safetensors --data D --mode amp \\
       --device cuda --steps 200 --workers 4
+  # the same with the twin compiled (the first --warmup steps compile)
+  python bench/gpu_reference.py ... --mode amp --compile max-autotune --steps 60 --warmup 20
 
 P.json is the pipeline bench/gpu_throughput.py also hands Kiln (as TOML): [model] (resnet,
 depth 50), [data] (synthetic: channels, height, width, synthetic_*, batch_size, mean, std),
@@ -33,6 +35,20 @@ What a run does, mirroring `kiln run` with the same pipeline:
   groups, constant lr), fused=True by default (Kiln's sgd plugin steps with ATen's fused SGD
   kernel); --optim-impl picks another.
 - threads: torch.set_num_threads(run.threads) when it is above 0 (Kiln's run.threads).
+- --compile MODE (not none): the twin compiled in place, model.compile(mode=...) (None for
+  "default"; inductor), after its weights are loaded and it is moved to the device and memory
+  format, as bench/train_reference.py does: the same module, so parameter names, the optimizer
+  and GradScaler are unchanged; cross_entropy, the scaler and the optimizer step stay eager.
+  Compilation is lazy: the first step traces and compiles the forward and, in its backward, the
+  backward graph (max-autotune also benchmarks inductor's kernel choices then, and on CUDA adds
+  CUDA graphs, which record in the next steps), so the first steps carry it; --warmup must cover
+  them (the driver drops them). The JSON then also carries, per step, the number of graphs Dynamo
+  has compiled so far ("compiles"), "compile_s" (the warm-up steps that compiled a graph, less
+  the median measured step each), "recompiled_at" (the first step after --warmup in which a graph
+  was compiled, counting from 0: its compile time is inside the measured steps; null when none),
+  the graph breaks, inductor's count of graphs run without the CUDA graphs their mode asked for
+  ("cudagraph_skips") and Dynamo's own account ("dynamo_compile_s",
+  torch._dynamo.utils.calculate_time_spent's total_wall_time).
 
 Timing, per step, as Kiln's trainer does: zero_grad(set_to_none) before the clock (Kiln zero_grads
 before step_start); data_time = waiting for the loader's next batch; step_time = the host-to-device
@@ -55,6 +71,7 @@ import json
 import math
 import os
 import resource
+import statistics
 import sys
 import time
 
@@ -64,7 +81,8 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
-from train_reference import load_train  # noqa: E402  (Kiln's synthetic set, bit for bit)
+from bench_common import COMPILE_MODES  # noqa: E402
+from train_reference import compiled_graphs, load_train  # noqa: E402  (synthetic set bit for bit)
 
 HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
 MODES = ("amp", "tf32", "fp32")
@@ -214,11 +232,13 @@ def train(pipe, args):
     model.load_state_dict(load_safetensors(args.init), strict=True)
     model = model.to(device=device, memory_format=layout)
     model.train()
+    if args.compile != "none":  # in place and lazy: the first step compiles
+        model.compile(mode=None if args.compile == "default" else args.compile)
     opt = make_optimizer(model, pipe["optimizer"], args.optim_impl)
     scaler = torch.amp.GradScaler(device.type, enabled=amp and half == torch.float16)
     loader = make_loader(pipe, args.data, args.workers, device)
 
-    step_times, data_times, losses = [], [], []
+    step_times, data_times, losses, compiles = [], [], [], []
     clock = time.perf_counter
     it = iter(loader)
     run_peak = 0.0
@@ -254,6 +274,8 @@ def train(pipe, args):
         data_times.append(t1 - t0)
         step_times.append(t2 - t1)
         losses.append(value if math.isfinite(value) else None)
+        if args.compile != "none":
+            compiles.append(compiled_graphs())
         if step + 1 == args.warmup and device.type == "cuda":
             run_peak = torch.cuda.max_memory_allocated(device) / 2**20
 
@@ -265,14 +287,36 @@ def train(pipe, args):
     else:
         memory = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0  # KiB on Linux
         name = "cpu"
-    return {"step_time": step_times, "data_time": data_times, "loss": losses,
-            "memory_mb": memory, "memory_steady_mb": steady, "device_name": name,
-            "torch": torch.__version__,
-            "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
-            "dtype": str(half).replace("torch.", "") if amp else "float32",
-            "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
-            "threads": torch.get_num_threads(), "workers": args.workers,
-            "optim_impl": args.optim_impl}
+    out = {"step_time": step_times, "data_time": data_times, "loss": losses,
+           "memory_mb": memory, "memory_steady_mb": steady, "device_name": name,
+           "torch": torch.__version__,
+           "cudnn": torch.backends.cudnn.version() if device.type == "cuda" else None,
+           "dtype": str(half).replace("torch.", "") if amp else "float32",
+           "loss_scale": scaler.get_scale() if scaler.is_enabled() else None,
+           "threads": torch.get_num_threads(), "workers": args.workers,
+           "optim_impl": args.optim_impl, "compile": args.compile}
+    if args.compile != "none":
+        out.update(compile_account(step_times, compiles, args.warmup))
+    return out
+
+
+def compile_account(step_times, compiles, warmup):
+    """The compiled twin's compile time: every warm-up step in which Dynamo compiled a graph (the
+    first always does) less a steady step (the median measured step), as bench/train_throughput.py
+    counts it; and the first measured step that compiled one, if any (not an error here: the run's
+    numbers come back, flagged, rather than a GPU session's minutes lost)."""
+    from torch._dynamo.utils import calculate_time_spent, counters
+
+    steady = statistics.median(step_times[warmup:])
+    compiling = [i for i in range(warmup) if i == 0 or compiles[i] != compiles[i - 1]]
+    late = next((i for i in range(max(warmup, 1), len(compiles))
+                 if compiles[i] != compiles[i - 1]), None)
+    return {"compiles": compiles, "compile_s": sum(step_times[i] - steady for i in compiling),
+            "recompiled_at": late, "graph_breaks": sum(counters["graph_break"].values()),
+            # graphs inductor ran without the CUDA graphs its mode asked for (max-autotune,
+            # reduce-overhead on CUDA); TORCH_LOGS=perf_hints says why
+            "cudagraph_skips": counters["inductor"]["cudagraph_skips"],
+            "dynamo_compile_s": calculate_time_spent().get("total_wall_time", math.nan)}
 
 
 def main():
@@ -290,10 +334,13 @@ def main():
                     help="autocast dtype of amp; auto = fp16 on CUDA, bf16 on the CPU")
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--warmup", type=int, default=0,
-                    help="CUDA: steps before the steady-state peak memory is measured")
+                    help="steps before the measured ones: CUDA's steady-state peak memory starts "
+                         "after them, and --compile needs >= 1 (the compiling steps)")
     ap.add_argument("--workers", type=int, default=4, help="DataLoader num_workers")
     ap.add_argument("--optim-impl", default="fused",
                     choices=["default", "foreach", "fused", "loop"])
+    ap.add_argument("--compile", default="none", choices=["none"] + COMPILE_MODES,
+                    help="model.compile(mode=...) the twin (none: eager)")
     args = ap.parse_args()
     with open(args.pipeline) as f:
         pipe = json.load(f)
@@ -305,6 +352,8 @@ def main():
         return
     if not args.init or not args.data or args.steps < 1:
         ap.error("a run needs --init, --data and --steps >= 1")
+    if args.compile != "none" and not 1 <= args.warmup < args.steps:
+        ap.error("--compile needs 1 <= --warmup < --steps (the first steps compile)")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: this torch sees no CUDA device")
     print(json.dumps(train(pipe, args)))

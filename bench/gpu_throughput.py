@@ -1,4 +1,5 @@
-"""ResNet-50 training throughput and peak memory on one GPU: Kiln (`kiln run`) vs plain PyTorch.
+"""ResNet-50 training throughput and peak memory on one GPU: Kiln (`kiln run`) vs plain PyTorch
+(eager, and with --torch-compile the twin under torch.compile).
 
 Issue 9's GPU table: ResNet-50 on 224 x 224 synthetic images, images/s of Kiln and of a PyTorch
 loop at batch 32 and 256 under AMP (fp16, channels_last) and TF32 (fp32 storage, TF32 math,
@@ -6,7 +7,7 @@ contiguous); targets: Kiln ÷ PyTorch >= 1.0x (>= 1.10x at batch 32), AMP ÷ TF3
 AMP ÷ TF32 (fp32) peak memory <= 0.55x. The PyTorch arm is bench/gpu_reference.py (one run per
 process, one JSON line); both arms run in the same invocation, on the same device.
 
-What the two arms share, per (batch, mode):
+What the arms share, per (batch, mode):
 - the model: Kiln's resnet plugin with depth "50" (torchvision's ResNet-50: Bottlenecks
   [3, 4, 6, 3], imagenet stem at >= 64 pixels, batchnorm) and its Python twin
   bench/models.py:ResNet50 (same parameter and buffer names and shapes), and the same initial
@@ -36,6 +37,23 @@ What the two arms share, per (batch, mode):
           eager steps, then replayed); the PyTorch arm runs eager amp. With amp also in --modes
           a second table gives Kiln's step time graphed ÷ eager (target <= 0.6x at batch 1-2).
   On the CPU (--device cpu, the smoke test) amp is bf16 autocast on both sides and tf32 is fp32.
+- the compiled arms (--torch-compile MODES, issue 28: "Kiln (eager and run.cuda_graph) against
+  eager PyTorch and torch.compile (default and max-autotune)" under AMP channels_last): for each
+  mode a third kind of arm, torch_compile_<mode>, run for the amp mode only: gpu_reference.py
+  --compile MODE, i.e. the eager amp loop above with the twin compiled in place after its weights
+  are loaded and it is on the device in channels_last (model.compile(mode=...), inductor; the
+  same module and parameter names, so the init file and the twin check apply unchanged; loss,
+  GradScaler and the fused SGD step stay eager, as bench/train_throughput.py's compiled arm). On
+  CUDA max-autotune also autotunes inductor's kernels (Triton templates for the convolutions and
+  the linear layer, coordinate descent for the rest) and runs the compiled graphs as CUDA graphs
+  (triton.cudagraphs), so "Kiln graphed ÷ max-autotune" compares graphed with graphed. The first
+  step compiles (lazily: the forward, then in its backward the backward graph), within the
+  --warmup steps that are dropped; "compile s" is the time of the warm-up steps in which Dynamo
+  compiled a graph, less a steady step each, and a graph compiled in a measured step is flagged
+  (RECOMPILE, in the table and on stderr; the run's images/s then hold that compile time).
+  Inductor gets an empty cache folder per bench invocation (TORCHINDUCTOR_CACHE_DIR, its Triton
+  cache inside), shared by the invocation's runs. A table per batch gives Kiln amp (and amp_graph
+  when in --modes), eager PyTorch and each compiled arm in images/s, Kiln ÷ each, and compile s.
 - cuDNN: run.cudnn_benchmark = true and torch.backends.cudnn.benchmark = True;
 - threads: run.threads = --threads and torch.set_num_threads(--threads) (0: torch's default);
 - run.eval, run.checkpoints and run.tensorboard off, run.log_interval = --steps.
@@ -60,17 +78,18 @@ max_memory_allocated after reset_peak_memory_stats at the first measured step), 
 the trial workspaces of cuDNN's benchmark search in the first steps; the whole-run peaks are
 printed beside them.
 
-Runs. Every run is a fresh process. For each repetition, batch and mode the two arms run back to
-back, Kiln first in even repetitions and PyTorch first in odd ones (--warmup-runs discarded runs
-per arm come first). Kiln ÷ PyTorch is computed per pair (same repetition, batch and mode) and
-AMP ÷ TF32 per arm and repetition; the table gives median (min–max) over the --repeats pairs.
+Runs. Every run is a fresh process. For each repetition, batch and mode the arms run back to
+back (Kiln, PyTorch, then the compiled arms under amp), in that order in even repetitions and in
+the reverse order in odd ones (--warmup-runs discarded runs per arm come first). Kiln ÷ PyTorch
+is computed per pair (same repetition, batch and mode) and AMP ÷ TF32 per arm and repetition;
+the table gives median (min–max) over the --repeats pairs.
 
 Twin check. The first step's loss comes before any update: with the same weights and batch it
-must agree between the arms to 1e-3 relative in fp32 / tf32 on the CPU and 2e-2 relative under
-amp and in every GPU run (cuDNN's benchmark may pick different kernels per process, and TF32 and
-fp16 round coarsely); the table prints both losses per
-case and flags a mismatch loudly (exit status 1), since a twin that is not the same model voids
-the comparison.
+must agree between Kiln and each PyTorch arm (a compiled arm against Kiln's amp) to 1e-3
+relative in fp32 / tf32 on the CPU and 2e-2 relative under amp and in every GPU run (cuDNN's
+benchmark may pick different kernels per process, inductor fuses and orders differently, and TF32
+and fp16 round coarsely); the table prints both losses per case and flags a mismatch loudly (exit
+status 1), since a twin that is not the same model voids the comparison.
 
 Dependencies: the driver needs only the Python standard library (3.8+) and bench/bench_common.py;
 the PyTorch arm (--python) needs torch and numpy (safetensors is used when installed, else
@@ -87,9 +106,18 @@ gpu_reference.py's own reader/writer). Kiln must be built with CUDA against the 
   # CUDA graphs at small batches (the issue's step time at batch 1-2, graph <= 0.6x eager):
   /opt/torch/.venv/bin/python bench/gpu_throughput.py --device cuda --batches 1,2 \\
       --modes amp,amp_graph --steps 300 --warmup 50
+  # issue 28: Kiln eager and graphed against eager PyTorch and torch.compile (cold compiles make
+  # this long: one batch size per invocation where a command may run 10 minutes):
+  /opt/torch/.venv/bin/python bench/gpu_throughput.py --device cuda --batches 32 \\
+      --modes amp,amp_graph --torch-compile default,max-autotune --steps 120 --warmup 30 \\
+      --repeats 1
   # CPU smoke test (2 cores, about a minute):
   ~/.cache/kiln/venv/bin/python bench/gpu_throughput.py --device cpu --image 64 --batches 4 \\
       --steps 4 --warmup 1 --repeats 1 --samples 32 --modes amp,tf32 --threads 2 --workers 1
+  # ... and of the compiled arm (inductor's C++ backend; about 4 minutes, most of it compiling):
+  ~/.cache/kiln/venv/bin/python bench/gpu_throughput.py --device cpu --image 64 --batches 2 \\
+      --steps 6 --warmup 3 --repeats 1 --samples 16 --modes amp,amp_graph \\
+      --torch-compile default --threads 2 --workers 1 --settle 0
 """
 import argparse
 import json
@@ -103,7 +131,7 @@ import sys
 import tempfile
 import time
 
-from bench_common import (cpu_name, fmt_spread, run_kiln_pipeline, torch_build,
+from bench_common import (COMPILE_MODES, cpu_name, fmt_spread, run_kiln_pipeline, torch_build,
                           twin_verdict)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -117,6 +145,16 @@ TARGET_SPEEDUP_B32 = 1.10
 TARGET_AMP_SPEED = 2.3
 TARGET_AMP_MEMORY = 0.55
 TARGET_GRAPH_STEP = 0.6  # CUDA-graph step time ÷ eager at batch 1-2
+COMPILED = "torch_compile_"  # + mode: the side of a compiled PyTorch arm (amp only)
+
+
+def compiled_sides(args):
+    return [COMPILED + m for m in args.torch_compile]
+
+
+def side_label(side):
+    return {"kiln": "Kiln", "torch": "PyTorch"}.get(side) or (
+        "torch.compile " + side[len(COMPILED):])
 
 
 def rel_tol(mode, device):
@@ -194,7 +232,8 @@ def run_kiln(cfg, init, args, work):
     return out
 
 
-def run_torch(cfg, mode, init, data, args, work):
+def run_torch(cfg, mode, init, data, args, work, compile_mode=None):
+    """gpu_reference.py's run: eager, or with the twin compiled (compile_mode, amp only)."""
     path = os.path.join(work, "pipeline.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
@@ -204,8 +243,11 @@ def run_torch(cfg, mode, init, data, args, work):
            "--init", init, "--data", data, "--mode", ref_mode, "--device", args.device,
            "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--workers", str(args.workers),
-           "--optim-impl", args.torch_optim]
-    proc = subprocess.run(cmd, capture_output=True, text=True)
+           "--optim-impl", args.torch_optim, "--compile", compile_mode or "none"]
+    env = dict(os.environ)
+    if compile_mode:  # one inductor (and Triton) cache per bench invocation, empty at its start
+        env["TORCHINDUCTOR_CACHE_DIR"] = args.compile_cache
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         raise RuntimeError(f"gpu_reference.py exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     ref = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -213,6 +255,10 @@ def run_torch(cfg, mode, init, data, args, work):
                     ref["memory_steady_mb"], cfg["data"]["batch_size"], args.warmup)
     out.update(device_name=ref["device_name"], torch=ref["torch"], cudnn=ref["cudnn"],
                dtype=ref["dtype"], warnings=[])
+    if compile_mode:
+        out.update({k: ref[k] for k in ("compile_s", "recompiled_at", "graph_breaks",
+                                        "cudagraph_skips", "dynamo_compile_s")},
+                   graphs=ref["compiles"][-1], warmup_steps_s=ref["step_time"][:args.warmup])
     return out
 
 
@@ -343,35 +389,97 @@ def report(results, args):
               "update (capturable); the loss-scale rule runs on the host after each replay "
               "(docs/speed.md).")
 
+    if args.torch_compile:
+        compile_report(results, args)
+
     print("\nTwin check (same initial weights and first batch: the first-step losses must agree; "
           "relative tolerance 1e-3 for fp32 math on the CPU, 2e-2 for amp and for GPU runs):\n")
     print("| batch | mode | Kiln first loss | PyTorch first loss | max rel. gap | tolerance "
           "| Kiln / PyTorch last loss | verdict |")
     print("|---:|---|---:|---:|---:|---:|---:|---|")
     bad = []
-    for batch in args.batches:
-        for mode in args.modes:
-            k, t = results[("kiln", batch, mode)], results[("torch", batch, mode)]
-            gaps = []
-            for a, b in zip(k, t):
-                x, y = a["first_loss"], b["first_loss"]
-                ok = x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
-                gaps.append(abs(x - y) / max(abs(y), 1e-12) if ok else math.inf)
-            gap, tol = max(gaps), rel_tol(mode, args.device)
-            if gap > tol:
-                bad.append(f"batch {batch} {mode}")
-            last = lambda runs: median_or_none(r["last_loss"] for r in runs)  # noqa: E731
-            lk, lt = last(k), last(t)
-            print(f"| {batch} | {mode} | {k[0]['first_loss']:.6f} | {t[0]['first_loss']:.6f} "
-                  f"| {gap:.2e} | {tol:g} | {'—' if lk is None else f'{lk:.4f}'} / "
-                  f"{'—' if lt is None else f'{lt:.4f}'} "
-                  f"| {'ok' if gap <= tol else '**MISMATCH: comparison void**'} |")
+    # Kiln against each PyTorch arm: eager per mode, and each compiled arm against Kiln's amp.
+    pairs = [(batch, mode, "torch") for batch in args.batches for mode in args.modes]
+    pairs += [(batch, "amp", side) for batch in args.batches for side in compiled_sides(args)]
+    for batch, mode, side in pairs:
+        k, t = results[("kiln", batch, mode)], results[(side, batch, mode)]
+        tol = rel_tol(mode, args.device)
+        if side != "torch":
+            mode = f"{mode}, {side_label(side)}"
+        gaps = []
+        for a, b in zip(k, t):
+            x, y = a["first_loss"], b["first_loss"]
+            ok = x is not None and y is not None and math.isfinite(x) and math.isfinite(y)
+            gaps.append(abs(x - y) / max(abs(y), 1e-12) if ok else math.inf)
+        gap = max(gaps)
+        if gap > tol:
+            bad.append(f"batch {batch} {mode}")
+        last = lambda runs: median_or_none(r["last_loss"] for r in runs)  # noqa: E731
+        lk, lt = last(k), last(t)
+        print(f"| {batch} | {mode} | {k[0]['first_loss']:.6f} | {t[0]['first_loss']:.6f} "
+              f"| {gap:.2e} | {tol:g} | {'—' if lk is None else f'{lk:.4f}'} / "
+              f"{'—' if lt is None else f'{lt:.4f}'} "
+              f"| {'ok' if gap <= tol else '**MISMATCH: comparison void**'} |")
     nonfinite = [f"{side} batch {b} {m}" for (side, b, m), runs in results.items()
                  if any(r["nonfinite"] for r in runs)]
     if nonfinite:
         print(f"\nNon-finite losses in: {', '.join(nonfinite)} (training diverged; the timings "
               f"still count, but say so).")
     return twin_verdict(bad, "the tolerance")
+
+
+def compile_report(results, args):
+    """Issue 28's table: Kiln's amp (eager, and run.cuda_graph when amp_graph ran) against eager
+    PyTorch and each torch.compile arm, all AMP channels_last, per batch."""
+    graphed = "amp_graph" in args.modes
+    arms = compiled_sides(args)
+    names = [side_label(a)[len("torch.compile "):] for a in arms]
+    head = ["batch", "Kiln amp images/s"] + (["Kiln amp_graph images/s"] if graphed else [])
+    head += ["PyTorch eager images/s"] + [f"{side_label(a)} images/s" for a in arms]
+    head += ["Kiln ÷ eager"]
+    for m in names:
+        head += [f"Kiln ÷ {m}"] + ([f"Kiln graphed ÷ {m}"] if graphed else [])
+    head += [f"compile s, {m}" for m in names]
+    print("\n| " + " | ".join(head) + " |")
+    print("|---:|" + "---:|" * (len(head) - 1))
+    late = []
+    ips = lambda runs: fmt_spread([r["images_per_s"] for r in runs], ".0f")  # noqa: E731
+    ratio = lambda xs, ys: "**" + fmt_spread(  # noqa: E731
+        [x["images_per_s"] / y["images_per_s"] for x, y in zip(xs, ys)], ".3f") + "**"
+    for batch in args.batches:
+        k, t = results[("kiln", batch, "amp")], results[("torch", batch, "amp")]
+        g = results[("kiln", batch, "amp_graph")] if graphed else None
+        row = [str(batch), ips(k)] + ([ips(g)] if graphed else []) + [ips(t)]
+        row += [ips(results[(a, batch, "amp")]) for a in arms] + [ratio(k, t)]
+        for a in arms:
+            c = results[(a, batch, "amp")]
+            row += [ratio(k, c)] + ([ratio(g, c)] if graphed else [])
+        for a in arms:
+            c = results[(a, batch, "amp")]
+            skips = (f", CUDA graphs skipped {c[0]['cudagraph_skips']}"
+                     if c[0]["cudagraph_skips"] else "")
+            row.append(f"{fmt_spread([r['compile_s'] for r in c], '.1f')} (graphs "
+                       f"{c[0]['graphs']}, breaks {c[0]['graph_breaks']}{skips})")
+            late += [f"batch {batch} {side_label(a)} (run {i + 1}: step {r['recompiled_at'] + 1})"
+                     for i, r in enumerate(c) if r["recompiled_at"] is not None]
+        print("| " + " | ".join(row) + " |")
+    print("\nAll arms AMP (fp16 autocast on CUDA, bf16 on the CPU) with model and batches "
+          "channels_last; torch.compile X = the eager PyTorch loop with the twin compiled in place "
+          "(model.compile(mode=X), inductor; loss, GradScaler and the fused SGD step stay eager); "
+          "on CUDA max-autotune also puts the compiled graphs in CUDA graphs "
+          "(triton.cudagraphs). A ÷ B: images/s ratio per repetition, median (min–max); above 1 "
+          "= A faster; Kiln graphed = amp_graph (run.cuda_graph). compile s: the compiled arm's "
+          "warm-up steps in which Dynamo compiled a graph (the first), less a steady step each "
+          "(inductor's autotuning included), median (min–max) over runs; inductor's cache is "
+          "empty at the bench's start and shared by its runs, so later runs of a batch size "
+          "find their kernels cached. Graphs and graph breaks: Dynamo's counts in the first run; "
+          "CUDA graphs skipped (when any): graphs inductor ran without the CUDA graphs its mode "
+          "asked for (TORCH_LOGS=perf_hints says why).")
+    if late:
+        print(f"\n**RECOMPILE after the warm-up in: {', '.join(late)}: that compile time is inside "
+              f"the measured steps, so those images/s are too low; raise --warmup, or find the "
+              f"guard that failed with TORCH_LOGS=recompiles.**")
+        print(f"\n!!! RECOMPILE after the warm-up in: {', '.join(late)}", file=sys.stderr)
 
 
 def main():
@@ -399,6 +507,13 @@ def main():
                     choices=["default", "foreach", "fused", "loop"],
                     help="torch.optim.SGD implementation of the PyTorch arm (default: fused, the "
                          "kernel Kiln's sgd plugin calls)")
+    ap.add_argument("--torch-compile", default="",
+                    help="comma-separated torch.compile modes, of default,max-autotune (issue "
+                         "28's pair; also reduce-overhead, max-autotune-no-cudagraphs): a PyTorch "
+                         "arm per mode with the twin compiled in place, run for the amp mode only "
+                         "(AMP channels_last, what the issue compares; --modes must hold amp), "
+                         "and a table of Kiln amp (and amp_graph) against eager and compiled "
+                         "PyTorch; empty (default): no compiled arm")
     ap.add_argument("--build-dir", default=os.path.join(REPO, "build", "release"),
                     help="build tree holding bin/kiln")
     ap.add_argument("--kiln", help="the kiln binary (default: BUILD_DIR/bin/kiln)")
@@ -422,6 +537,14 @@ def main():
             ap.error(f"unknown mode '{m}' (known: {', '.join(MODES)})")
     if not args.batches or not args.modes:
         ap.error("--batches and --modes must name something")
+    args.torch_compile = list(dict.fromkeys(m for m in args.torch_compile.split(",") if m))
+    for m in args.torch_compile:
+        if m not in COMPILE_MODES:
+            ap.error(f"unknown torch.compile mode '{m}' (known: {', '.join(COMPILE_MODES)})")
+    if args.torch_compile and "amp" not in args.modes:
+        ap.error("--torch-compile runs under amp: --modes must hold amp")
+    if args.torch_compile and args.warmup < 1:
+        ap.error("--torch-compile: the first step compiles, so --warmup must be >= 1")
     if args.warmup >= args.steps:
         ap.error("--warmup must be below --steps")
     if args.repeats < 1 or args.workers < 0 or args.threads < 0:
@@ -440,27 +563,43 @@ def main():
     results = {}
     with tempfile.TemporaryDirectory(prefix="kiln-gpu-throughput-") as tmp:
         init, data = prepare(args, tmp)
+        args.compile_cache = os.path.join(tmp, "inductor-cache")
         schedule = [("warm-up", i) for i in range(args.warmup_runs)]
         schedule += [("rep", r) for r in range(args.repeats)]
         for kind, r in schedule:
-            order = ["kiln", "torch"] if r % 2 == 0 else ["torch", "kiln"]
             for batch in args.batches:
                 for mode in args.modes:
                     cfg = pipeline(batch, mode, args)
+                    sides = ["kiln", "torch"] + (compiled_sides(args) if mode == "amp" else [])
+                    order = sides if r % 2 == 0 else sides[::-1]
                     for side in order:
                         work = os.path.join(tmp, f"{kind}{r}-b{batch}-{mode}-{side}")
                         os.makedirs(work)
                         time.sleep(args.settle)
                         start = time.perf_counter()
+                        compile_mode = (side[len(COMPILED):] if side.startswith(COMPILED)
+                                        else None)
                         out = (run_kiln(cfg, init, args, work) if side == "kiln"
-                               else run_torch(cfg, mode, init, data, args, work))
+                               else run_torch(cfg, mode, init, data, args, work, compile_mode))
                         label = ("warm-up (discarded)" if kind == "warm-up"
                                  else f"rep {r + 1}/{args.repeats}")
+                        extra = ""
+                        if compile_mode:
+                            at = out["recompiled_at"]
+                            extra = (f", compile {out['compile_s']:.1f} s (Dynamo's account "
+                                     f"{out['dynamo_compile_s']:.1f} s), {out['graphs']} "
+                                     f"graph(s), {out['graph_breaks']} graph break(s), "
+                                     f"{out['cudagraph_skips']} CUDA graph skip(s); warm-up "
+                                     f"steps " + " ".join(f"{x:.3f}" for x in
+                                                          out["warmup_steps_s"])
+                                     + f" s, median step {out['step_ms'] / 1e3:.3f} s"
+                                     + ("" if at is None else
+                                        f"; RECOMPILE in measured step {at + 1}"))
                         print(f"# {label} batch {batch} {mode} {side}: "
                               f"{out['images_per_s']:.1f} images/s, data {out['data_ms']:.2f} "
                               f"ms/step, peak {out['memory_mb'] or 0:.0f} MiB, first loss "
-                              f"{out['first_loss']}, wall {time.perf_counter() - start:.0f} s",
-                              file=sys.stderr, flush=True)
+                              f"{out['first_loss']}, wall {time.perf_counter() - start:.0f} s"
+                              f"{extra}", file=sys.stderr, flush=True)
                         if kind == "rep" and r == 0 and out["warnings"]:
                             print("#   Kiln warned:\n#   " + "\n#   ".join(out["warnings"][:5]),
                                   file=sys.stderr)

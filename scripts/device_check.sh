@@ -16,6 +16,11 @@
 #   gpu256    bench/gpu_throughput.py at batch 256, amp and tf32
 #   nccl      bench/nccl_world1.py: kiln launch --nproc 1 (NCCL, DDP) against kiln run
 #   memory    bench/memory.py --device cuda
+#   compile32, compile256
+#             bench/gpu_throughput.py --torch-compile default,max-autotune (issue 28): Kiln amp
+#             eager and graphed against eager PyTorch and torch.compile at batch 32, then 256;
+#             one phase per batch, as cold inductor compiles (max-autotune's above all) take
+#             minutes; KILN_CHECK_PHASES="compile" names both
 #   suite     the whole suite, ctest -j16 (over 7 minutes on an H200 machine's 16 cores)
 # KILN_CHECK_PHASES="build cuda gpu256 ..." runs only those, in that order (a session with less
 # device time puts first what has not been measured yet).
@@ -40,12 +45,18 @@ PHASES=(
   "gpu256|150|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 256 --steps 60 --warmup 20 --repeats 1 --samples 4096 --settle 0.2"
   "nccl|100|${X[*]} python3 bench/nccl_world1.py --kiln $B/bin/kiln --batch 64 --steps 80 --warmup 20 --repeats 2"
   "memory|90|${X[*]} python3 bench/memory.py --device cuda --kiln $B/bin/kiln --repeats 1"
+  "compile32|300|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 32 --modes amp,amp_graph --torch-compile default,max-autotune --steps 120 --warmup 30 --repeats 1 --settle 0.2"
+  "compile256|360|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 256 --modes amp,amp_graph --torch-compile default,max-autotune --steps 60 --warmup 20 --repeats 1 --samples 4096 --settle 0.2"
   "suite|300|scripts/device_build.sh test -j16 --timeout 300"
 )
 
 if [ -n "${KILN_CHECK_PHASES:-}" ]; then
   chosen=()
-  for want in $KILN_CHECK_PHASES; do
+  wants=()
+  for want in $KILN_CHECK_PHASES; do  # "compile" stands for its two phases
+    if [ "$want" = compile ]; then wants+=(compile32 compile256); else wants+=("$want"); fi
+  done
+  for want in "${wants[@]}"; do
     found=
     for entry in "${PHASES[@]}"; do [ "${entry%%|*}" = "$want" ] && { chosen+=("$entry"); found=1; }; done
     [ -n "$found" ] || { echo "device_check: unknown phase '$want'" >&2; exit 2; }
