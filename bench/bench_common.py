@@ -12,6 +12,18 @@ import sys
 COMPILE_MODES = ["default", "reduce-overhead", "max-autotune", "max-autotune-no-cudagraphs"]
 
 
+def compile_time(step_times, compiles, warmup):
+    """A compiled twin's compile seconds: every warm-up step in which Dynamo compiled a graph (the
+    first always does) less a steady step (the median measured step). `compiles`: graphs compiled
+    so far, per step. Returns (compile_s, steady, late): late is the first measured step that
+    compiled a graph (its compile time is inside the measurement), or None."""
+    steady = statistics.median(step_times[warmup:])
+    compiling = [i for i in range(warmup) if i == 0 or compiles[i] != compiles[i - 1]]
+    late = next((i for i in range(max(warmup, 1), len(compiles))
+                 if compiles[i] != compiles[i - 1]), None)
+    return sum(step_times[i] - steady for i in compiling), steady, late
+
+
 def toml_value(v):
     """A Python value as a TOML value (bool, number, string, list, inline table)."""
     if isinstance(v, bool):

@@ -71,7 +71,6 @@ import json
 import math
 import os
 import resource
-import statistics
 import sys
 import time
 
@@ -81,7 +80,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
-from bench_common import COMPILE_MODES  # noqa: E402
+from bench_common import COMPILE_MODES, compile_time  # noqa: E402
 from train_reference import compiled_graphs, load_train  # noqa: E402  (synthetic set bit for bit)
 
 HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -301,17 +300,13 @@ def train(pipe, args):
 
 
 def compile_account(step_times, compiles, warmup):
-    """The compiled twin's compile time: every warm-up step in which Dynamo compiled a graph (the
-    first always does) less a steady step (the median measured step), as bench/train_throughput.py
-    counts it; and the first measured step that compiled one, if any (not an error here: the run's
-    numbers come back, flagged, rather than a GPU session's minutes lost)."""
+    """The compiled twin's compile time (bench_common.compile_time) and the first measured step
+    that compiled a graph, if any (not an error here: the run's numbers come back, flagged, rather
+    than a GPU session's minutes lost)."""
     from torch._dynamo.utils import calculate_time_spent, counters
 
-    steady = statistics.median(step_times[warmup:])
-    compiling = [i for i in range(warmup) if i == 0 or compiles[i] != compiles[i - 1]]
-    late = next((i for i in range(max(warmup, 1), len(compiles))
-                 if compiles[i] != compiles[i - 1]), None)
-    return {"compiles": compiles, "compile_s": sum(step_times[i] - steady for i in compiling),
+    compile_s, _, late = compile_time(step_times, compiles, warmup)
+    return {"compiles": compiles, "compile_s": compile_s,
             "recompiled_at": late, "graph_breaks": sum(counters["graph_break"].values()),
             # graphs inductor ran without the CUDA graphs its mode asked for (max-autotune,
             # reduce-overhead on CUDA); TORCH_LOGS=perf_hints says why

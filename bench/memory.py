@@ -187,12 +187,11 @@ def main():
         mem = statistics.median(results[test][0]) / statistics.median(results[base][0])
         time = statistics.median(results[test][1]) / statistics.median(results[base][1])
         print(f"{pair:<5}{test + ' / ' + base:<36}{mem:8.3f}{time:8.3f}{target:>22}")
-    for pair, test, base in (("a", "BN + LeakyReLU", "PyTorch BN + LeakyReLU"),
-                             ("a", "InPlace-ABN", "PyTorch BN + LeakyReLU"),
-                             ("b", "checkpoint none", "PyTorch none"),
-                             ("b", "PyTorch sqrt", "PyTorch none")):
-        label = test if test.startswith("PyTorch") else "Kiln " + test
-        label += " / " + (base if "PyTorch" in test else base.replace(" + LeakyReLU", ""))
+    for pair, label, test, base in (
+            ("a", "Kiln BN + LeakyReLU / PyTorch BN", "BN + LeakyReLU", "PyTorch BN + LeakyReLU"),
+            ("a", "Kiln InPlace-ABN / PyTorch BN", "InPlace-ABN", "PyTorch BN + LeakyReLU"),
+            ("b", "Kiln checkpoint none / PyTorch none", "checkpoint none", "PyTorch none"),
+            ("b", "PyTorch sqrt / PyTorch none", "PyTorch sqrt", "PyTorch none")):
         # PyTorch's memory is counted on CUDA only (its caching allocator).
         mem = (f"{statistics.median(results[test][0]) / statistics.median(results[base][0]):8.3f}"
                if results[test][0] and results[base][0] else f"{'-':>8}")

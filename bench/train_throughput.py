@@ -142,15 +142,14 @@ import math
 import os
 import re
 import shlex
-import statistics
 import subprocess
 import sys
 import tempfile
 import time
 import tomllib
 
-from bench_common import (COMPILE_MODES, cpu_name, fmt_spread, run_kiln_pipeline, torch_build,
-                          twin_verdict)
+from bench_common import (COMPILE_MODES, compile_time, cpu_name, fmt_spread, run_kiln_pipeline,
+                          torch_build, twin_verdict)
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -295,15 +294,13 @@ def compile_summary(out, warmup):
     of every warm-up step in which Dynamo compiled a graph (the first step always does); raises if
     a graph was compiled in a measured step, since its compile time would then be in steps/s."""
     compiles, times = out["compiles"], out["step_time"]
-    if compiles[-1] != compiles[warmup - 1]:
-        late = next(i for i in range(warmup, len(compiles)) if compiles[i] != compiles[i - 1])
+    compile_s, steady, late = compile_time(times, compiles, warmup)
+    if late is not None:
         raise RuntimeError(f"RECOMPILE in measured step {late + 1} (after {warmup} warm-up steps; "
                            f"graphs compiled per step: {compiles}): raise --warmup, or find the "
                            f"guard that failed with TORCH_LOGS=recompiles")
-    steady = statistics.median(times[warmup:])
-    compiling = [i for i in range(warmup) if i == 0 or compiles[i] != compiles[i - 1]]
     spent = out["compile_time_spent"]
-    return {"compile_s": sum(times[i] - steady for i in compiling), "graphs": compiles[-1],
+    return {"compile_s": compile_s, "graphs": compiles[-1],
             "warmup_steps_s": times[:warmup], "steady_s": steady,
             "graph_breaks": out["graph_breaks"],
             "dynamo_compile_s": spent.get("total_wall_time", math.nan)}
