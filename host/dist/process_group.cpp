@@ -92,7 +92,11 @@ int64_t ProcessGroup::counted_allreduces() const { return counting_->allreduce_c
 
 at::Tensor ProcessGroup::on_wire(const at::Tensor& tensor) const {
   if (options_.backend != "nccl" || tensor.is_cuda()) return tensor.contiguous();
-  return tensor.to(at::Device(at::kCUDA, static_cast<c10::DeviceIndex>(options_.device_index)));
+  // One dense copy on the rank's device: to()'s default keeps a strided tensor's strides,
+  // which NCCL refuses.
+  const at::Device device(at::kCUDA, static_cast<c10::DeviceIndex>(options_.device_index));
+  return tensor.to(tensor.options().device(device), /*non_blocking=*/false, /*copy=*/false,
+                   at::MemoryFormat::Contiguous);
 }
 
 void ProcessGroup::allreduce(at::Tensor& tensor, const std::string& op) {
