@@ -4,6 +4,7 @@
 #include <fcntl.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -170,6 +171,14 @@ void close_stream(int rank, Stream& s) {
   s.fd = -1;
 }
 
+// Cores this process may run on (taskset, cgroup cpusets), shared by the node's ranks.
+int usable_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  if (sched_getaffinity(0, sizeof(set), &set) != 0) return 1;
+  return std::max(1, CPU_COUNT(&set));
+}
+
 std::vector<std::string> child_environment(const LaunchOptions& o, int port, int attempt) {
   // Ours to set; an outer launcher's values (kiln launch inside torchrun) must not leak through.
   const char* overridden[] = {"RANK=",
@@ -190,8 +199,12 @@ std::vector<std::string> child_environment(const LaunchOptions& o, int port, int
     if (entry.rfind("OMP_NUM_THREADS=", 0) == 0) has_omp = true;
     if (!skip) env.push_back(entry);
   }
-  // One intra-op thread per rank unless asked otherwise: nproc ranks would oversubscribe cores.
-  if (!has_omp) env.push_back("OMP_NUM_THREADS=1");
+  // Unless asked otherwise, ranks split the cores so they do not oversubscribe them. One rank
+  // keeps torch's default, as `kiln run` does (a forced single thread cost it a third of its
+  // speed on the CPU and starved the host-side data path on a GPU).
+  if (!has_omp && o.nproc > 1) {
+    env.push_back("OMP_NUM_THREADS=" + std::to_string(std::max(1, usable_cores() / o.nproc)));
+  }
   env.push_back("WORLD_SIZE=" + std::to_string(o.nnodes * o.nproc));
   env.push_back("LOCAL_WORLD_SIZE=" + std::to_string(o.nproc));
   env.push_back("MASTER_ADDR=" + o.master_addr);

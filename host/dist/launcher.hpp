@@ -24,8 +24,9 @@ struct LaunchOptions {
 // Starts options.nproc children running `argv` (argv[0] is the program path), each with RANK,
 // WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR and MASTER_PORT set, torchrun's
 // TORCHELASTIC_RESTART_COUNT (0, 1, … per attempt), TORCHELASTIC_MAX_RESTARTS and
-// TORCHELASTIC_USE_AGENT_STORE=False (rank 0 hosts the store), and OMP_NUM_THREADS=1 unless the
-// caller's environment sets it. CUDA_VISIBLE_DEVICES is passed on unchanged; each rank picks the
+// TORCHELASTIC_USE_AGENT_STORE=False (rank 0 hosts the store), and, unless the caller's
+// environment sets it, OMP_NUM_THREADS = max(1, usable cores ÷ nproc) when nproc > 1 (one rank
+// keeps torch's default). CUDA_VISIBLE_DEVICES is passed on unchanged; each rank picks the
 // device of its local rank among the visible ones.
 // Logs "rank N: pid P" for each child as it starts (so an operator, or a test, can signal one).
 // Every line a child writes to stdout or stderr is copied to the same stream prefixed with

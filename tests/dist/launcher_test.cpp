@@ -6,10 +6,12 @@
 
 #include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sched.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -110,7 +112,15 @@ class Launcher : public ::testing::Test {
 
 const char* kEnvScript =
     "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT "
-    "$OMP_NUM_THREADS\"; printf \"no newline from $RANK\" >&2";
+    "${OMP_NUM_THREADS-unset}\"; printf \"no newline from $RANK\" >&2";
+
+// The launcher's default thread count for `nproc` ranks: the usable cores split between them.
+std::string threads_per_rank(int nproc) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  EXPECT_EQ(sched_getaffinity(0, sizeof(set), &set), 0);
+  return std::to_string(std::max(1, CPU_COUNT(&set) / nproc));
+}
 
 TEST_F(Launcher, RanksSeeTheirEnvironmentAndOutputIsPrefixed) {
   LaunchOptions options;
@@ -123,15 +133,16 @@ TEST_F(Launcher, RanksSeeTheirEnvironmentAndOutputIsPrefixed) {
   EXPECT_EQ(o.code, 0) << o.out << o.err;
 
   std::smatch m;
-  ASSERT_TRUE(
-      std::regex_search(o.out, m, std::regex(R"(\[rank 0\] 0 3 0 3 127\.0\.0\.1 (\d+) 1\n)")))
+  const std::string threads = threads_per_rank(3);
+  ASSERT_TRUE(std::regex_search(
+      o.out, m, std::regex(R"(\[rank 0\] 0 3 0 3 127\.0\.0\.1 (\d+) )" + threads + "\n")))
       << o.out;
   const int port = std::stoi(m[1]);
   EXPECT_GT(port, 1);
   for (int r = 0; r < 3; ++r) {
     const std::string rank = std::to_string(r);
     EXPECT_NE(o.out.find("[rank " + rank + "] " + rank + " 3 " + rank + " 3 127.0.0.1 " +
-                         std::to_string(port) + " 1\n"),
+                         std::to_string(port) + " " + threads + "\n"),
               std::string::npos)
         << o.out;
     // The partial last line comes out at end of file, on stderr, with the prefix.
@@ -153,6 +164,15 @@ TEST_F(Launcher, SecondNodeRanksAndCallersThreadCount) {
   EXPECT_NE(o.out.find("[rank 2] 2 4 0 2 10.1.2.3 23456 7\n"), std::string::npos) << o.out;
   EXPECT_NE(o.out.find("[rank 3] 3 4 1 2 10.1.2.3 23456 7\n"), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("[rank 0]"), std::string::npos) << o.out;
+}
+
+TEST_F(Launcher, OneRankKeepsTorchsThreadDefault) {
+  // A forced single thread made `kiln launch --nproc 1` a third slower than `kiln run`.
+  LaunchOptions options;
+  const Outcome o = run(options, kEnvScript, [] { unsetenv("OMP_NUM_THREADS"); });
+  EXPECT_EQ(o.code, 0) << o.out << o.err;
+  EXPECT_NE(o.out.find("[rank 0] 0 1 0 1 127.0.0.1 "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find(" unset\n"), std::string::npos) << o.out;
 }
 
 TEST_F(Launcher, ManyLinesFromManyRanksStayWhole) {
