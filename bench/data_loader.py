@@ -586,7 +586,7 @@ def main():
         ap.error("--repeats must be >= 1")
     args.command = shlex.join([args.python,
                                os.path.relpath(os.path.abspath(__file__), REPO)] + sys.argv[1:])
-    args.kiln = args.kiln or os.path.join(args.build_dir, "bin", "kiln")
+    args.kiln = os.path.abspath(args.kiln or os.path.join(args.build_dir, "bin", "kiln"))
     args.data = os.path.abspath(args.data)
     manifest = make_dataset(args)
     print(f"# data: {args.data}, {manifest['images']} JPEGs, mean "

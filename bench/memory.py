@@ -147,6 +147,7 @@ def main():
     args = p.parse_args()
     if args.quick:
         args.steps, args.warmup, args.repeats, args.depth, args.mlp_batch = 4, 1, 1, 16, 256
+    args.kiln = os.path.abspath(args.kiln)  # the runs start in a scratch folder
     if not os.path.exists(args.kiln):
         sys.exit(f"no kiln binary at {args.kiln}; build it (scripts/build.sh) or pass --kiln")
 

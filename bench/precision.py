@@ -309,7 +309,8 @@ def main():
     ap.add_argument("--lr", default="10,30,100",
                     help="comma-separated lrs of the --diverge runs (SGD, the quickstart's)")
     args = ap.parse_args()
-    args.kiln = args.kiln or os.path.join(args.build_dir, "bin", "kiln")
+    # absolute: the runs start in a scratch folder
+    args.kiln = os.path.abspath(args.kiln or os.path.join(args.build_dir, "bin", "kiln"))
     if not os.access(args.kiln, os.X_OK):
         ap.error(f"no kiln binary at {args.kiln} (build it, or pass --kiln / --build-dir)")
     for m in args.modes.split(","):

@@ -184,8 +184,8 @@ def main():
     ap.add_argument("--keep", metavar="DIR",
                     help="keep the callgrind outputs in DIR (for callgrind_annotate)")
     args = ap.parse_args()
-    args.kiln = os.path.join(args.build_dir, "bin", "kiln")
-    args.bare_bin = os.path.join(args.build_dir, "bench", "bench_bare_loop")
+    args.kiln = os.path.abspath(os.path.join(args.build_dir, "bin", "kiln"))
+    args.bare_bin = os.path.abspath(os.path.join(args.build_dir, "bench", "bench_bare_loop"))
     args.batch = None
     args.threads = 1
     args.steps = [int(x) for x in args.steps.split(",")]

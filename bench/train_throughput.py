@@ -650,8 +650,9 @@ def main():
     # Run from the repository root.
     args.command = shlex.join([args.python, os.path.relpath(os.path.abspath(__file__), REPO)]
                               + sys.argv[1:])
-    args.kiln = args.kiln or os.path.join(args.build_dir, "bin", "kiln")
-    args.bare_bin = args.bare_bin or os.path.join(args.build_dir, "bench", "bench_bare_loop")
+    args.kiln = os.path.abspath(args.kiln or os.path.join(args.build_dir, "bin", "kiln"))
+    args.bare_bin = os.path.abspath(
+        args.bare_bin or os.path.join(args.build_dir, "bench", "bench_bare_loop"))
     if not os.access(args.kiln, os.X_OK):
         ap.error(f"no kiln binary at {args.kiln} (build it, or pass --kiln / --build-dir)")
     cases = [c for c in args.cases.split(",") if c]
