@@ -93,6 +93,15 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                   "config: refuse it and use the previous one, or stop"),
            spec("tensorboard", KILN_OPT_BOOL, "true",
                 "write TensorBoard event files to <output_dir>/version_N/tensorboard"),
+           spec("profile_steps", KILN_OPT_INT, "0",
+                "optimizer steps to trace with torch's profiler (Kineto: the host's ATen ops and, "
+                "on CUDA, the kernels and copies), saved by rank 0 as a Chrome trace in "
+                "<output_dir>/version_N/profile/steps_<first>-<last>.json; 0 = off",
+                0),
+           spec("profile_start", KILN_OPT_INT, "5",
+                "the first optimizer step traced by profile_steps (the first steps warm up "
+                "allocators and cuDNN's algorithm search)",
+                1),
        }},
       {"data",
        {

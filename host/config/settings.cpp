@@ -27,6 +27,8 @@ RunSettings run_settings(const OptionSet& r) {
   s.checkpoint_keep = r.get_int("checkpoint_keep");
   s.resume_fallback_previous = r.get_string("resume_fallback") == "previous";
   s.tensorboard = r.get_bool("tensorboard");
+  s.profile_steps = r.get_int("profile_steps");
+  s.profile_start = r.get_int("profile_start");
   return s;
 }
 

@@ -31,6 +31,8 @@ struct RunSettings {
   int64_t checkpoint_keep = 3;
   bool resume_fallback_previous = true;  // resume_fallback = "previous" (else "stop")
   bool tensorboard = true;
+  int64_t profile_steps = 0;  // 0: no trace
+  int64_t profile_start = 5;
 };
 
 struct DataSettings {

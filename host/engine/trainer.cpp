@@ -209,6 +209,11 @@ void Trainer::Impl::subscribe_sinks(int64_t resumed_at) {
   if (writer && s.run.tensorboard) {
     sinks.add(tensorboard_sink(checkpointer->run_dir() + "/tensorboard", resumed_at, groups));
   }
+  if (writer && s.run.profile_steps > 0) {
+    sinks.add(profile_sink({checkpointer->run_dir() + "/profile", s.run.profile_start,
+                            s.run.profile_steps, resumed_at, frame.max_iters},
+                           device));
+  }
   sinks.add(observer_sink(options.on_step, options.on_eval, cancel_requested));
   sinks.add(heartbeat_sink(ranks.heartbeat.get()));
   sinks.add(checkpoint_sink(*checkpointer, s.run.checkpoint_every));

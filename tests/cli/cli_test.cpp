@@ -7,11 +7,14 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <boost/filesystem.hpp>
 #include <cerrno>
 #include <chrono>
 #include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
 #include <regex>
 #include <sstream>
 
@@ -408,6 +411,73 @@ TEST(Cli, ChannelsLastTrainsAsContiguous) {
       EXPECT_NEAR(losses[1][i], losses[0][i], 1e-5 * losses[0][i]) << norm << " step " << i + 1;
     }
   }
+  fs::remove_all(dir);
+}
+
+// run.profile_steps: torch's profiler around the chosen optimizer steps, as a Chrome trace with a
+// ProfilerStep#N span per step holding that step's ops; a window the run cuts short is saved
+// with the steps it covered, one past the run's end writes nothing.
+TEST(Cli, ProfilesTheChosenStepsAsAChromeTrace) {
+  struct Case {
+    int start, steps;
+    std::string file;  // expected under profile/; empty: no trace
+    int first, last;
+  };
+  for (const Case& c : {Case{2, 2, "steps_2-3.json", 2, 3}, Case{5, 10, "steps_5-6.json", 5, 6},
+                        Case{7, 1, "", 0, 0}}) {
+    SCOPED_TRACE("profile_start " + std::to_string(c.start));
+    const fs::path dir = temp_dir();
+    Result r = kiln_cli("run " + pipeline("synthetic_resnet.toml") + " --set run.output_dir='\"" +
+                        dir.string() + "\"' --set run.profile_start=" + std::to_string(c.start) +
+                        " --set run.profile_steps=" + std::to_string(c.steps));
+    ASSERT_EQ(r.code, 0) << r.output;
+    const fs::path traces = dir / "version_0" / "profile";
+    if (c.file.empty()) {
+      EXPECT_FALSE(fs::exists(traces)) << r.output;
+      fs::remove_all(dir);
+      continue;
+    }
+    ASSERT_TRUE(fs::exists(traces / c.file)) << r.output;
+    EXPECT_EQ(std::distance(fs::directory_iterator(traces), fs::directory_iterator()), 1);
+    const nlohmann::json trace = nlohmann::json::parse(std::ifstream((traces / c.file).string()));
+    std::map<int, std::pair<double, double>> spans;  // step -> [ts, ts + dur] (microseconds)
+    std::vector<double> convolutions;
+    for (const auto& e : trace.at("traceEvents")) {
+      const std::string name = e.value("name", "");
+      if (name.rfind("ProfilerStep#", 0) == 0) {
+        const double ts = e.at("ts").get<double>();
+        spans[std::stoi(name.substr(13))] = {ts, ts + e.at("dur").get<double>()};
+      } else if (name == "aten::convolution") {
+        convolutions.push_back(e.at("ts").get<double>());
+      }
+    }
+    ASSERT_EQ(spans.size(), static_cast<size_t>(c.last - c.first + 1));
+    for (int step = c.first; step <= c.last; ++step) {
+      ASSERT_EQ(spans.count(step), 1u) << "ProfilerStep#" << step;
+      const auto [begin, end] = spans[step];
+      const auto inside = std::count_if(convolutions.begin(), convolutions.end(),
+                                        [&](double ts) { return ts >= begin && ts <= end; });
+      EXPECT_GT(inside, 0) << "no convolution inside step " << step;
+    }
+    fs::remove_all(dir);
+  }
+}
+
+// A resumed run traces what is left of the window; the profile keys do not change what training
+// computes, so setting them keeps the checkpoint usable.
+TEST(Cli, AResumedRunProfilesWhatIsLeftOfTheWindow) {
+  const fs::path dir = temp_dir();
+  const std::string args = "run " + pipeline("synthetic_resnet.toml") +
+                           " --set run.checkpoints=true --set run.checkpoint_every=2"
+                           " --set run.output_dir='\"" +
+                           dir.string() + "\"'";
+  Result first = kiln_cli(args + " --set run.max_steps=4");
+  ASSERT_EQ(first.code, 0) << first.output;
+  Result resumed =
+      kiln_cli(args + " --set run.profile_start=4 --set run.profile_steps=3" + " --resume auto");
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("step 4"), std::string::npos) << resumed.output;
+  EXPECT_TRUE(fs::exists(dir / "version_0" / "profile" / "steps_5-6.json")) << resumed.output;
   fs::remove_all(dir);
 }
 

@@ -1,6 +1,8 @@
 // The built-in sinks (run_sink.hpp), one file each.
 #pragma once
 
+#include <c10/core/Device.h>
+
 #include <atomic>
 #include <chrono>
 #include <cstdint>
@@ -59,5 +61,17 @@ struct ProgressFrame {
 };
 // A progress line every logged step; on a terminal, a bar in between.
 std::unique_ptr<RunSink> progress_sink(const ProgressFrame& frame);
+
+struct ProfileWindow {
+  std::string dir;         // folder the trace goes to (made if missing), steps_<first>-<last>.json
+  int64_t first = 1;       // the first optimizer step traced (run.profile_start)
+  int64_t steps = 0;       // steps traced (run.profile_steps); 0: none
+  int64_t resumed_at = 0;  // the step a resumed run continues after
+  int64_t max_steps = 0;   // the run's last step (no span opens past it); 0: unknown
+};
+// torch's profiler (Kineto) around `steps` optimizer steps: host ops, and on a CUDA `device` its
+// kernels and copies, saved as a Chrome trace when the window closes or the run ends inside it.
+// Null when steps is 0.
+std::unique_ptr<RunSink> profile_sink(ProfileWindow window, c10::Device device);
 
 }  // namespace kiln::engine
