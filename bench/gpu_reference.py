@@ -241,7 +241,9 @@ def train(pipe, args):
     clock = time.perf_counter
     it = iter(loader)
     run_peak = 0.0
+    trace = StepTrace(args, device)
     for step in range(args.steps):
+        trace.before(step + 1)
         opt.zero_grad(set_to_none=True)
         if step == args.warmup and device.type == "cuda":
             # The steady-state peak leaves out the first steps' cuDNN benchmark workspaces; Kiln
@@ -277,6 +279,8 @@ def train(pipe, args):
             compiles.append(compiled_graphs())
         if step + 1 == args.warmup and device.type == "cuda":
             run_peak = torch.cuda.max_memory_allocated(device) / 2**20
+        trace.after(step + 1)
+    trace.close()
 
     steady = None
     if device.type == "cuda":
@@ -314,6 +318,42 @@ def compile_account(step_times, compiles, warmup):
             "dynamo_compile_s": calculate_time_spent().get("total_wall_time", math.nan)}
 
 
+class StepTrace:
+    """--profile: torch.profiler (Kineto) around steps --profile-start ... + --profile-steps - 1
+    (counting from 1), each in a ProfilerStep#N span, as Kiln's run.profile_steps traces its
+    steps; the Chrome trace goes to --profile."""
+
+    def __init__(self, args, device):
+        self.path, self.first = args.profile, args.profile_start
+        self.last = args.profile_start + args.profile_steps - 1
+        self.activities = [torch.profiler.ProfilerActivity.CPU]
+        if device.type == "cuda":
+            self.activities.append(torch.profiler.ProfilerActivity.CUDA)
+        self.profiler = self.span = None
+
+    def before(self, step):
+        if not self.path or not self.first <= step <= self.last:
+            return
+        if self.profiler is None:
+            self.profiler = torch.profiler.profile(activities=self.activities, record_shapes=True)
+            self.profiler.__enter__()
+        self.span = torch.profiler.record_function(f"ProfilerStep#{step}")
+        self.span.__enter__()
+
+    def after(self, step):
+        if self.span is not None:
+            self.span.__exit__(None, None, None)
+            self.span = None
+        if self.profiler is not None and step == self.last:
+            self.close()
+
+    def close(self):
+        if self.profiler is not None:
+            self.profiler.__exit__(None, None, None)
+            self.profiler.export_chrome_trace(self.path)
+            self.profiler = None
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0],
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -336,6 +376,9 @@ def main():
                     choices=["default", "foreach", "fused", "loop"])
     ap.add_argument("--compile", default="none", choices=["none"] + COMPILE_MODES,
                     help="model.compile(mode=...) the twin (none: eager)")
+    ap.add_argument("--profile", default="", help="Chrome trace of the steps below (StepTrace)")
+    ap.add_argument("--profile-start", type=int, default=1, help="first step traced, from 1")
+    ap.add_argument("--profile-steps", type=int, default=3, help="steps traced")
     args = ap.parse_args()
     with open(args.pipeline) as f:
         pipe = json.load(f)

@@ -123,11 +123,14 @@ gpu_reference.py's own reader/writer). Kiln must be built with CUDA against the 
       --torch-compile default --threads 2 --workers 1 --settle 0
 """
 import argparse
+import glob
+import gzip
 import json
 import math
 import os
 import platform
 import shlex
+import shutil
 import statistics
 import subprocess
 import sys
@@ -206,8 +209,27 @@ def summarise(step_times, data_times, losses, memory, steady, batch, warmup):
             "last_loss": losses[-1], "nonfinite": sum(1 for v in losses if v is None)}
 
 
+PROFILE_STEPS = 3  # --profile: steps traced after the warm-up
+
+
+def keep_trace(found, args, work):
+    """--profile: the run's one trace file, gzipped to --profile as <run folder>.json.gz
+    (bench/trace_diff.py and ui.perfetto.dev read it so)."""
+    if len(found) != 1:
+        raise RuntimeError(f"--profile: expected one trace, found {found}")
+    os.makedirs(args.profile, exist_ok=True)
+    with open(found[0], "rb") as src, \
+            gzip.open(os.path.join(args.profile, os.path.basename(work) + ".json.gz"), "wb") as dst:
+        shutil.copyfileobj(src, dst)
+
+
 def run_kiln(cfg, init, args, work):
+    if args.profile:
+        cfg = dict(cfg, run=dict(cfg["run"], profile_start=args.warmup + 1,
+                                 profile_steps=PROFILE_STEPS))
     records, log = run_kiln_pipeline(args.kiln, cfg, init, args.steps, work)
+    if args.profile:
+        keep_trace(glob.glob(os.path.join(work, "out", "*", "profile", "*.json")), args, work)
     # load_weights throws on a missing tensor and warns about ignored ones.
     bad = [l for l in log if "were ignored" in l or "no weights for" in l]
     if bad:
@@ -247,6 +269,9 @@ def run_torch(cfg, mode, init, data, args, work, compile_mode=None):
            "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--workers", str(args.workers),
            "--optim-impl", args.torch_optim, "--compile", compile_mode or "none"]
+    if args.profile:
+        cmd += ["--profile", os.path.join(work, "trace.json"), "--profile-start",
+                str(args.warmup + 1), "--profile-steps", str(PROFILE_STEPS)]
     env = dict(os.environ)
     if compile_mode:  # one inductor (and Triton) cache per bench invocation, empty at its start
         env["TORCHINDUCTOR_CACHE_DIR"] = args.compile_cache
@@ -254,6 +279,8 @@ def run_torch(cfg, mode, init, data, args, work, compile_mode=None):
     if proc.returncode != 0:
         raise RuntimeError(f"gpu_reference.py exited {proc.returncode}:\n{proc.stderr[-3000:]}")
     ref = json.loads(proc.stdout.strip().splitlines()[-1])
+    if args.profile:
+        keep_trace(glob.glob(os.path.join(work, "trace.json")), args, work)
     out = summarise(ref["step_time"], ref["data_time"], ref["loss"], ref["memory_mb"],
                     ref["memory_steady_mb"], cfg["data"]["batch_size"], args.warmup)
     out.update(device_name=ref["device_name"], torch=ref["torch"], cudnn=ref["cudnn"],
@@ -523,6 +550,12 @@ def main():
     ap.add_argument("--python", default=sys.executable,
                     help="Python with torch for the PyTorch arm (default: this one)")
     ap.add_argument("--settle", type=float, default=1.0, help="idle seconds before each run")
+    ap.add_argument("--profile", metavar="DIR", default="",
+                    help="also trace 3 steps after the warm-up of every run (Kiln: "
+                         "run.profile_steps; PyTorch: torch.profiler, the same Kineto) into "
+                         "DIR/<run>.json.gz, Chrome traces to read side by side (bench/"
+                         "trace_diff.py compares two); the traced steps "
+                         "are slower, so the run's timings are not the table's to quote")
     args = ap.parse_args()
     # Run from the repository root.
     args.command = shlex.join([sys.executable, os.path.relpath(os.path.abspath(__file__), REPO)]
