@@ -231,6 +231,11 @@ def train(pipe, args):
     model.load_state_dict(load_safetensors(args.init), strict=True)
     model = model.to(device=device, memory_format=layout)
     model.train()
+    if args.ddp:  # one process of torchrun's: NCCL on CUDA, Gloo on the CPU, as Kiln's DDP
+        torch.distributed.init_process_group("nccl" if device.type == "cuda" else "gloo")
+        local = int(os.environ.get("LOCAL_RANK", "0"))
+        model = torch.nn.parallel.DistributedDataParallel(
+            model, device_ids=[local] if device.type == "cuda" else None)
     if args.compile != "none":  # in place and lazy: the first step compiles
         model.compile(mode=None if args.compile == "default" else args.compile)
     opt = make_optimizer(model, pipe["optimizer"], args.optim_impl)
@@ -376,6 +381,8 @@ def main():
                     choices=["default", "foreach", "fused", "loop"])
     ap.add_argument("--compile", default="none", choices=["none"] + COMPILE_MODES,
                     help="model.compile(mode=...) the twin (none: eager)")
+    ap.add_argument("--ddp", action="store_true",
+                    help="wrap the twin in DistributedDataParallel (run it under torchrun)")
     ap.add_argument("--profile", default="", help="Chrome trace of the steps below (StepTrace)")
     ap.add_argument("--profile-start", type=int, default=1, help="first step traced, from 1")
     ap.add_argument("--profile-steps", type=int, default=3, help="steps traced")
@@ -394,7 +401,10 @@ def main():
         ap.error("--compile needs 1 <= --warmup < --steps (the first steps compile)")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("--device cuda: this torch sees no CUDA device")
-    print(json.dumps(train(pipe, args)))
+    result = train(pipe, args)
+    if args.ddp:
+        torch.distributed.destroy_process_group()
+    print(json.dumps(result))
 
 
 if __name__ == "__main__":

@@ -22,9 +22,10 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import to_toml  # noqa: E402
-from gpu_throughput import pipeline  # noqa: E402
+from gpu_throughput import pipeline, prepare  # noqa: E402
 
-REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
 
 
 def run_arm(kiln, cfg, launch, steps, warmup, work):
@@ -56,9 +57,35 @@ def run_arm(kiln, cfg, launch, steps, warmup, work):
     return batch * len(rs) / sum(r["step_time"] + r["data_time"] for r in rs)
 
 
+def run_torch(cfg, ddp, init, data, args, work):
+    """PyTorch's own cost of DDP at world size 1, the reference for Kiln's: gpu_reference.py's
+    loop on the same pipeline, alone or under torchrun with the twin in DistributedDataParallel."""
+    path = os.path.join(work, "pipeline.json")
+    with open(path, "w") as f:
+        json.dump(cfg, f)
+    script = [os.path.join(HERE, "gpu_reference.py"), "--pipeline", path, "--init", init,
+              "--data", data, "--mode", "amp", "--device", args.device, "--steps",
+              str(args.steps), "--warmup", str(args.warmup), "--workers", str(args.workers)]
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
+    cmd = [args.python] + (launcher + script + ["--ddp"] if ddp else script)
+    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
+    if proc.returncode != 0:
+        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
+    ref = json.loads(proc.stdout.strip().splitlines()[-1])
+    st, dt = ref["step_time"][args.warmup:], ref["data_time"][args.warmup:]
+    return cfg["data"]["batch_size"] * len(st) / (sum(st) + sum(dt))
+
+
+ARMS = ["kiln run (no DDP)", "kiln launch --nproc 1 (DDP)", "PyTorch (no DDP)",
+        "torchrun --nproc_per_node 1 (DDP)"]
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--kiln", default=os.path.join(REPO, "build", "release", "bin", "kiln"))
+    ap.add_argument("--python", default=sys.executable, help="a python with torch, for the "
+                    "PyTorch arms")
+    ap.add_argument("--no-torch", action="store_true", help="Kiln's arms only")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--batch", type=int, default=64)
     ap.add_argument("--image", type=int, default=224)
@@ -70,26 +97,42 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
     args.kiln = os.path.abspath(args.kiln)  # the runs start in a scratch folder
+    args.batches = [args.batch]  # for gpu_throughput.prepare
     cfg = pipeline(args.batch, "amp", args)
-    results = {"kiln run (no DDP)": [], "kiln launch --nproc 1 (DDP)": []}
+    arms = ARMS[:2] if args.no_torch else ARMS
+    results = {arm: [] for arm in arms}
     with tempfile.TemporaryDirectory() as work:
+        init = data = None
+        if not args.no_torch:
+            init, data = prepare(args, work)
         for i in range(args.repeats):
-            order = [False, True] if i % 2 == 0 else [True, False]
-            for launch in order:
-                key = list(results)[1 if launch else 0]
-                results[key].append(run_arm(args.kiln, cfg, launch, args.steps, args.warmup,
-                                            work))
-                print(f"# {key}: {results[key][-1]:.1f} images/s", flush=True)
+            order = arms if i % 2 == 0 else arms[::-1]
+            for arm in order:
+                folder = os.path.join(work, f"r{i}-{ARMS.index(arm)}")
+                os.makedirs(folder)
+                if arm.startswith("kiln"):
+                    value = run_arm(args.kiln, cfg, "launch" in arm, args.steps, args.warmup,
+                                    folder)
+                else:
+                    value = run_torch(cfg, "DDP" in arm, init, data, args, folder)
+                results[arm].append(value)
+                print(f"# {arm}: {value:.1f} images/s", flush=True)
     backend = "NCCL" if args.device == "cuda" else "Gloo"
     print(f"\nResNet-50 AMP, batch {args.batch}, {args.steps} steps ({args.warmup} warm-up), "
           f"{args.repeats} runs per arm, {backend}\n")
     print("| arm | images/s (median, min-max) |\n|---|---:|")
     for k, v in results.items():
         print(f"| {k} | {statistics.median(v):.1f} ({min(v):.1f}-{max(v):.1f}) |")
-    ratio = statistics.median(results["kiln launch --nproc 1 (DDP)"]) / statistics.median(
-        results["kiln run (no DDP)"])
-    print(f"\nworld size 1 ÷ no DDP: **{ratio:.3f}** (target >= 0.98: "
-          f"{'met' if ratio >= 0.98 else 'not met'})")
+
+    def ratio(ddp, alone):
+        return statistics.median(results[ddp]) / statistics.median(results[alone])
+
+    kiln = ratio(ARMS[1], ARMS[0])
+    print(f"\nKiln: world size 1 ÷ no DDP: **{kiln:.3f}** (target >= 0.98: "
+          f"{'met' if kiln >= 0.98 else 'not met'})")
+    if not args.no_torch:
+        print(f"PyTorch: world size 1 ÷ no DDP: **{ratio(ARMS[3], ARMS[2]):.3f}**; Kiln DDP ÷ "
+              f"PyTorch DDP: {ratio(ARMS[1], ARMS[3]):.3f}")
 
 
 if __name__ == "__main__":
