@@ -372,6 +372,32 @@ TEST(Cli, GradCheckEveryStepOrWhereNeededMeasuresTheNormEveryStep) {
   }
 }
 
+// grad_check = "auto" under data parallelism: two ranks check every step (they agree on a skip
+// from the all-reduced gradients); one launched rank has no one to agree with and checks on its
+// logged steps only, as `kiln run` does.
+TEST(Cli, OneLaunchedRankChecksGradientsAsKilnRunDoes) {
+  for (const auto& [command, measured] : std::vector<std::pair<std::string, int>>{
+           {"run", 4}, {"launch --nproc 1", 4}, {"launch --nproc 2", 32}}) {
+    SCOPED_TRACE(command);
+    const fs::path dir = temp_dir();
+    const fs::path metrics = dir / "metrics.jsonl";
+    Result r =
+        kiln_cli(command + " " + pipeline("synthetic_mlp.toml") +
+                 " --set run.eval=false --set run.log_interval=8 --metrics " + metrics.string());
+    ASSERT_EQ(r.code, 0) << r.output;
+    std::ifstream in(metrics.string());
+    int steps = 0, norms = 0;
+    for (std::string line; std::getline(in, line);) {
+      if (line.find("\"type\":\"step\"") == std::string::npos) continue;
+      ++steps;
+      if (std::regex_search(line, std::regex(R"("grad_norm":[0-9])"))) ++norms;
+    }
+    EXPECT_EQ(steps, 32);
+    EXPECT_EQ(norms, measured);
+    fs::remove_all(dir);
+  }
+}
+
 // Each step's loss from a metrics file.
 std::vector<double> step_losses(const fs::path& metrics) {
   std::ifstream in(metrics.string());
