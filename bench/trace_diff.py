@@ -59,7 +59,8 @@ def main():
                      ("kernels", "{:.0f}"), ("host_ops", "{:.0f}")]:
         print(f"| {key} | {fmt.format(a[key])} | {fmt.format(b[key])} |")
     print(f"\n{a['what']}, ms per step, largest |{la} - {lb}| first:\n")
-    print(f"| name | {la} ms | {lb} ms | {la} - {lb} | {la} / {lb} calls |\n|---|---:|---:|---:|---:|")
+    print(f"| name | {la} ms | {lb} ms | {la} - {lb} | {la} / {lb} calls |")
+    print("|---|---:|---:|---:|---:|")
     names = set(a["by_name"]) | set(b["by_name"])
     rows = []
     for name in names:
