@@ -257,18 +257,23 @@ def run_kiln(cfg, init, args, work):
     return out
 
 
-def run_torch(cfg, mode, init, data, args, work, compile_mode=None):
-    """gpu_reference.py's run: eager, or with the twin compiled (compile_mode, amp only)."""
+def run_torch(cfg, mode, init, data, args, work, compile_mode=None, ddp=False):
+    """gpu_reference.py's run: eager, or with the twin compiled (compile_mode, amp only); ddp:
+    as torchrun's one process with the twin in DistributedDataParallel (bench/nccl_world1.py)."""
     path = os.path.join(work, "pipeline.json")
     with open(path, "w") as f:
         json.dump(cfg, f)
     # The PyTorch arm has no graph mode: amp_graph's reference is eager amp.
     ref_mode = "amp" if mode == "amp_graph" else mode
-    cmd = [args.python, os.path.join(HERE, "gpu_reference.py"), "--pipeline", path,
+    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
+    cmd = [args.python] + (launcher if ddp else []) + [
+           os.path.join(HERE, "gpu_reference.py"), "--pipeline", path,
            "--init", init, "--data", data, "--mode", ref_mode, "--device", args.device,
            "--steps", str(args.steps), "--warmup", str(args.warmup),
            "--workers", str(args.workers),
            "--optim-impl", args.torch_optim, "--compile", compile_mode or "none"]
+    if ddp:
+        cmd.append("--ddp")
     if args.profile:
         cmd += ["--profile", os.path.join(work, "trace.json"), "--profile-start",
                 str(args.warmup + 1), "--profile-steps", str(PROFILE_STEPS)]

@@ -22,7 +22,7 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from bench_common import to_toml  # noqa: E402
-from gpu_throughput import pipeline, prepare  # noqa: E402
+from gpu_throughput import pipeline, prepare, run_torch  # noqa: E402
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(HERE)
@@ -57,25 +57,6 @@ def run_arm(kiln, cfg, launch, steps, warmup, work):
     return batch * len(rs) / sum(r["step_time"] + r["data_time"] for r in rs)
 
 
-def run_torch(cfg, ddp, init, data, args, work):
-    """PyTorch's own cost of DDP at world size 1, the reference for Kiln's: gpu_reference.py's
-    loop on the same pipeline, alone or under torchrun with the twin in DistributedDataParallel."""
-    path = os.path.join(work, "pipeline.json")
-    with open(path, "w") as f:
-        json.dump(cfg, f)
-    script = [os.path.join(HERE, "gpu_reference.py"), "--pipeline", path, "--init", init,
-              "--data", data, "--mode", "amp", "--device", args.device, "--steps",
-              str(args.steps), "--warmup", str(args.warmup), "--workers", str(args.workers)]
-    launcher = ["-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1"]
-    cmd = [args.python] + (launcher + script + ["--ddp"] if ddp else script)
-    proc = subprocess.run(cmd, capture_output=True, text=True, cwd=work)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{' '.join(cmd)} exited {proc.returncode}:\n{proc.stderr[-3000:]}")
-    ref = json.loads(proc.stdout.strip().splitlines()[-1])
-    st, dt = ref["step_time"][args.warmup:], ref["data_time"][args.warmup:]
-    return cfg["data"]["batch_size"] * len(st) / (sum(st) + sum(dt))
-
-
 ARMS = ["kiln run (no DDP)", "kiln launch --nproc 1 (DDP)", "PyTorch (no DDP)",
         "torchrun --nproc_per_node 1 (DDP)"]
 
@@ -97,7 +78,8 @@ def main():
     ap.add_argument("--threads", type=int, default=0)
     args = ap.parse_args()
     args.kiln = os.path.abspath(args.kiln)  # the runs start in a scratch folder
-    args.batches = [args.batch]  # for gpu_throughput.prepare
+    # What gpu_throughput's prepare and run_torch read: PyTorch's arm as there, untraced.
+    args.batches, args.torch_optim, args.profile = [args.batch], "fused", ""
     cfg = pipeline(args.batch, "amp", args)
     arms = ARMS[:2] if args.no_torch else ARMS
     results = {arm: [] for arm in arms}
@@ -114,7 +96,8 @@ def main():
                     value = run_arm(args.kiln, cfg, "launch" in arm, args.steps, args.warmup,
                                     folder)
                 else:
-                    value = run_torch(cfg, "DDP" in arm, init, data, args, folder)
+                    value = run_torch(cfg, "amp", init, data, args, folder,
+                                      ddp="DDP" in arm)["images_per_s"]
                 results[arm].append(value)
                 print(f"# {arm}: {value:.1f} images/s", flush=True)
     backend = "NCCL" if args.device == "cuda" else "Gloo"
