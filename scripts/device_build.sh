@@ -18,6 +18,13 @@
 #                                               the extracted libraries, pkg-config, fonts), e.g.
 #                                               a bench: ... exec python3 bench/memory.py ...
 #   scripts/device_build.sh env                 prints that environment as shell exports
+#   scripts/device_build.sh pack                HERE: builds the release preset and installs it,
+#                                               stripped (~6 MiB), into .devkit/prebuilt with a
+#                                               stamp of the sources it was built from
+#   scripts/device_build.sh prebuilt            THERE: prints the prebuilt kiln's path when its
+#                                               stamp matches the sources sent and it loads all
+#                                               its plugins against this machine's torch; else
+#                                               says why and exits 1 (then build)
 #
 # build and test are incremental: a second `build` on the same (still warm) machine skips the
 # extraction and the configure and resumes ninja where an interrupted call stopped. Logs go to
@@ -277,7 +284,9 @@ EOF
 runtime_env() {
   check_prefix
   export PATH="$PREFIX/bin:$PATH"
-  export LD_LIBRARY_PATH="$PREFIX/runtime-lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  local torch_dirs
+  torch_dirs="$(torch_libdirs)" || die "cannot ask python3 where torch's libraries are"
+  export LD_LIBRARY_PATH="$PREFIX/runtime-lib:$torch_dirs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   export FONTCONFIG_FILE="$PREFIX/etc/fonts/kiln-fonts.conf"
   export TORCH_CUDA_ARCH_LIST="${TORCH_CUDA_ARCH_LIST:-9.0}"
   export PYTHONUNBUFFERED=1  # output survives a command killed at the device time limit
@@ -285,6 +294,27 @@ runtime_env() {
     export PYTHONPATH="${PYTHONPATH:+$PYTHONPATH:}$ROOT/.devkit/pylib"
   fi
 }
+# The folders of the torch that this machine's python3 imports, and of the CUDA runtime its wheel
+# ships (nvidia/*/lib), for a kiln linked elsewhere: the prebuilt one's RUNPATH names the venv of
+# the machine it was built on. LD_LIBRARY_PATH goes before RUNPATH; a kiln built here finds the
+# same folders either way. Asked once per machine (importing torch takes seconds).
+torch_libdirs() {
+  local cache="$PREFIX/torch-libdirs"
+  if [ ! -s "$cache" ]; then
+    find_python
+    mkdir -p "$PREFIX"
+    "$PY" - >"$cache.tmp" <<'EOF' || { rm -f "$cache.tmp"; return 1; }
+import glob, os, torch
+lib = os.path.join(os.path.dirname(torch.__file__), "lib")
+site = os.path.dirname(os.path.dirname(torch.__file__))
+cudart = sorted({os.path.dirname(p) for p in glob.glob(os.path.join(site, "nvidia", "*", "lib", "libcudart.so.*"))})
+print(":".join([lib] + cudart))
+EOF
+    mv "$cache.tmp" "$cache"
+  fi
+  cat "$cache"
+}
+
 # Tests also compile headers and out-of-tree examples directly (sdk_header_*, sdk_install_example,
 # sdk_plugin_guide): they need <dlpack/dlpack.h> and friends from the prefix, and find_package.
 compile_env() {
@@ -415,6 +445,59 @@ run_tests() {
   return "$rc"
 }
 
+# A stamp of the sources the installed kiln is built from: every file under the folders the
+# build reads, by relative path and content. Computed the same way here and there (the device
+# tree is a copy of this working tree, so no git is needed).
+source_stamp() {
+  (cd "$ROOT" && find CMakeLists.txt CMakePresets.json cmake host plugins sdk -type f \
+     ! -name '*.pyc' ! -path '*/__pycache__/*' -print0 | LC_ALL=C sort -z | xargs -0 sha256sum) |
+    sha256sum | cut -c1-32
+}
+
+PREBUILT="$ROOT/.devkit/prebuilt"
+
+# HERE: the release build, installed stripped into .devkit/prebuilt, so that a device call that
+# only runs benches needs no build there (2-3 of its 15 minutes). Its libraries load there:
+# Debian 12's glibc and libstdc++ are older than that machine's, the torch wheel is the same
+# (2.11.0, CUDA 13.0), and Kiln has no CUDA code of its own to compile for sm_90.
+pack() {
+  local stamp
+  stamp="$(source_stamp)"
+  (cd "$ROOT" && scripts/build.sh release) || die "the release build failed"
+  rm -rf "$PREBUILT"
+  cmake --install "$ROOT/build/release" --prefix "$PREBUILT" --strip >/dev/null ||
+    die "cmake --install into $PREBUILT failed"
+  [ "$(source_stamp)" = "$stamp" ] || die "the sources changed during the build; pack again"
+  echo "$stamp" >"$PREBUILT/SOURCE_STAMP"
+  note "installed build/release into .devkit/prebuilt ($(du -sh "$PREBUILT" | cut -f1), sources $stamp);" \
+    "device_check.sh runs its benches with it while the sources stay the same"
+}
+
+# THERE: is the prebuilt kiln usable? Prints its path, or why not (and exits 1).
+prebuilt_check() {
+  local kiln="$PREBUILT/bin/kiln" want have
+  [ -x "$kiln" ] || { note "no prebuilt kiln (scripts/device_build.sh pack makes one)" >&2; return 1; }
+  want="$(cat "$PREBUILT/SOURCE_STAMP" 2>/dev/null || true)"
+  have="$(source_stamp)"
+  [ "$want" = "$have" ] ||
+    { note "the prebuilt kiln is stale (built from sources $want, these are $have): pack again" >&2; return 1; }
+  check_prefix
+  [ -d "$PREFIX/runtime-lib" ] || extract >&2
+  runtime_env
+  local log
+  if ! log="$("$kiln" plugins list 2>&1)"; then
+    note "the prebuilt kiln does not run here:" >&2
+    echo "$log" | tail -5 >&2
+    return 1
+  fi
+  if grep -qi "refused\|error" <<<"$log"; then
+    note "the prebuilt kiln refused plugins here:" >&2
+    grep -i "refused\|error" <<<"$log" | head -5 >&2
+    return 1
+  fi
+  echo "$kiln"
+}
+
 print_env() {
   check_prefix
   compile_env
@@ -439,5 +522,7 @@ case "$mode" in
     compile_env
     exec "$@" ;;
   env) print_env ;;
-  *) sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
+  pack) pack ;;
+  prebuilt) prebuilt_check ;;
+  *) sed -n '2,27p' "$0" | sed 's/^# \{0,1\}//'; exit 2 ;;
 esac

@@ -8,7 +8,9 @@
 # before a phase that would not fit in what is left of SECONDS; call it again at once (the machine
 # stays warm for 30 s) to go on. Each phase's output goes to $OUT/<phase>.log (the tool brings
 # $OUT back) and a stamp in build/device/check marks it done.
-#   build     scripts/device_build.sh build (configure + ninja on all cores)
+#   build     scripts/device_build.sh build (configure + ninja on all cores); skipped when the
+#             benches can run the kiln that `scripts/device_build.sh pack` installed into
+#             .devkit/prebuilt here (same sources, loads there) and no test phase is chosen
 #   cuda      the tests that need a GPU or change on one (names with Cuda/cuda, the C API
 #             sessions, the capability refusals)
 #   gpu32     bench/gpu_throughput.py at batch 32, amp and tf32
@@ -46,20 +48,31 @@ mkdir -p "$DONE" "$OUTDIR"
 B="$ROOT/build/device"
 X=(scripts/device_build.sh exec)
 
+# The kiln the benches run: the one `scripts/device_build.sh pack` installed into .devkit/prebuilt
+# here before the call, while it matches the sources sent and loads on this machine (then the
+# build is skipped unless a test phase needs the tree), else the one built here.
+# KILN_CHECK_PREBUILT=0 always builds.
+K="$B/bin/kiln"
+PREBUILT=
+if [ "${KILN_CHECK_PREBUILT:-1}" != 0 ] && prebuilt="$(scripts/device_build.sh prebuilt 2>"$OUTDIR/prebuilt.log")"; then
+  K="$prebuilt"
+  PREBUILT=1
+fi
+
 # phase  estimated-seconds  command
 PHASES=(
   "build|420|scripts/device_build.sh build"
   "cuda|90|scripts/device_build.sh test -j16 --timeout 300 -R 'Cuda|cuda|Sessions|Capabilities|MemoryFormat|ReplaysDropout'"
-  "gpu32|130|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 32 --steps 120 --warmup 30 --repeats 1 --settle 0.2"
-  "graphs|120|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 1,2 --modes amp,amp_graph --steps 300 --warmup 50 --repeats 1 --settle 0.2"
-  "gpu256|150|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 256 --steps 60 --warmup 20 --repeats 1 --samples 4096 --settle 0.2 --workers 12"
-  "nccl|100|${X[*]} python3 bench/nccl_world1.py --kiln $B/bin/kiln --batch 64 --steps 80 --warmup 20 --repeats 2"
-  "memory|90|${X[*]} python3 bench/memory.py --device cuda --kiln $B/bin/kiln --repeats 1"
-  "compile32|200|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 32 --modes amp,amp_graph --torch-compile default --steps 120 --warmup 30 --repeats 1 --settle 0.2"
-  "compile256|220|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 256 --modes amp,amp_graph --torch-compile default --steps 60 --warmup 20 --repeats 1 --samples 2048 --settle 0.2 --workers 12"
-  "autotune32|420|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 32 --modes amp --torch-compile max-autotune --steps 120 --warmup 30 --repeats 1 --settle 0.2"
-  "autotune256|480|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 256 --modes amp --torch-compile max-autotune --steps 60 --warmup 20 --repeats 1 --samples 2048 --settle 0.2 --workers 12"
-  "profile256|150|${X[*]} python3 bench/gpu_throughput.py --device cuda --build-dir $B --batches 256 --modes amp --steps 16 --warmup 10 --repeats 1 --samples 2048 --settle 0.2 --workers 12 --profile $OUTDIR/traces && python3 bench/trace_diff.py $OUTDIR/traces/rep0-b256-amp-kiln.json.gz $OUTDIR/traces/rep0-b256-amp-torch.json.gz --labels Kiln,PyTorch --top 30"
+  "gpu32|130|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 32 --steps 120 --warmup 30 --repeats 1 --settle 0.2"
+  "graphs|120|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 1,2 --modes amp,amp_graph --steps 300 --warmup 50 --repeats 1 --settle 0.2"
+  "gpu256|150|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --steps 60 --warmup 20 --repeats 1 --samples 4096 --settle 0.2 --workers 12"
+  "nccl|100|${X[*]} python3 bench/nccl_world1.py --kiln $K --batch 64 --steps 80 --warmup 20 --repeats 2"
+  "memory|90|${X[*]} python3 bench/memory.py --device cuda --kiln $K --repeats 1"
+  "compile32|200|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 32 --modes amp,amp_graph --torch-compile default --steps 120 --warmup 30 --repeats 1 --settle 0.2"
+  "compile256|220|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --modes amp,amp_graph --torch-compile default --steps 60 --warmup 20 --repeats 1 --samples 2048 --settle 0.2 --workers 12"
+  "autotune32|420|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 32 --modes amp --torch-compile max-autotune --steps 120 --warmup 30 --repeats 1 --settle 0.2"
+  "autotune256|480|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --modes amp --torch-compile max-autotune --steps 60 --warmup 20 --repeats 1 --samples 2048 --settle 0.2 --workers 12"
+  "profile256|150|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --modes amp --steps 16 --warmup 10 --repeats 1 --samples 2048 --settle 0.2 --workers 12 --profile $OUTDIR/traces && python3 bench/trace_diff.py $OUTDIR/traces/rep0-b256-amp-kiln.json.gz $OUTDIR/traces/rep0-b256-amp-torch.json.gz --labels Kiln,PyTorch --top 30"
   "suite|300|scripts/device_build.sh test -j16 --timeout 300"
 )
 
@@ -80,11 +93,27 @@ if [ -n "${KILN_CHECK_PHASES:-}" ]; then
   PHASES=("${chosen[@]}")
 fi
 
+# Only the test phases need the built tree when the prebuilt kiln serves the benches.
+NEEDS_TREE=
+for entry in "${PHASES[@]}"; do
+  case "${entry%%|*}" in cuda | suite) NEEDS_TREE=1 ;; esac
+done
+
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUTDIR/gpu.txt"
+if [ -n "$PREBUILT" ]; then
+  echo "kiln: $K (prebuilt here by scripts/device_build.sh pack, sources match)" | tee -a "$OUTDIR/gpu.txt"
+else
+  echo "kiln: $K (built on this machine; $(tail -1 "$OUTDIR/prebuilt.log" 2>/dev/null || echo 'prebuilt: off'))" |
+    tee -a "$OUTDIR/gpu.txt"
+fi
 for entry in "${PHASES[@]}"; do
   IFS='|' read -r name estimate cmd <<<"$entry"
   [ -f "$DONE/$name" ] && { echo "== $name: done earlier"; continue; }
+  if [ "$name" = build ] && [ -n "$PREBUILT" ] && [ -z "$NEEDS_TREE" ]; then
+    echo "== build: skipped (the benches run the prebuilt kiln; no test phase chosen)"
+    continue
+  fi
   left=$((BUDGET - (SECONDS - START)))
   # The build resumes where it stopped, so it always runs; the others need their estimate.
   if [ "$name" != build ] && [ "$left" -lt "$estimate" ]; then
