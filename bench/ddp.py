@@ -482,7 +482,8 @@ def main():
     ap.add_argument("--threads", type=int, default=1, help="intra-op threads per rank")
     ap.add_argument("--bucket-cap-mb", type=float, default=25.0)
     ap.add_argument("--bucket-view", action="store_true",
-                    help="gradient_as_bucket_view on both sides")
+                    help="gradient_as_bucket_view on both sides (default: false on both, "
+                         "DDP's default; Kiln's own default is true)")
     ap.add_argument("--torch-optim", default="fused",
                     choices=["default", "foreach", "fused", "loop"],
                     help="torch.optim.SGD implementation (default fused: Kiln's sgd plugin calls "

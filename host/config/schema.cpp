@@ -280,8 +280,9 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                 "optimizer step"),
            choice("gradient_compression", "none,fp16,bf16", "\"none\"",
                   "all-reduce gradients as 16-bit values (DDP fp16/bf16 compress hooks)"),
-           spec("gradient_as_bucket_view", KILN_OPT_BOOL, "false",
-                "gradients alias the all-reduce buckets, saving one gradient-sized copy"),
+           spec("gradient_as_bucket_view", KILN_OPT_BOOL, "true",
+                "gradients alias the all-reduce buckets, saving a gradient-sized copy and a pass "
+                "over the gradients each step (false: DDP's default, separate gradients)"),
            spec("sync_every_micro_step", KILN_OPT_BOOL, "false",
                 "with accumulation: all-reduce on every micro-step (DDP without no_sync) instead "
                 "of only the last of each window"),

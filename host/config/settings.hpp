@@ -102,7 +102,7 @@ struct DistSettings {
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
   std::string gradient_compression;  // none, fp16, bf16
-  bool gradient_as_bucket_view = false;
+  bool gradient_as_bucket_view = true;
   bool sync_every_micro_step = false;
   double timeout_s = 300.0;
 };
