@@ -19,10 +19,10 @@ namespace kiln::dist {
 class ProcessGroup;
 
 struct DataParallelOptions {
-  double bucket_cap_mb = 25.0;           // bucket size (the first is 1 MiB at 25, as DDP's)
-  bool find_unused_parameters = false;   // walk the graph for parameters that got no gradient
-  bool broadcast_buffers = true;         // rank 0's buffers (BN statistics) at each window start
-  std::string compression = "none";      // "none", "fp16" or "bf16" on the wire
+  double bucket_cap_mb = 25.0;          // bucket size (the first is 1 MiB at 25, as DDP's)
+  bool find_unused_parameters = false;  // walk the graph for parameters that got no gradient
+  bool broadcast_buffers = true;        // rank 0's buffers (BN statistics) at each window start
+  std::string compression = "none";     // "none", "fp16" or "bf16" on the wire
   // Gradients alias the buckets: no copy back after the all-reduce and no second gradient-sized
   // buffer. DDP defaults to false for Python code that detaches or resizes .grad; nothing in Kiln
   // does, and the copy cost `kiln launch --nproc 1` ~10 % of a CPU ResNet-50 step.
