@@ -506,7 +506,7 @@ def compile_report(results, args):
           "= A faster; Kiln graphed = amp_graph (run.cuda_graph). compile s: the compiled arm's "
           "warm-up steps in which Dynamo compiled a graph (the first), less a steady step each "
           "(inductor's autotuning included), median (min–max) over runs; inductor's cache is "
-          "empty at the bench's start and shared by its runs, so later runs of a batch size "
+          f"{cache_state(args)} and shared by its runs, so later runs of a batch size "
           "find their kernels cached. Graphs and graph breaks: Dynamo's counts in the first run; "
           "CUDA graphs skipped (when any): graphs inductor ran without the CUDA graphs its mode "
           "asked for (TORCH_LOGS=perf_hints says why).")
@@ -515,6 +515,15 @@ def compile_report(results, args):
               f"the measured steps, so those images/s are too low; raise --warmup, or find the "
               f"guard that failed with TORCH_LOGS=recompiles.**")
         print(f"\n!!! RECOMPILE after the warm-up in: {', '.join(late)}", file=sys.stderr)
+
+
+def cache_state(args):
+    """How inductor's cache stood at the bench's start, for the compiled table's notes."""
+    if not args.compile_cache_files:
+        return "empty at the bench's start (a cold compile)"
+    return (f"**not** empty at the bench's start ({args.compile_cache}: "
+            f"{args.compile_cache_files} files from an earlier invocation, e.g. one cut off "
+            f"mid-compile), so compile s is only what was left of the compile")
 
 
 def main():
@@ -555,6 +564,12 @@ def main():
     ap.add_argument("--python", default=sys.executable,
                     help="Python with torch for the PyTorch arm (default: this one)")
     ap.add_argument("--settle", type=float, default=1.0, help="idle seconds before each run")
+    ap.add_argument("--compile-cache", metavar="DIR", default="",
+                    help="inductor's cache (TORCHINDUCTOR_CACHE_DIR: its autotuning results and "
+                         "Triton kernels) for the compiled arms, kept after the bench, so that a "
+                         "max-autotune compile cut off by a time limit resumes in the next "
+                         "invocation; the table then says the compile was not cold. Default: an "
+                         "empty folder per invocation (a cold compile)")
     ap.add_argument("--profile", metavar="DIR", default="",
                     help="also trace 3 steps after the warm-up of every run (Kiln: "
                          "run.profile_steps; PyTorch: torch.profiler, the same Kineto) into "
@@ -589,6 +604,13 @@ def main():
         ap.error("--torch-compile: the first step compiles, so --warmup must be >= 1")
     if args.warmup >= args.steps:
         ap.error("--warmup must be below --steps")
+    args.compile_cache_files = 0
+    if args.compile_cache:
+        args.compile_cache = os.path.abspath(args.compile_cache)
+        os.makedirs(args.compile_cache, exist_ok=True)
+        args.compile_cache_files = sum(len(f) for _, _, f in os.walk(args.compile_cache))
+        print(f"# inductor cache {args.compile_cache}: {args.compile_cache_files} files at the "
+              f"start", file=sys.stderr)
     if args.repeats < 1 or args.workers < 0 or args.threads < 0:
         ap.error("--repeats must be >= 1, --workers and --threads >= 0")
     for b in args.batches:
@@ -605,7 +627,8 @@ def main():
     results = {}
     with tempfile.TemporaryDirectory(prefix="kiln-gpu-throughput-") as tmp:
         init, data = prepare(args, tmp)
-        args.compile_cache = os.path.join(tmp, "inductor-cache")
+        if not args.compile_cache:
+            args.compile_cache = os.path.join(tmp, "inductor-cache")
         schedule = [("warm-up", i) for i in range(args.warmup_runs)]
         schedule += [("rep", r) for r in range(args.repeats)]
         for kind, r in schedule:
