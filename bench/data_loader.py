@@ -485,7 +485,7 @@ def report(args, manifest, labels, results):
 
 def train_note(args, tmp):
     """A short `kiln run` of resnet-18 on the folder: data_time vs step_time per step."""
-    print(f"\n### kiln run on the folder (--train)\n")
+    print("\n### kiln run on the folder (--train)\n")
     if not os.access(args.kiln, os.X_OK):
         print(f"Not run: no kiln binary at {args.kiln}.")
         return

@@ -557,11 +557,11 @@ def report(done, args):
           f"runs. steps/s = measured steps / their time (Kiln: start to start, bookkeeping "
           f"included; eager, compiled, bare loop: data + step time); samples/s = steps/s × batch.")
     if "compiled" in arms:
-        print(f"compile s: the compiled arm's warm-up steps that compiled a graph (the first), "
-              f"less a steady step each; no graph is compiled after the warm-up (checked). First "
-              f"run: inductor's cache empty (a fresh cache per bench invocation unless "
-              f"--compile-cache); later runs: the measured runs after the first, which find the "
-              f"compiled kernels in the cache.")
+        print("compile s: the compiled arm's warm-up steps that compiled a graph (the first), "
+              "less a steady step each; no graph is compiled after the warm-up (checked). First "
+              "run: inductor's cache empty (a fresh cache per bench invocation unless "
+              "--compile-cache); later runs: the measured runs after the first, which find the "
+              "compiled kernels in the cache.")
     if args.bare and not args.bare_ok:
         print(f"Bare loop: no executable at {args.bare_bin}; its column is empty.")
 
