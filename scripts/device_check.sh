@@ -78,6 +78,7 @@ PHASES=(
   "suite|300|scripts/device_build.sh test -j16 --timeout 300"
 )
 
+BUILD_PHASE="${PHASES[0]}"
 if [ -n "${KILN_CHECK_PHASES:-}" ]; then
   chosen=()
   wants=()
@@ -93,6 +94,13 @@ if [ -n "${KILN_CHECK_PHASES:-}" ]; then
     [ -n "$found" ] || { echo "device_check: unknown phase '$want'" >&2; exit 2; }
   done
   PHASES=("${chosen[@]}")
+fi
+
+# Without a usable prebuilt kiln the benches need the one built here: build first if the chosen
+# phases leave the build out and this machine has none yet.
+if [ -z "$PREBUILT" ] && [ ! -x "$B/bin/kiln" ] && [ "${PHASES[0]%%|*}" != build ]; then
+  echo "device_check: no usable prebuilt kiln ($OUTDIR/prebuilt.log) and none built here: building first"
+  PHASES=("$BUILD_PHASE" "${PHASES[@]}")
 fi
 
 # Only the test phases need the built tree when the prebuilt kiln serves the benches.
