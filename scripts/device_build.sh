@@ -325,6 +325,14 @@ compile_env() {
   export LIBRARY_PATH="${LIBRARY_PATH:+$LIBRARY_PATH:}$LIBDIR"
 }
 
+# compile_env over the unpacked .debs, unpacking them first on a machine that has not yet (the
+# test, exec and prebuilt commands of a call that did not build).
+unpacked_env() {
+  check_prefix
+  [ -d "$PREFIX/runtime-lib" ] || extract
+  compile_env
+}
+
 find_python() {
   local c candidates=()
   [ -n "${KILN_PYTHON:-}" ] && candidates+=("$KILN_PYTHON")
@@ -429,9 +437,7 @@ run_tests() {
   case "$build_dir" in /*) ;; *) build_dir="$ROOT/$build_dir" ;; esac
   [ -f "$build_dir/CTestTestfile.cmake" ] ||
     die "$build_dir is not a built tree: run scripts/device_build.sh build first"
-  check_prefix
-  [ -d "$PREFIX/runtime-lib" ] || extract
-  compile_env
+  unpacked_env
   local t0=$SECONDS rc
   set +e
   ctest --test-dir "$build_dir" -j"$(nproc)" --output-on-failure "$@" 2>&1 | tee "$build_dir/device-test.log"
@@ -481,9 +487,7 @@ prebuilt_check() {
   have="$(source_stamp)"
   [ "$want" = "$have" ] ||
     { note "the prebuilt kiln is stale (built from sources $want, these are $have): pack again" >&2; return 1; }
-  check_prefix
-  [ -d "$PREFIX/runtime-lib" ] || extract >&2
-  runtime_env
+  unpacked_env >&2
   local log
   if ! log="$("$kiln" plugins list 2>&1)"; then
     note "the prebuilt kiln does not run here:" >&2
@@ -517,9 +521,7 @@ case "$mode" in
   test) run_tests "$@" ;;
   exec)
     (($#)) || die "usage: scripts/device_build.sh exec CMD [ARGS...]"
-    check_prefix
-    [ -d "$PREFIX/runtime-lib" ] || extract
-    compile_env
+    unpacked_env
     exec "$@" ;;
   env) print_env ;;
   pack) pack ;;
