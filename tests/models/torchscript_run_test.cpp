@@ -2,9 +2,11 @@
 // (tests/oracle/torchscript_train.py): the scripted file and a traced one train step by step as
 // the eager module does in PyTorch (same data in order, SGD with momentum and weight decay) and
 // evaluate to its test loss and accuracy in eval mode; model.init starts it from other weights;
-// a resumed run continues bit for bit. What it cannot honour is a configuration error at its key
-// before the run (exit 2): a missing or foreign file (model.path), activation checkpointing
-// (memory.checkpoint) and the pipeline's norm (norm.name, model.norm, a [norm] key).
+// a resumed run continues bit for bit; o2 keeps its batch norm float32 as apex O2 does, and
+// norm_decay_mult reaches that batch norm. What it cannot honour is a configuration error at its
+// key before the run (exit 2): a missing or foreign file (model.path), activation checkpointing
+// (memory.checkpoint), the pipeline's norm (norm.name, model.norm, a [norm] key) and o3 with its
+// batch norm's running statistics in bfloat16 (precision.name).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -94,13 +96,15 @@ class TorchscriptRun : public ::testing::Test {
     return read_metrics(metrics);
   }
 
-  // The eager PyTorch module trained as Kiln trains it; `init`: other starting weights.
-  static Metrics oracle(int steps, const std::string& init = "") {
+  // The eager PyTorch module trained as Kiln trains it; `init`: other starting weights; `extra`:
+  // more of the oracle's options, as JSON members (`"precision": "o2"`).
+  static Metrics oracle(int steps, const std::string& init = "", const std::string& extra = "",
+                        double decay = kDecay) {
     std::ostringstream c;
     c << R"({"phase": "train", "size": )" << kSize << R"(, "lr": )" << kLr << R"(, "momentum": )"
-      << kMomentum << R"(, "weight_decay": )" << kDecay << R"(, "batch": )" << kBatch
+      << kMomentum << R"(, "weight_decay": )" << decay << R"(, "batch": )" << kBatch
       << R"(, "steps": )" << steps << R"(, "mean": )" << kMean << R"(, "std": )" << kStd
-      << R"(, "init": ")" << init << R"("})";
+      << R"(, "init": ")" << init << '"' << (extra.empty() ? "" : ", " + extra) << "}";
     scratch_->write_text("config.json", c.str());
     scratch_->run("torchscript_train.py");
     Metrics m;
@@ -120,11 +124,11 @@ class TorchscriptRun : public ::testing::Test {
   }
 
   static void expect_near(const std::vector<double>& got, const std::vector<double>& want,
-                          const std::string& what) {
+                          const std::string& what, double tolerance = kTolerance) {
     ASSERT_EQ(got.size(), want.size()) << what;
     double worst = 0.0;
     for (size_t i = 0; i < got.size(); ++i) {
-      EXPECT_NEAR(got[i], want[i], kTolerance * std::abs(want[i])) << what << ", step " << i + 1;
+      EXPECT_NEAR(got[i], want[i], tolerance * std::abs(want[i])) << what << ", step " << i + 1;
       worst = std::max(worst, std::abs(got[i] - want[i]) / std::abs(want[i]));
     }
     std::printf("%s: %zu steps, largest relative difference %.3g\n", what.c_str(), got.size(),
@@ -192,6 +196,54 @@ TEST_F(TorchscriptRun, AResumedRunContinuesBitForBit) {
   }
 }
 
+// Under o2 the module's BatchNorm2d stays float32 while the rest runs in bfloat16 (apex O2's
+// keep_batchnorm_fp32), as the oracle does by hand with torch's own modules.
+TEST_F(TorchscriptRun, UnderO2ItsBatchNormStaysFloat32AsApexKeepsIt) {
+  const Metrics want = oracle(kSteps, "", R"("precision": "o2")");
+  pipeline("o2", "net.pt", "", "[precision]\nname = \"o2\"\n");
+  const Metrics got = run("o2", "--set run.checkpoint_every=" + std::to_string(kSteps));
+  // The same bfloat16 operations on one thread: the losses agree as in float32 (they are equal
+  // here). Batch norm cast to bfloat16 with the rest is 2.5e-4 relative off by step 6.
+  expect_near(got.losses, want.losses, "o2");
+  EXPECT_NEAR(got.test_loss, want.test_loss, kTolerance * want.test_loss);
+
+  char dir[32];
+  std::snprintf(dir, sizeof dir, "step-%09d", kSteps);
+  const std::string weights = scratch_->path("o2") + "/version_0/checkpoints/" + dir;
+  scratch_->write_text("config.json", R"({"phase": "compare", "a": ")" + weights +
+                                          R"(/model.safetensors", "b": ")" +
+                                          scratch_->path("oracle.safetensors") + "\"}");
+  scratch_->run("torchscript_train.py");
+  const std::string diff = scratch_->read_text("diff.json");
+  for (const char* name : {"features.1.weight", "features.1.bias", "features.1.running_mean",
+                           "features.1.running_var"}) {
+    EXPECT_NE(diff.find("\"" + std::string(name) + "\": \"torch.float32\""), std::string::npos)
+        << name << ": " << diff;
+  }
+  EXPECT_NE(diff.find(R"("features.0.weight": "torch.bfloat16")"), std::string::npos) << diff;
+  std::smatch max;
+  ASSERT_TRUE(std::regex_search(diff, max, std::regex(R"("max": ([^,}]+))"))) << diff;
+  EXPECT_LT(std::stod(max[1]), 1e-6) << diff;  // 1e-2 with batch norm in bfloat16
+  EXPECT_NE(diff.find(R"("missing": [])"), std::string::npos) << diff;
+}
+
+// The module's batch norm is a norm layer to the parameter groups: norm_decay_mult = 0 takes its
+// weight and bias out of weight decay, as torch.optim.SGD with that group does.
+TEST_F(TorchscriptRun, NormDecayMultReachesItsBatchNorm) {
+  constexpr double kStrongDecay = 0.5;  // large enough that the batch norm's share shows
+  const Metrics want = oracle(kSteps, "", R"("norm_decay": 0.0)", kStrongDecay);
+  const Metrics decayed = oracle(kSteps, "", "", kStrongDecay);
+  pipeline("norm_decay", "net.pt");
+  const Metrics got = run("norm_decay",
+                          "--set optimizer.norm_decay_mult=0 --set run.eval=false "
+                          "--set optimizer.weight_decay=" +
+                              std::to_string(kStrongDecay));
+  expect_near(got.losses, want.losses, "norm_decay_mult = 0");
+  // The comparison can fail: decaying the batch norm too gives other losses.
+  EXPECT_GT(std::abs(decayed.losses.back() - want.losses.back()),
+            100 * kTolerance * std::abs(want.losses.back()));
+}
+
 TEST_F(TorchscriptRun, WhatItCannotHonourIsRefusedAtItsKey) {
   const std::string path = pipeline("refusals", "net.pt");
   struct Case {
@@ -213,12 +265,19 @@ TEST_F(TorchscriptRun, WhatItCannotHonourIsRefusedAtItsKey) {
        "model.norm: model 'torchscript' builds no norm layers through the host"},
       {"norm.momentum=0.3", "--set norm.momentum=0.3",
        "norm.momentum: model 'torchscript' builds no norm layers through the host"},
+      // Its BatchNorm2d's running statistics in bfloat16 (as for the host's own norm layers).
+      {"precision.name=o3", "--set precision.name=o3",
+       "would keep the running statistics of norm layer 'features.1' in bfloat16"},
   };
   for (const Case& c : cases) {
     for (const char* command : {"validate ", "run "}) {
       expect_refused(command + path + " --set " + c.set, c.location, c.reason);
     }
   }
+  // o3 keeping the norm layers in float32 is apex's O3 with keep_batchnorm_fp32: accepted.
+  const Result kept = shell(std::string(KILN_CLI) + " validate " + path +
+                            " --set precision.name=o3 --set precision.keep_norm_fp32=true");
+  EXPECT_EQ(kept.code, 0) << kept.output;
   // The default norm, named or not, is no choice: accepted.
   EXPECT_EQ(shell(std::string(KILN_CLI) + " validate " + path + " --set norm.name=batchnorm").code,
             0);

@@ -2,8 +2,8 @@
 // tests/oracle/torchscript_train.py (conv -> BatchNorm2d -> relu -> pool -> linear, times a plain
 // buffer): the state_dict's names, one set of tensors shared with the scripted module (the
 // host's set_data casts and in-place updates reach its forward), train/eval reaching its batch
-// norm, gradients on every parameter, and the refusals, each naming the option `path` and the
-// file.
+// norm, that batch norm a kiln::NormLayer to the host, gradients on every parameter, and the
+// refusals, each naming the option `path` and the file.
 #include <ATen/Functions.h>
 #include <gtest/gtest.h>
 
@@ -113,6 +113,34 @@ TEST(TorchscriptTest, TrainAndEvalReachTheScriptedBatchNorm) {
   EXPECT_EQ(count.item<int64_t>(), 1);
   EXPECT_TRUE(at::equal(mean, mean_after));
   EXPECT_FALSE(at::allclose(trained, evaluated, 1e-3, 1e-3));  // batch vs running statistics
+}
+
+// torch's BatchNorm2d (and only it) is a kiln::NormLayer to the host, in a scripted and a traced
+// file alike (the trace's class name carries TorchScript's ___torch_mangle_N), and that layer's
+// forward is the scripted batch norm's: F.batch_norm with its own tensors, here in eval mode
+// (which the trace, fixed in the training mode it was traced in, does not follow).
+TEST(TorchscriptTest, TorchsBatchNormIsANormLayerToTheHost) {
+  for (const char* file : {"net.pt", "traced.pt"}) {
+    auto model = build(file);
+    std::set<std::string> norms;
+    std::shared_ptr<kiln::NormLayer> norm;
+    for (const auto& item : model->named_modules("", /*include_self=*/false)) {
+      auto layer = std::dynamic_pointer_cast<kiln::NormLayer>(item.value());
+      if (layer == nullptr) continue;
+      norms.insert(item.key());
+      norm = layer;
+    }
+    ASSERT_EQ(norms, std::set<std::string>{"features.1"}) << file;
+    if (std::string(file) == "traced.pt") continue;
+    at::manual_seed(4);
+    const at::Tensor x = at::randn({3, 4, kSize, kSize}) * 2 + 1;
+    model->train(false);
+    const at::Tensor want = at::batch_norm(
+        x, *norm->named_parameters().find("weight"), *norm->named_parameters().find("bias"),
+        buffer(*model, "features.1.running_mean"), buffer(*model, "features.1.running_var"),
+        /*training=*/false, 0.1, 1e-5, /*cudnn_enabled=*/false);
+    EXPECT_TRUE(at::equal(norm->forward(x), want));
+  }
 }
 
 TEST(TorchscriptTest, RefusesFilesThatCannotTrainNamingPathAndFile) {

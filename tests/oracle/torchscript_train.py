@@ -7,11 +7,16 @@ of the same weights); for the refusals, seven.pt (a scripted net with 7 outputs 
 state.pt (torch.save of a state_dict: no TorchScript) and tuple.pt (a forward returning a tuple);
 and other.safetensors, other starting weights by the module's own names (for model.init).
 Phase "train" trains the eager twin (net.pt's weights, or `init` when given) in PyTorch: SGD with
-momentum and weight decay, batches in order (no shuffle), the batch-mean cross entropy; then
-evaluates it in eval mode on the test split. Writes result.json: the loss of every step, the
-test loss (sum over samples / count) and accuracy, and the final weights to oracle.safetensors.
+momentum and weight decay (`norm_decay`, when given, for the batch norm's weight and bias: mmcv's
+norm_decay_mult), batches in order (no shuffle), the batch-mean cross entropy; then evaluates it
+in eval mode on the test split. With `precision` "o2" it trains as apex O2 does, by hand: the
+model in bfloat16 but for its batch norm (keep_batchnorm_fp32), float32 master weights stepped
+by SGD and cast down into the model, the logits cast up for the loss. Writes result.json: the
+loss of every step, the test loss (sum over samples / count) and accuracy, and the final
+weights to oracle.safetensors.
 Phase "compare" writes to diff.json the largest absolute difference between the tensors of two
-safetensors files (cfg "a", "b") and the names of "b" that "a" lacks.
+safetensors files (cfg "a", "b"), the names of "b" that "a" lacks, and the dtype of each tensor
+of "a".
 """
 import json
 import os
@@ -63,6 +68,18 @@ def prepare(s, cfg):
                                 os.path.join(s.dir, "other.safetensors"))
 
 
+def half_but_batch_norm(net, dtype):
+    """apex O2's cast: every floating parameter and buffer in `dtype`, batch norm's aside."""
+    for module in net.modules():
+        if isinstance(module, nn.modules.batchnorm._BatchNorm):
+            continue
+        for p in module.parameters(recurse=False):
+            p.data = p.data.to(dtype)
+        for name, b in module.named_buffers(recurse=False):
+            if b.is_floating_point():
+                module._buffers[name] = b.to(dtype)
+
+
 def train(s, cfg):
     torch.set_num_threads(1)
     size = cfg["size"]
@@ -70,23 +87,43 @@ def train(s, cfg):
     net.load_state_dict(torch.jit.load(os.path.join(s.dir, "net.pt")).state_dict())
     if cfg.get("init"):
         net.load_state_dict(safetensors.torch.load_file(os.path.join(s.dir, cfg["init"])))
+    o2 = cfg.get("precision", "fp32") == "o2"
+    dtype = torch.bfloat16 if o2 else torch.float32
+    if o2:
+        half_but_batch_norm(net, dtype)
     x, y = load_split(s.dir, "train", cfg["mean"], cfg["std"])
-    opt = torch.optim.SGD(net.parameters(), lr=cfg["lr"], momentum=cfg["momentum"],
-                          weight_decay=cfg["weight_decay"])
+    params = list(net.parameters())
+    stepped = [p.detach().float().clone().requires_grad_() for p in params] if o2 else params
+    norm = {id(p) for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
+            for p in m.parameters()}
+    decay = cfg["weight_decay"]
+    groups = [{"params": [q for p, q in zip(params, stepped) if id(p) not in norm]},
+              {"params": [q for p, q in zip(params, stepped) if id(p) in norm],
+               "weight_decay": cfg.get("norm_decay", decay)}]
+    opt = torch.optim.SGD(groups, lr=cfg["lr"], momentum=cfg["momentum"], weight_decay=decay)
     batch = cfg["batch"]
     losses = []
     net.train()
     for step in range(cfg["steps"]):
         first = (step * batch) % x.shape[0]
         opt.zero_grad()
-        loss = F.cross_entropy(net(x[first:first + batch]), y[first:first + batch])
+        logits = net(x[first:first + batch].to(dtype)).float()
+        loss = F.cross_entropy(logits, y[first:first + batch])
         loss.backward()
+        if o2:
+            for p, q in zip(params, stepped):
+                q.grad = p.grad.float()
+                p.grad = None
         opt.step()
+        if o2:
+            with torch.no_grad():
+                for p, q in zip(params, stepped):
+                    p.copy_(q)
         losses.append(loss.item())
     net.eval()
     xt, yt = load_split(s.dir, "t10k", cfg["mean"], cfg["std"])
     with torch.no_grad():
-        logits = net(xt)
+        logits = net(xt.to(dtype)).float()
         test_loss = F.cross_entropy(logits, yt, reduction="sum").item() / xt.shape[0]
         accuracy = (logits.argmax(1) == yt).sum().item() / xt.shape[0]
     (s.dir / "result.json").write_text(
@@ -105,7 +142,8 @@ def main():
         b = safetensors.torch.load_file(cfg["b"])
         diff = max((a[k].double() - b[k].double()).abs().max().item() for k in b if k in a)
         (s.dir / "diff.json").write_text(
-            json.dumps({"max": diff, "missing": sorted(k for k in b if k not in a)}))
+            json.dumps({"max": diff, "missing": sorted(k for k in b if k not in a),
+                        "dtypes": {k: str(v.dtype) for k, v in a.items()}}))
     else:
         train(s, cfg)
 

@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/serialization/import.h>
 #include <unistd.h>
 
+#include <regex>
 #include <set>
 #include <sstream>
 #include <utility>
@@ -60,7 +61,12 @@ void mirror(torch::nn::Module& node, const torch::jit::Module& module,
     node.register_buffer(a.name, t);
   }
   for (const auto& c : module.named_children()) {
-    auto child = std::make_shared<torch::nn::Module>();
+    std::shared_ptr<torch::nn::Module> child;
+    if (is_torch_batch_norm(c.value.type()->name()->qualifiedName())) {
+      child = std::make_shared<ScriptedNorm>(c.value);
+    } else {
+      child = std::make_shared<torch::nn::Module>();
+    }
     mirror(*child, c.value, seen);
     node.register_module(c.name, child);
   }
@@ -72,6 +78,16 @@ bool is_file(const std::string& path) {
 }
 
 }  // namespace
+
+bool is_torch_batch_norm(const std::string& qualified_name) {
+  static const std::regex batch_norm(
+      R"(__torch__\.torch\.nn\.modules\.batchnorm\.(___torch_mangle_\d+\.)?BatchNorm[123]d)");
+  return std::regex_match(qualified_name, batch_norm);
+}
+
+at::Tensor ScriptedNorm::forward(const at::Tensor& input) {
+  return module_.forward({input}).toTensor();
+}
 
 ScriptedModel::ScriptedModel(torch::jit::Module module, const ScriptedConfig& config)
     : module_(std::move(module)), config_(config) {

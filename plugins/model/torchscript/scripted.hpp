@@ -2,7 +2,9 @@
 // parameters and buffers are registered under their dotted names on a mirror of its submodule
 // tree, sharing the module's own tensors: what the host does to them (moving, casting through
 // set_data, optimizer steps, checkpoints, freezing, model.init) is what the scripted forward
-// computes with. Names: exactly those of the Python module's state_dict.
+// computes with. Names: exactly those of the Python module's state_dict. torch's own batch norm
+// layers are mirrored as kiln::NormLayer, so the host treats them as the norm layers they are
+// (keep_norm_fp32, the half running-statistics check, norm_decay_mult).
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -18,6 +20,23 @@ struct ScriptedConfig {
   std::string path;       // the torch.jit.save file
   bool optimize = false;  // the graph executor's profiling and fusion
 };
+
+// A submodule of class torch.nn.BatchNorm1d/2d/3d, as the host sees it. Its forward is the
+// scripted submodule's own; the enclosing module calls that directly, not this one.
+class ScriptedNorm : public kiln::NormLayer {
+ public:
+  explicit ScriptedNorm(torch::jit::Module module) : module_(std::move(module)) {}
+  at::Tensor forward(const at::Tensor& input) override;
+
+ private:
+  torch::jit::Module module_;
+};
+
+// Whether a TorchScript class (`__torch__.torch.nn.modules.batchnorm.BatchNorm2d`, with or
+// without TorchScript's `___torch_mangle_N` component) is one of torch's batch norm layers. Only
+// those: their forward is F.batch_norm, which takes a half input with float32 parameters and
+// statistics on the CPU and CUDA alike (apex O2 keeps exactly these in float32).
+bool is_torch_batch_norm(const std::string& qualified_name);
 
 class ScriptedModel : public kiln::Model {
  public:

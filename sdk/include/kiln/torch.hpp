@@ -105,7 +105,9 @@ class Model : public torch::nn::Module {
   }
 };
 
-// The pipeline's norm layer (norm plugin + autograd), built by the host for a model.
+// A norm layer: the pipeline's (norm plugin + autograd), which the host builds for a model, or a
+// model's own. The host keeps what it holds in float32 under keep_norm_fp32, so its forward must
+// take a half input, and groups its parameters as norm parameters (norm_decay_mult).
 class NormLayer : public torch::nn::Module {
  public:
   virtual at::Tensor forward(const at::Tensor& input) = 0;
