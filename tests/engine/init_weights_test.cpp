@@ -71,11 +71,12 @@ struct Case {
   std::string section;  // Kiln's [model] keys for it
   std::string timm;     // VisionTransformer's keyword arguments as JSON (vit only)
   bool full;            // logits and running statistics; else names and shapes only
+  int64_t hw = 0;       // image side; 0: 64, or 32 for vit
 };
 
 constexpr int64_t kBatch = 2, kClasses = 10;
 
-int64_t side(const Case& c) { return c.name == "vit" ? 32 : 64; }
+int64_t side(const Case& c) { return c.hw != 0 ? c.hw : c.name == "vit" ? 32 : 64; }
 
 std::string config_json(const std::vector<Case>& cases) {
   std::ostringstream json;
@@ -172,6 +173,8 @@ TEST(InitWeights, TorchvisionAndTimmModelsGiveTheirLogits) {
       "\"num_heads\": 4, \"mlp_ratio\": 2.0";
   const std::vector<Case> cases{
       {"resnet18", "name = \"resnet\"\ndepth = \"18\"\n", "", true},
+      // torchvision's stem on 32-pixel images, asked for: its weights load and compute as there.
+      {"resnet18", "name = \"resnet\"\ndepth = \"18\"\nstem = \"imagenet\"\n", "", true, 32},
       {"resnet34", "name = \"resnet\"\ndepth = \"34\"\n", "", true},
       {"resnet50", "name = \"resnet\"\ndepth = \"50\"\n", "", true},
       {"resnet101", "name = \"resnet\"\ndepth = \"101\"\n", "", false},

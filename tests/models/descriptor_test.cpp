@@ -67,7 +67,8 @@ TEST(DescriptorTest, SchemasNameTheDocumentedOptions) {
     return joined;
   };
   EXPECT_EQ(names("libkiln_mlp.so"), "hidden dropout norm_layers ");
-  EXPECT_EQ(names("libkiln_resnet.so"), "depth width blocks activation activation_param preact ");
+  EXPECT_EQ(names("libkiln_resnet.so"),
+            "depth stem width blocks activation activation_param preact ");
   EXPECT_EQ(names("libkiln_vit.so"), "patch_size dim depth heads mlp_ratio pool dropout ");
 }
 

@@ -183,6 +183,26 @@ TEST(ResNetTest, Resnet18ImageNetStemRunsAt64) {
   EXPECT_EQ(model->forward(at::randn({2, 1, 64, 64})).sizes(), at::IntArrayRef({2, 5}));
 }
 
+// `stem` overrides the size rule both ways: torchvision's conv7x7/2 + maxpool on 32-pixel images
+// (its weights then load; the logits are checked against torchvision in init_weights_test), the
+// conv3x3/1 on 64-pixel ones, and the ImageNet stem on the small network too.
+TEST(ResNetTest, StemOverridesTheImageSizeRule) {
+  auto imagenet =
+      build(OptionSet().set_string("depth", "18").set_string("stem", "imagenet"), 3, 32, 32);
+  EXPECT_EQ(parameter(*imagenet, "conv1.weight").sizes(), at::IntArrayRef({64, 3, 7, 7}));
+  expect_trains(*imagenet, 2, 3, 32, 32, 10);
+  auto cifar = build(OptionSet().set_string("depth", "18").set_string("stem", "cifar"), 3, 64, 64);
+  EXPECT_EQ(parameter(*cifar, "conv1.weight").sizes(), at::IntArrayRef({64, 3, 3, 3}));
+  EXPECT_EQ(cifar->forward(at::randn({2, 3, 64, 64})).sizes(), at::IntArrayRef({2, 10}));
+  auto small = build(OptionSet().set_string("stem", "imagenet"), 1, 28, 28);
+  EXPECT_EQ(parameter(*small, "conv1.weight").sizes(), at::IntArrayRef({16, 1, 7, 7}));
+  expect_trains(*small, 2, 1, 28, 28, 10);
+  // The default, auto, is the size rule (Resnet18TrainsOnSmallImages, ...ImageNetStemRunsAt64).
+  auto automatic =
+      build(OptionSet().set_string("depth", "18").set_string("stem", "auto"), 3, 32, 32);
+  EXPECT_EQ(parameter(*automatic, "conv1.weight").sizes(), at::IntArrayRef({64, 3, 3, 3}));
+}
+
 TEST(ResNetTest, Resnet50TrainsOnSmallImages) {
   auto model = build(OptionSet().set_string("depth", "50"), 3, 32, 32);
   expect_trains(*model, 2, 3, 32, 32, 10);
@@ -196,6 +216,7 @@ TEST(ResNetTest, RejectsInvalidOptions) {
             KILN_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(create_error(OptionSet().set_string("depth", "35")), KILN_ERR_INVALID_ARGUMENT);
   EXPECT_EQ(create_error(OptionSet().set_int("depth", 18)), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_EQ(create_error(OptionSet().set_string("stem", "7x7")), KILN_ERR_INVALID_ARGUMENT);
 }
 
 TEST(ResNetTest, ReportsNormLayerFailure) {

@@ -14,8 +14,13 @@ const kiln_option_spec kOptions[] = {
     {sizeof(kiln_option_spec), "depth", KILN_OPT_STRING, 0, 0, 0, 0.0, 0.0, "\"small\"",
      "small,18,34,50,101,152",
      "small: CIFAR-style for 28/32-pixel images; 18, 34, 50, 101, 152: torchvision's "
-     "ResNet-18 ... ResNet-152 with its parameter names and shapes (images of 64 pixels and more "
-     "get its conv7x7/2 + maxpool stem, so its weights load with model.init)"},
+     "ResNet-18 ... ResNet-152 with its parameter names and shapes (with its conv7x7/2 + maxpool "
+     "stem, see stem, its weights load with model.init)"},
+    {sizeof(kiln_option_spec), "stem", KILN_OPT_STRING, 0, 0, 0, 0.0, 0.0, "\"auto\"",
+     "auto,imagenet,cifar",
+     "imagenet: torchvision's conv7x7/2 + maxpool (4x smaller); cifar: a conv3x3/1 that keeps "
+     "the resolution; auto: imagenet for depth 18 ... 152 on images of 64 pixels and more, else "
+     "cifar"},
     {sizeof(kiln_option_spec), "width", KILN_OPT_INT, 1, 0, 0, 1.0, 0.0, "16", nullptr,
      "channels of the first stage for depth small (18 ... 152 use 64)"},
     {sizeof(kiln_option_spec), "blocks", KILN_OPT_INT_LIST, 1, 0, 0, 1.0, 0.0, "[1, 1, 1]", nullptr,
@@ -56,6 +61,14 @@ kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
   std::string activation = "relu";
   double activation_param = std::nan("");
   bool preact = false;
+  std::string stem = "auto";
+  if (const kiln_option_value* v = find_option(options, "stem", KILN_OPT_STRING)) {
+    stem = v->string_value != nullptr ? v->string_value : "";
+  }
+  if (stem != "auto" && stem != "imagenet" && stem != "cifar") {
+    throw Error(KILN_ERR_INVALID_ARGUMENT,
+                "resnet: stem must be auto, imagenet or cifar, not '" + stem + "'");
+  }
   if (const kiln_option_value* v = find_option(options, "activation", KILN_OPT_STRING)) {
     activation = v->string_value != nullptr ? v->string_value : "";
   }
@@ -103,6 +116,7 @@ kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
     }
     config.blocks = blocks;
     config.stem_width = width;
+    config.imagenet_stem = stem == "imagenet";
     return config;
   }
   // torchvision's resnet18 … resnet152: blocks per stage, Bottlenecks from 50 on.
@@ -133,8 +147,9 @@ kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
   }
   config.planes = {64, 128, 256, 512};
   config.stem_width = 64;
-  // The ImageNet stem shrinks 4× up front; small images keep their resolution instead.
-  config.imagenet_stem = input.height >= 64;
+  // The ImageNet stem shrinks 4× up front; small images keep their resolution instead, unless
+  // asked (torchvision's weights at 32 pixels: its conv1 is 7×7).
+  config.imagenet_stem = stem == "imagenet" || (stem == "auto" && input.height >= 64);
   return config;
 }
 
