@@ -44,82 +44,81 @@ const kiln_option_value* find_option(const kiln_options* options, const char* na
   return kiln::find_option(options, name, type, "resnet");
 }
 
-kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
-                                         const kiln_model_input& input) {
+// The options as given, defaults filled.
+struct Options {
   std::string depth = "small";
+  std::string stem = "auto";
   int64_t width = 16;
   std::vector<int64_t> blocks = {1, 1, 1};
-  if (const kiln_option_value* v = find_option(options, "depth", KILN_OPT_STRING)) {
-    depth = v->string_value != nullptr ? v->string_value : "";
-  }
-  if (const kiln_option_value* v = find_option(options, "width", KILN_OPT_INT)) {
-    width = v->int_value;
-  }
-  if (const kiln_option_value* v = find_option(options, "blocks", KILN_OPT_INT_LIST)) {
-    blocks.assign(v->int_list, v->int_list + v->list_length);
-  }
   std::string activation = "relu";
   double activation_param = std::nan("");
   bool preact = false;
-  std::string stem = "auto";
-  if (const kiln_option_value* v = find_option(options, "stem", KILN_OPT_STRING)) {
-    stem = v->string_value != nullptr ? v->string_value : "";
+};
+
+std::string string_option(const kiln_options* options, const char* name, std::string fallback) {
+  const kiln_option_value* v = find_option(options, name, KILN_OPT_STRING);
+  if (v == nullptr) return fallback;
+  return v->string_value != nullptr ? v->string_value : "";
+}
+
+Options read_options(const kiln_options* options) {
+  Options o;
+  o.depth = string_option(options, "depth", o.depth);
+  o.stem = string_option(options, "stem", o.stem);
+  o.activation = string_option(options, "activation", o.activation);
+  if (const kiln_option_value* v = find_option(options, "width", KILN_OPT_INT)) {
+    o.width = v->int_value;
   }
-  if (stem != "auto" && stem != "imagenet" && stem != "cifar") {
-    throw Error(KILN_ERR_INVALID_ARGUMENT,
-                "resnet: stem must be auto, imagenet or cifar, not '" + stem + "'");
-  }
-  if (const kiln_option_value* v = find_option(options, "activation", KILN_OPT_STRING)) {
-    activation = v->string_value != nullptr ? v->string_value : "";
+  if (const kiln_option_value* v = find_option(options, "blocks", KILN_OPT_INT_LIST)) {
+    o.blocks.assign(v->int_list, v->int_list + v->list_length);
   }
   if (const kiln_option_value* v = find_option(options, "activation_param", KILN_OPT_FLOAT)) {
-    activation_param = v->float_value;
+    o.activation_param = v->float_value;
   }
   if (const kiln_option_value* v = find_option(options, "preact", KILN_OPT_BOOL)) {
-    preact = v->bool_value != 0;
+    o.preact = v->bool_value != 0;
   }
-  if (input.struct_size < KILN_SIZE_UP_TO(kiln_model_input, num_classes)) {
-    throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: kiln_model_input is too small");
-  }
-  if (input.channels < 1 || input.height < 1 || input.width < 1 || input.num_classes < 1) {
-    throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: input dimensions and classes must be >= 1");
-  }
-
-  kiln_resnet::ResNetConfig config;
-  config.in_channels = input.channels;
-  config.num_classes = input.num_classes;
-  config.preact = preact;
-  if (activation == "relu") {
-    config.activation = {KILN_ACT_RELU, 0.0};
-  } else if (activation == "leaky_relu") {
-    config.activation = {KILN_ACT_LEAKY_RELU,
-                         std::isnan(activation_param) ? 0.01 : activation_param};
-  } else if (activation == "elu") {
-    config.activation = {KILN_ACT_ELU, std::isnan(activation_param) ? 1.0 : activation_param};
-  } else {
+  if (o.stem != "auto" && o.stem != "imagenet" && o.stem != "cifar") {
     throw Error(KILN_ERR_INVALID_ARGUMENT,
-                "resnet: activation must be relu, leaky_relu or elu, not '" + activation + "'");
+                "resnet: stem must be auto, imagenet or cifar, not '" + o.stem + "'");
   }
-  if (depth == "small") {
-    if (width < 1) throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: width must be >= 1");
-    if (blocks.empty()) {
-      throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: depth small needs at least one stage");
-    }
-    int64_t planes = width;
-    for (size_t i = 0; i < blocks.size(); ++i) {
-      if (blocks[i] < 1) throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: blocks must be >= 1");
-      if (i > 0) planes *= 2;
-      if (planes > kMaxChannels) {
-        throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: width·2^(stages-1) is too large");
-      }
-      config.planes.push_back(planes);
-    }
-    config.blocks = blocks;
-    config.stem_width = width;
-    config.imagenet_stem = stem == "imagenet";
-    return config;
+  return o;
+}
+
+kiln_resnet::Activation activation_of(const Options& o) {
+  if (o.activation == "relu") return {KILN_ACT_RELU, 0.0};
+  if (o.activation == "leaky_relu") {
+    return {KILN_ACT_LEAKY_RELU, std::isnan(o.activation_param) ? 0.01 : o.activation_param};
   }
-  // torchvision's resnet18 … resnet152: blocks per stage, Bottlenecks from 50 on.
+  if (o.activation == "elu") {
+    return {KILN_ACT_ELU, std::isnan(o.activation_param) ? 1.0 : o.activation_param};
+  }
+  throw Error(KILN_ERR_INVALID_ARGUMENT,
+              "resnet: activation must be relu, leaky_relu or elu, not '" + o.activation + "'");
+}
+
+// depth small: `width` channels doubling per stage, `blocks` BasicBlocks in each.
+void resolve_small(const Options& o, kiln_resnet::ResNetConfig& config) {
+  if (o.width < 1) throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: width must be >= 1");
+  if (o.blocks.empty()) {
+    throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: depth small needs at least one stage");
+  }
+  int64_t planes = o.width;
+  for (size_t i = 0; i < o.blocks.size(); ++i) {
+    if (o.blocks[i] < 1) throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: blocks must be >= 1");
+    if (i > 0) planes *= 2;
+    if (planes > kMaxChannels) {
+      throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: width·2^(stages-1) is too large");
+    }
+    config.planes.push_back(planes);
+  }
+  config.blocks = o.blocks;
+  config.stem_width = o.width;
+  config.imagenet_stem = o.stem == "imagenet";
+}
+
+// torchvision's resnet18 … resnet152: blocks per stage, Bottlenecks from 50 on.
+void resolve_torchvision(const Options& o, int64_t height, kiln_resnet::ResNetConfig& config) {
   const struct {
     const char* depth;
     std::vector<int64_t> blocks;
@@ -131,25 +130,46 @@ kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
                  {"152", {3, 8, 36, 3}, true}};
   bool known = false;
   for (const auto& d : kDepths) {
-    if (depth != d.depth) continue;
+    if (o.depth != d.depth) continue;
     known = true;
     config.blocks = d.blocks;
     config.bottleneck = d.bottleneck;
   }
   if (!known) {
     throw Error(KILN_ERR_INVALID_ARGUMENT,
-                "resnet: depth must be small, 18, 34, 50, 101 or 152, not '" + depth + "'");
+                "resnet: depth must be small, 18, 34, 50, 101 or 152, not '" + o.depth + "'");
   }
-  if (preact && config.bottleneck) {
+  if (o.preact && config.bottleneck) {
     throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: preact = true builds BasicBlocks; depth " +
-                                               depth +
+                                               o.depth +
                                                " uses Bottlenecks (use depth small, 18 or 34)");
   }
   config.planes = {64, 128, 256, 512};
   config.stem_width = 64;
   // The ImageNet stem shrinks 4× up front; small images keep their resolution instead, unless
   // asked (torchvision's weights at 32 pixels: its conv1 is 7×7).
-  config.imagenet_stem = stem == "imagenet" || (stem == "auto" && input.height >= 64);
+  config.imagenet_stem = o.stem == "imagenet" || (o.stem == "auto" && height >= 64);
+}
+
+kiln_resnet::ResNetConfig resolve_config(const kiln_options* options,
+                                         const kiln_model_input& input) {
+  const Options o = read_options(options);
+  if (input.struct_size < KILN_SIZE_UP_TO(kiln_model_input, num_classes)) {
+    throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: kiln_model_input is too small");
+  }
+  if (input.channels < 1 || input.height < 1 || input.width < 1 || input.num_classes < 1) {
+    throw Error(KILN_ERR_INVALID_ARGUMENT, "resnet: input dimensions and classes must be >= 1");
+  }
+  kiln_resnet::ResNetConfig config;
+  config.in_channels = input.channels;
+  config.num_classes = input.num_classes;
+  config.preact = o.preact;
+  config.activation = activation_of(o);
+  if (o.depth == "small") {
+    resolve_small(o, config);
+  } else {
+    resolve_torchvision(o, input.height, config);
+  }
   return config;
 }
 
