@@ -1,7 +1,9 @@
 #include "config/value_check.hpp"
 
 #include <limits>
+#include <optional>
 
+#include "config/suggest.hpp"
 #include "config/toml_text.hpp"
 
 namespace kiln::config {
@@ -62,7 +64,9 @@ bool chosen(const kiln_option_spec& spec, const std::string& v, const std::strin
   }
   std::string list;
   for (std::size_t i = 0; i < choices.size(); ++i) list += (i ? ", " : "") + choices[i];
-  error = qualified + ": '" + v + "' is not one of: " + list;
+  const std::optional<std::string> best = nearest(v, choices);
+  error = qualified + ": '" + v + "' is not one of: " + list +
+          (best ? "; did you mean '" + *best + "'?" : std::string());
   return false;
 }
 

@@ -437,10 +437,15 @@ TEST_F(ConfigTest, OutOfRange) {
 
 TEST_F(ConfigTest, BadChoice) {
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[run]\ndevice = \"tpu\"\n"),
-            at(4, 10) + ": run.device: 'tpu' is not one of: auto, cpu, cuda");
+            at(4, 10) + ": run.device: 'tpu' is not one of: auto, cpu, cuda; did you mean 'cpu'?");
+  // Nothing near enough: the list alone.
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[lr_policy]\nwarmup = \"cosine\"\n"),
             at(4, 10) +
                 ": lr_policy.warmup: 'cosine' is not one of: none, constant, linear, torch_linear");
+  EXPECT_EQ(error_of("[model]\nname = \"mlp\"\nmemory_format = \"chanels_last\"\n"),
+            at(3, 17) +
+                ": model.memory_format: 'chanels_last' is not one of: auto, contiguous, "
+                "channels_last; did you mean 'channels_last'?");
 }
 
 TEST_F(ConfigTest, UnknownComponent) {
@@ -503,8 +508,8 @@ TEST_F(ConfigTest, AllErrorsCollectedInFileOrderOverridesLast) {
       "a = 1\n",            // 10
       {"run.seed=-1", "bogus", "data.workers=3"});
   EXPECT_EQ(m, at(2, 10) + ": run.epochs: value 0 is out of range; expected >= 1\n" + at(3, 10) +
-                   ": run.device: 'tpu' is not one of: auto, cpu, cuda\n" + at(5, 6) +
-                   ": optimizer.lr: expected float, found string\n" + at(6, 1) +
+                   ": run.device: 'tpu' is not one of: auto, cpu, cuda; did you mean 'cpu'?\n" +
+                   at(5, 6) + ": optimizer.lr: expected float, found string\n" + at(6, 1) +
                    ": optimizer.momentun: unknown key; did you mean 'momentum'?\n" + at(8, 14) +
                    ": data.batch_size: value 0 is out of range; expected >= 1\n" + at(9, 2) +
                    ": norn: unknown section; did you mean 'norm'?\n" + path_ +
