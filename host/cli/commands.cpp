@@ -10,6 +10,7 @@
 
 #include "config/pipeline.hpp"
 #include "config/reference.hpp"
+#include "config/toml_text.hpp"
 #include "config/value_check.hpp"
 #include "engine/checks.hpp"
 #include "engine/lr_schedule.hpp"
@@ -147,6 +148,69 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
   } catch (const config::ConfigError& e) {
     // A component refused its options, or the world cannot run the pipeline: found while the
     // run was built, before its first step.
+    fmt::print(stderr, "{}\n", e.what());
+    return kConfigError;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kRunFailed;
+  }
+}
+
+int evaluate(const PipelineArgs& given, const std::string& checkpoint, const std::string& weights,
+             const std::string& metrics_path) {
+  PipelineArgs args = given;
+  // Only the evaluation split is used; TensorBoard and the profiler would open a run folder.
+  args.overrides.insert(args.overrides.end(),
+                        {"run.eval=true", "run.tensorboard=false", "run.profile_steps=0"});
+  if (!weights.empty())
+    args.overrides.push_back("model.init=" + config::quote_toml_string(weights));
+  Plugins plugins;
+  config::Pipeline pipeline;
+  int code = 0;
+  if (!resolve(args, plugins, pipeline, code, /*preflight_world=*/0)) return code;
+  engine::RunOptions options;
+  options.metrics_path = metrics_path;
+  options.process.torch_settings = true;
+  if (checkpoint == "auto") {
+    options.resume = checkpoint;
+  } else if (!checkpoint.empty()) {
+    options.resume = io::newest_checkpoint_in(checkpoint);
+    if (options.resume.empty()) {
+      fmt::print(stderr,
+                 "--checkpoint {}: no checkpoint here (a checkpoint folder, a run folder with "
+                 "checkpoints/, or an output folder with version_<N> run folders)\n",
+                 checkpoint);
+      return kConfigError;
+    }
+  } else if (pipeline.settings.model.init.empty()) {
+    fmt::print(stderr,
+               "{}: nothing to evaluate: give --checkpoint DIR (or auto), --weights FILE, or "
+               "set model.init\n",
+               given.file);
+    return kConfigError;
+  }
+  // The trainer's own lines speak of a run (its folder, its steps); warnings still show, and
+  // -v shows everything.
+  const spdlog::level::level_enum level = spdlog::get_level();
+  if (level == spdlog::level::info) spdlog::set_level(spdlog::level::warn);
+  struct RestoreLevel {
+    spdlog::level::level_enum level;
+    ~RestoreLevel() { spdlog::set_level(level); }
+  } restore{level};
+  try {
+    engine::Trainer trainer(pipeline, options);
+    if (trainer.progress().step == 0 && checkpoint == "auto") {
+      fmt::print(stderr, "--checkpoint auto: no checkpoint under the pipeline's output folder\n");
+      return kConfigError;
+    }
+    const io::EvalRecord r = trainer.evaluate();
+    fmt::print("test accuracy {:.2f}%, top-5 {:.2f}%, loss {:.4f} ({})\n", 100.0 * r.accuracy,
+               100.0 * r.accuracy_top5, r.loss,
+               options.resume.empty() ? "model.init " + pipeline.settings.model.init
+               : checkpoint == "auto" ? fmt::format("the newest checkpoint, step {}", r.step)
+                                      : fmt::format("{}, step {}", options.resume, r.step));
+    return 0;
+  } catch (const config::ConfigError& e) {
     fmt::print(stderr, "{}\n", e.what());
     return kConfigError;
   } catch (const std::exception& e) {

@@ -31,6 +31,13 @@ int plot(const std::string& metrics, const std::string& png);
 // every process-wide setting (engine::ProcessSettings).
 int run(const PipelineArgs& args, const std::string& metrics_path, const std::string& resume,
         io::StatusLine& terminal);
+// `kiln evaluate FILE (--checkpoint DIR|auto | --weights FILE)`: the pipeline's model with those
+// weights on its evaluation split, once, as a run's evaluation (top-1, top-5, loss), printed and
+// written to `metrics_path` when given. `checkpoint` is resolved as export's (a checkpoint, run
+// or output folder) or "auto" (the newest of the pipeline's output folder); `weights` sets
+// model.init. Writes nothing else: no run folder, no checkpoint.
+int evaluate(const PipelineArgs& args, const std::string& checkpoint, const std::string& weights,
+             const std::string& metrics_path);
 // Creates every component as a run over `world_size` ranks would, and reports what it refuses.
 int validate(const PipelineArgs& args, int64_t world_size);
 int plan(const PipelineArgs& args);

@@ -99,6 +99,22 @@ int dispatch(int argc, char** argv) {
                   "continue from a checkpoint: auto (the newest usable one of the newest run "
                   "folder <output_dir>/version_N that has one) or a checkpoint folder; without "
                   "it the run starts afresh in a new run folder");
+  CLI::App* evaluate =
+      app.add_subcommand("evaluate",
+                         "the pipeline's model, with a checkpoint's or a file's weights, on its "
+                         "evaluation split: top-1, top-5 and loss");
+  add_pipeline(evaluate);
+  evaluate->add_option("--metrics", metrics, "write the evaluation to this file, as kiln run does");
+  std::string eval_checkpoint, eval_weights;
+  auto* eval_from = evaluate->add_option(
+      "--checkpoint", eval_checkpoint,
+      "a checkpoint folder, or a run or output folder (its newest checkpoint), or auto (the "
+      "newest in the pipeline's output folder)");
+  evaluate
+      ->add_option("--weights", eval_weights,
+                   "a safetensors file of the model's weights (as model.init)")
+      ->check(CLI::ExistingFile)
+      ->excludes(eval_from);
   CLI::App* export_cmd =
       app.add_subcommand("export", "write a checkpoint's model weights as one safetensors file");
   std::string export_from, export_to, export_dtype = "fp32";
@@ -211,6 +227,7 @@ int dispatch(int argc, char** argv) {
 
   if (*launch_cmd) return launch_ranks(launch_options, launch_run_args, verbose);
   if (*run) return kiln::cli::run(args, metrics, resume, terminal);
+  if (*evaluate) return kiln::cli::evaluate(args, eval_checkpoint, eval_weights, metrics);
   if (*plot_cmd) return kiln::cli::plot(plot_metrics_file, plot_png);
   if (*export_cmd) return kiln::cli::export_weights(export_from, export_to, export_dtype);
   if (*validate) return kiln::cli::validate(args, validate_world);

@@ -244,6 +244,42 @@ TEST_F(TorchscriptRun, NormDecayMultReachesItsBatchNorm) {
             100 * kTolerance * std::abs(want.losses.back()));
 }
 
+// `kiln evaluate`: PyTorch's trained weights, evaluated by Kiln, give PyTorch's own test loss and
+// accuracy; a run's checkpoint gives that run's last evaluation; nothing else is written.
+TEST_F(TorchscriptRun, EvaluateGivesPyTorchsFiguresForPyTorchsWeights) {
+  const Metrics want = oracle(kSteps);  // also writes its final weights, oracle.safetensors
+  const std::string path = pipeline("evaluate", "net.pt");
+  const std::string kiln = std::string(KILN_CLI) + " evaluate " + path;
+  const Result r = shell(kiln + " --weights " + scratch_->path("oracle.safetensors") +
+                         " --metrics " + scratch_->path("evaluate_torch.jsonl"));
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("test accuracy "), std::string::npos) << r.output;
+  const Metrics torch = read_metrics("evaluate_torch.jsonl");
+  EXPECT_NEAR(torch.test_loss, want.test_loss, kTolerance * want.test_loss);
+  EXPECT_NEAR(torch.test_accuracy, want.test_accuracy, 1e-9);
+  // Evaluation writes no run folder (the pipeline's output_dir stays absent).
+  EXPECT_NE(shell("test -e " + scratch_->path("evaluate")).code, 0) << r.output;
+
+  // A run's newest checkpoint (auto, and its output folder named): the run's final figures.
+  const Metrics trained = run("evaluate");
+  for (const std::string& from : {std::string("auto"), scratch_->path("evaluate")}) {
+    const Result e = shell(kiln + " --checkpoint " + from + " --metrics " +
+                           scratch_->path("evaluate_" + std::to_string(from.size()) + ".jsonl"));
+    ASSERT_EQ(e.code, 0) << e.output;
+    const Metrics m = read_metrics("evaluate_" + std::to_string(from.size()) + ".jsonl");
+    EXPECT_EQ(m.test_loss, trained.test_loss) << from;
+    EXPECT_EQ(m.test_accuracy, trained.test_accuracy) << from;
+  }
+
+  // Nothing to evaluate, or no checkpoint where it points: configuration errors (exit 2).
+  const Result none = shell(kiln);
+  EXPECT_EQ(none.code, 2) << none.output;
+  EXPECT_NE(none.output.find("nothing to evaluate"), std::string::npos) << none.output;
+  const Result missing = shell(kiln + " --checkpoint " + scratch_->path("no_such_run"));
+  EXPECT_EQ(missing.code, 2) << missing.output;
+  EXPECT_NE(missing.output.find("no checkpoint here"), std::string::npos) << missing.output;
+}
+
 TEST_F(TorchscriptRun, WhatItCannotHonourIsRefusedAtItsKey) {
   const std::string path = pipeline("refusals", "net.pt");
   struct Case {
