@@ -52,6 +52,46 @@ const io::SafetensorsEntry& find_tensor(const io::SafetensorsLayout& layout,
           "'); the file holds " + (names.empty() ? std::string("none") : names));
 }
 
+// The labels tensor (I64, I32 or U8; one per image, [n]) as int64.
+std::vector<int64_t> read_labels(RandomAccessFile& file, uint64_t data_start,
+                                 const io::SafetensorsEntry& labels, const std::string& labels_name,
+                                 int64_t n, const std::string& where) {
+  size_t label_size = 0;
+  if (labels.dtype == "I64") {
+    label_size = 8;
+  } else if (labels.dtype == "I32") {
+    label_size = 4;
+  } else if (labels.dtype == "U8") {
+    label_size = 1;
+  } else {
+    invalid(where + "tensor " + io::quote_name(labels_name) + " is " + labels.dtype +
+            "; labels are I64, I32 or U8");
+  }
+  if (labels.shape.size() != 1 || labels.shape[0] != n) {
+    invalid(where + "tensor " + io::quote_name(labels_name) + " has shape " +
+            io::shape_text(labels.shape) + "; one label per image, [" + std::to_string(n) + "]");
+  }
+  std::vector<uint8_t> raw(static_cast<size_t>(n) * label_size);
+  file.read(data_start + labels.begin, raw.data(), raw.size(),
+            "tensor " + io::quote_name(labels_name));
+  std::vector<int64_t> out(static_cast<size_t>(n));
+  for (size_t i = 0; i < out.size(); ++i) {  // safetensors is little-endian
+    const uint8_t* b = raw.data() + i * label_size;
+    uint64_t u = 0;
+    for (size_t k = 0; k < label_size; ++k) u |= uint64_t{b[k]} << (8 * k);
+    int64_t v = 0;
+    if (label_size == 8) {
+      std::memcpy(&v, &u, sizeof v);
+    } else if (label_size == 4) {
+      v = static_cast<int32_t>(static_cast<uint32_t>(u));
+    } else {
+      v = static_cast<int64_t>(u);
+    }
+    out[i] = v;
+  }
+  return out;
+}
+
 std::unique_ptr<FixedDataset> open_tensors(const kiln_options* options,
                                            const kiln_dataset_open& open) {
   const int32_t split = open.split;
@@ -103,39 +143,7 @@ std::unique_ptr<FixedDataset> open_tensors(const kiln_options* options,
                     : " (read as N x H x W x C)") +
             "; every dimension must be > 0");
   }
-  size_t label_size = 0;
-  if (labels.dtype == "I64") {
-    label_size = 8;
-  } else if (labels.dtype == "I32") {
-    label_size = 4;
-  } else if (labels.dtype == "U8") {
-    label_size = 1;
-  } else {
-    invalid(where + "tensor " + io::quote_name(labels_name) + " is " + labels.dtype +
-            "; labels are I64, I32 or U8");
-  }
-  if (labels.shape.size() != 1 || labels.shape[0] != n) {
-    invalid(where + "tensor " + io::quote_name(labels_name) + " has shape " +
-            io::shape_text(labels.shape) + "; one label per image, [" + std::to_string(n) + "]");
-  }
-  std::vector<uint8_t> raw(static_cast<size_t>(n) * label_size);
-  d->file->read(layout.data_start + labels.begin, raw.data(), raw.size(),
-                "tensor " + io::quote_name(labels_name));
-  d->labels.resize(static_cast<size_t>(n));
-  for (size_t i = 0; i < d->labels.size(); ++i) {  // safetensors is little-endian
-    const uint8_t* b = raw.data() + i * label_size;
-    uint64_t u = 0;
-    for (size_t k = 0; k < label_size; ++k) u |= uint64_t{b[k]} << (8 * k);
-    int64_t v = 0;
-    if (label_size == 8) {
-      std::memcpy(&v, &u, sizeof v);
-    } else if (label_size == 4) {
-      v = static_cast<int32_t>(static_cast<uint32_t>(u));
-    } else {
-      v = static_cast<int64_t>(u);
-    }
-    d->labels[i] = v;
-  }
+  d->labels = read_labels(*d->file, layout.data_start, labels, labels_name, n, where);
   d->num_classes = check_labels(d->labels, num_classes, path, "tensors");
   d->tensor = images_name;
   d->first = layout.data_start + images.begin;

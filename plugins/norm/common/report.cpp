@@ -38,7 +38,9 @@ void finish_report(kiln_norm_batch_stats* report, double count, double momentum)
 }
 
 double values_per_channel(const at::Tensor& x) {
-  return x.size(1) > 0 ? static_cast<double>(x.numel() / x.size(1)) : 0.0;
+  if (x.size(1) <= 0) return 0.0;
+  const int64_t count_per_channel = x.numel() / x.size(1);  // exact: numel is a multiple of C
+  return static_cast<double>(count_per_channel);
 }
 
 }  // namespace kiln::norm

@@ -62,7 +62,8 @@ Moments local_moments(const at::Tensor& x) {
   auto add = [&](const at::Tensor& part) {
     auto [var_f, mean_f] = at::var_mean(part, dims, /*unbiased=*/false, /*keepdim=*/false);
     at::Tensor var = var_f.to(at::kDouble), mean = mean_f.to(at::kDouble);
-    const double n = static_cast<double>(part.numel() / channels);
+    const int64_t count_per_channel = part.numel() / channels;  // exact
+    const double n = static_cast<double>(count_per_channel);
     if (total.count == 0) {
       total = Moments{n, mean, var * n};
       return;

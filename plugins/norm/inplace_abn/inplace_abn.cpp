@@ -179,7 +179,8 @@ void fused_backward(const Abn& abn, kiln_call_context* ctx, const kiln_norm_back
   }
   // Synchronised: the two sums over the group, then the input gradient with the global means.
   // Every rank takes part in the reduction even when it wants no grad_input.
-  const double local_count = static_cast<double>(y.numel() / channels);
+  const int64_t count_per_channel = y.numel() / channels;  // exact
+  const double local_count = static_cast<double>(count_per_channel);
   const kiln::norm::GradSums total =
       kiln::norm::backward_sums(abn.host, ctx, abn.options, args->training, abn.sync, local_count,
                                 sum_dz, sum_dz_xhat, abn.name);
@@ -258,7 +259,8 @@ kiln_status* abn_backward(void* instance, kiln_call_context* ctx,
     at::Tensor mean_dz, mean_dz_xhat;
     if (batch_stats) {
       // Every rank takes part in the reduction even when it wants no grad_input.
-      const double local_count = static_cast<double>(y.numel() / channels);
+      const int64_t count_per_channel = y.numel() / channels;  // exact
+      const double local_count = static_cast<double>(count_per_channel);
       const kiln::norm::GradSums total =
           kiln::norm::backward_sums(abn.host, ctx, abn.options, args->training, abn.sync,
                                     local_count, sum_dz, sum_dz_xhat, abn.name);

@@ -144,7 +144,8 @@ kiln_status* sbn_backward(void* instance, kiln_call_context* ctx,
     at::Tensor proj = at::zeros_like(gain), mean_dy = at::zeros_like(gain);
     if (batch_stats) {
       // Every rank takes part in the reduction even when it wants no grad_input.
-      const double local_count = channels > 0 ? static_cast<double>(x.numel() / channels) : 0.0;
+      const int64_t count_per_channel = channels > 0 ? x.numel() / channels : 0;  // exact
+      const double local_count = static_cast<double>(count_per_channel);
       const kiln::norm::GradSums total =
           kiln::norm::backward_sums(bn.host, ctx, bn.options, args->training, /*sync=*/true,
                                     local_count, sum_dy, sum_dy_xmu, kName);
