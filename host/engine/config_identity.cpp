@@ -3,11 +3,13 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 #include <utility>
 #include <vector>
 
+#include "config/locate.hpp"
 #include "config/value_check.hpp"
 #include "io/crc.hpp"
 
@@ -95,7 +97,33 @@ std::string config_hash(const config::Pipeline& p) {
   return fmt::format("crc32:{:08x}", io::crc_of<io::Crc32>(kept.data(), kept.size()));
 }
 
-std::string config_difference(const ConfigKeys& checkpoint, const ConfigKeys& here) {
+ConfigKeys identity_defaults(const config::Pipeline& p) {
+  ConfigKeys out;
+  for (const auto& [key, value] : config_identity(p)) {
+    const size_t dot = key.find('.');
+    const std::string section = key.substr(0, dot), name = key.substr(dot + 1);
+    std::vector<const kiln_option_spec*> specs;
+    const auto& sections = config::core_sections();
+    if (std::find(sections.begin(), sections.end(), section) != sections.end()) {
+      for (const kiln_option_spec& spec : config::core_schema(section)) specs.push_back(&spec);
+    }
+    const config::ComponentChoice* choice = config::choice_of(p, section);
+    if (section == "data") choice = &p.dataset;
+    if (choice != nullptr && choice->component != nullptr) {
+      const kiln_component_descriptor* d = choice->component->descriptor;
+      for (size_t i = 0; i < d->option_count; ++i) specs.push_back(&d->options[i]);
+    }
+    for (const kiln_option_spec* spec : specs) {
+      if (name != spec->name) continue;
+      if (const auto v = config::parse_default(*spec)) out[key] = v->to_toml();
+      break;
+    }
+  }
+  return out;
+}
+
+std::string config_difference(const ConfigKeys& checkpoint, const ConfigKeys& here,
+                              const ConfigKeys& defaults) {
   std::vector<std::string> differ;
   std::set<std::string> keys;
   for (const auto& [key, value] : checkpoint) keys.insert(key);
@@ -104,6 +132,8 @@ std::string config_difference(const ConfigKeys& checkpoint, const ConfigKeys& he
     const auto then = checkpoint.find(key);
     const auto now = here.find(key);
     if (then == checkpoint.end()) {
+      const auto fallback = defaults.find(key);
+      if (fallback != defaults.end() && fallback->second == now->second) continue;
       differ.push_back(fmt::format("{} = {} here, not in the checkpoint", key, now->second));
     } else if (now == here.end()) {
       differ.push_back(fmt::format("{} = {} in the checkpoint, not here", key, then->second));

@@ -21,8 +21,14 @@ ConfigKeys config_identity(const config::Pipeline& pipeline);
 // different paths ("p.toml", "./p.toml") hash differently; their ConfigKeys agree.
 std::string config_hash(const config::Pipeline& pipeline);
 
+// The schema default (as TOML) of each key of `pipeline`'s identity that has one.
+ConfigKeys identity_defaults(const config::Pipeline& pipeline);
+
 // "optimizer.lr = 0.01 here, 0.1 in the checkpoint; ..." for the keys that differ; "" when none.
-std::string config_difference(const ConfigKeys& checkpoint, const ConfigKeys& here);
+// A key the checkpoint does not record that is at its default here (`defaults`) does not differ:
+// an option added since kept what the checkpoint trained with at its default.
+std::string config_difference(const ConfigKeys& checkpoint, const ConfigKeys& here,
+                              const ConfigKeys& defaults = {});
 
 // The keys that may change between a checkpoint and its resume ("run.epochs, run.max_steps,
 // ..."), for messages and docs.

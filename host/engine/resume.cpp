@@ -80,6 +80,7 @@ std::optional<io::CheckpointData> choose_checkpoint(const std::string& resume,
   }
   const std::string hash = config_hash(pipeline);
   const ConfigKeys keys = config_identity(pipeline);
+  const ConfigKeys defaults = identity_defaults(pipeline);
   // What a refusal for the configuration adds: what may change, and the way to a new run from
   // the (newest refused) checkpoint's weights.
   std::string config_hint;
@@ -98,7 +99,7 @@ std::optional<io::CheckpointData> choose_checkpoint(const std::string& resume,
       // The recorded keys when there are (a hash alone cannot say what differs, and it covers
       // the pipeline file's path too); checkpoints from before them compare by the hash.
       if (!data.info.config.empty()) {
-        const std::string differ = config_difference(data.info.config, keys);
+        const std::string differ = config_difference(data.info.config, keys, defaults);
         if (!differ.empty()) throw refuse_config(dir, differ);
       } else if (data.info.config_hash != hash) {
         throw refuse_config(dir, fmt::format("its configuration hash is {}, this run's {} (the "

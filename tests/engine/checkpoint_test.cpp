@@ -267,6 +267,39 @@ TEST(Checkpoint, AnotherConfigurationIsRefusedNamingTheKeysThatDiffer) {
   fs::remove_all(dir);
 }
 
+// A key the checkpoint does not record (an option added to Kiln since it was written) is no
+// difference while it is at its default here: the checkpoint trained with what the default does.
+TEST(Checkpoint, AKeyTheCheckpointDoesNotRecordOnlyDiffersAwayFromItsDefault) {
+  const fs::path dir = temp_dir();
+  ASSERT_EQ(kiln(base_args(dir) + " --set run.max_steps=10").code, 0);
+  const std::string state_path = final_checkpoint(dir, 10) + "/state.toml";
+  const std::string state = read_bytes(state_path);
+  auto without = [&](const std::vector<std::string>& keys) {
+    std::string edited = state;
+    for (const std::string& key : keys) {
+      const size_t from = edited.find("'" + key + "' = ");
+      ASSERT_NE(from, std::string::npos) << key << "\n" << state;
+      edited.erase(from, edited.find('\n', from) + 1 - from);
+    }
+    std::ofstream(state_path, std::ios::binary | std::ios::trunc) << edited;
+  };
+  // model.dropout is 0.1 here (base_args), not its default 0.0: a difference.
+  without({"model.norm_layers", "model.dropout"});
+  const Result away = kiln(base_args(dir) + " --set run.max_steps=20 --resume auto");
+  EXPECT_EQ(away.code, 1) << away.output;
+  EXPECT_NE(away.output.find(": written by another configuration: model.dropout = 0.1 here, not "
+                             "in the checkpoint\n"),
+            std::string::npos)
+      << away.output;
+  // model.norm_layers is false here, its default: none.
+  without({"model.norm_layers"});
+  const Result at_default = kiln(base_args(dir) + " --set run.max_steps=20 --resume auto");
+  EXPECT_EQ(at_default.code, 0) << at_default.output;
+  EXPECT_NE(at_default.output.find("resumed from " + final_checkpoint(dir, 10)), std::string::npos)
+      << at_default.output;
+  fs::remove_all(dir);
+}
+
 // Checkpoints written before they recorded their configuration's keys compare by its hash.
 TEST(Checkpoint, ACheckpointWithoutItsKeysIsComparedByItsHash) {
   const fs::path dir = temp_dir();
