@@ -160,8 +160,8 @@ int evaluate(const PipelineArgs& given, const std::string& checkpoint, const std
              const std::string& metrics_path) {
   PipelineArgs args = given;
   // Only the evaluation split is used; TensorBoard and the profiler would open a run folder.
-  args.overrides.insert(args.overrides.end(),
-                        {"run.eval=true", "run.tensorboard=false", "run.profile_steps=0"});
+  args.overrides.insert(args.overrides.end(), {"run.eval=true", "run.tensorboard=false",
+                                               "run.profile_steps=0", "run.checkpoint_best=none"});
   if (!weights.empty())
     args.overrides.push_back("model.init=" + config::quote_toml_string(weights));
   Plugins plugins;

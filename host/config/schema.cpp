@@ -88,6 +88,10 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
            spec("checkpoint_every", KILN_OPT_INT, "0",
                 "optimizer steps between checkpoints; 0 = at the end of every epoch", 0),
            spec("checkpoint_keep", KILN_OPT_INT, "3", "newest checkpoints kept", 1),
+           choice("checkpoint_best", "none,accuracy,top5,loss", "\"none\"",
+                  "after each evaluation, keep the checkpoint with the best value so far "
+                  "(highest accuracy or top5, lowest loss) as checkpoints/best, besides the "
+                  "checkpoint_keep newest (mmengine save_best, Lightning monitor)"),
            choice("resume_fallback", "previous,stop", "\"previous\"",
                   "--resume auto and the newest checkpoint is corrupt, truncated or from another "
                   "config: refuse it and use the previous one, or stop"),

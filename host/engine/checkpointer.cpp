@@ -40,9 +40,37 @@ void Checkpointer::save(const RunPosition& at, bool even_if_off) {
   if (!writer_ || (!even_if_off && !p_.settings.run.checkpoints) || at.step == saved_step_) return;
   if (flush_) flush_();
   last_ = io::write_checkpoint(run_dir() + "/checkpoints", capture(at, model_, optimizer_, p_),
-                               p_.settings.run.checkpoint_keep);
+                               p_.settings.run.checkpoint_keep, best_step_);
   saved_step_ = at.step;
   spdlog::info("checkpoint {}", last_);
+}
+
+void Checkpointer::keep_best(const RunPosition& at, const std::string& metric, double value) {
+  if (!writer_) return;
+  save(at);
+  const std::string root = run_dir() + "/checkpoints";
+  io::write_best(root, {at.step, metric, value});
+  const int64_t previous = best_step_;
+  best_step_ = at.step;
+  // The previous best, no longer kept, goes as checkpoint_keep would have taken it.
+  if (previous >= 0 && previous != at.step) {
+    io::prune_checkpoints(root, saved_step_, p_.settings.run.checkpoint_keep, best_step_);
+  }
+  spdlog::info("best {} so far: {:.6g} at step {} (checkpoints/best)", metric, value, at.step);
+}
+
+std::optional<io::BestCheckpoint> Checkpointer::restore_best(const std::string& metric,
+                                                             int64_t resumed_step) {
+  if (folder_.is_new) return std::nullopt;
+  const std::string root = folder_.path + "/checkpoints";
+  std::optional<io::BestCheckpoint> best = io::read_best(root);
+  if (!best || best->metric != metric || best->step > resumed_step) return std::nullopt;
+  boost::system::error_code ec;
+  if (!boost::filesystem::is_directory(root + "/" + io::checkpoint_name(best->step), ec)) {
+    return std::nullopt;
+  }
+  best_step_ = best->step;
+  return best;
 }
 
 std::string Checkpointer::save_weights(int64_t step, const std::string& reason) {

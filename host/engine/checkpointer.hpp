@@ -8,11 +8,13 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <string>
 
 #include "config/pipeline.hpp"
 #include "engine/optimizer_side.hpp"
 #include "engine/run_position.hpp"
+#include "io/checkpoint.hpp"
 #include "io/run_folder.hpp"
 
 namespace kiln::engine {
@@ -37,6 +39,13 @@ class Checkpointer {
   // this rank does not write, or that step's is already written (or was resumed from).
   void save(const RunPosition& at, bool even_if_off = false);
   void saved_at(int64_t step) { saved_step_ = step; }
+  // Keeps the checkpoint at `at` (written now unless it is) as the best by `metric` (`value`):
+  // checkpoints/best.toml and the link checkpoints/best, and out of checkpoint_keep's pruning.
+  void keep_best(const RunPosition& at, const std::string& metric, double value);
+  // A resumed run's best so far: the record in its run folder, when it is of `metric` and of a
+  // step at or before `resumed_step` whose checkpoint is there (a later one belongs to the
+  // timeline the resume replaces). Its checkpoint is then kept as the best.
+  std::optional<io::BestCheckpoint> restore_best(const std::string& metric, int64_t resumed_step);
   // The model's tensors as weights-step-<step>.safetensors in the run folder; its path.
   std::string save_weights(int64_t step, const std::string& reason);
   // The run folder, created now when it is a new one: the next free number then, so that two
@@ -54,6 +63,7 @@ class Checkpointer {
   const OptimizerSide& optimizer_;
   std::function<void()> flush_;
   int64_t saved_step_ = -1;
+  int64_t best_step_ = -1;  // kept out of the pruning
   std::string last_;
 };
 

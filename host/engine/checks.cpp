@@ -49,6 +49,15 @@ void check_pipeline(const config::Pipeline& p, c10::Device device, int64_t world
   } catch (const std::invalid_argument& e) {
     throw PipelineError("lr_policy.warmup_epochs", e.what());
   }
+  if (const config::RunSettings& run = p.settings.run; run.checkpoint_best != "none") {
+    if (!run.eval) {
+      throw PipelineError("run.checkpoint_best",
+                          "needs run.eval = true: the evaluations judge which checkpoint is best");
+    }
+    if (!run.checkpoints) {
+      throw PipelineError("run.checkpoint_best", "needs run.checkpoints = true");
+    }
+  }
   const int64_t batch = p.settings.data.batch_size;
   if (batch % world_size != 0) {
     throw PipelineError("data.batch_size",

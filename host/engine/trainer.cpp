@@ -200,8 +200,8 @@ RunPosition Trainer::Impl::resume(const io::RunFolder& folder) {
 }
 
 // The run's side outputs, in the order they see each report: the log, the metrics file,
-// TensorBoard, the program's observers, the heartbeat, the checkpoint cadence, the progress
-// bar. Rank 0 alone writes files: the ranks hold the same state.
+// TensorBoard, the program's observers, the heartbeat, the checkpoint cadence, the best
+// checkpoint, the progress bar. Rank 0 alone writes files: the ranks hold the same state.
 void Trainer::Impl::subscribe_sinks(int64_t resumed_at) {
   const bool writer = checkpointer->writer();
   const std::vector<std::string> groups = optimizer->group_names();
@@ -218,6 +218,12 @@ void Trainer::Impl::subscribe_sinks(int64_t resumed_at) {
   sinks.add(observer_sink(options.on_step, options.on_eval, cancel_requested));
   sinks.add(heartbeat_sink(ranks.heartbeat.get()));
   sinks.add(checkpoint_sink(*checkpointer, s.run.checkpoint_every));
+  if (s.run.checkpoint_best != "none") {
+    const std::optional<io::BestCheckpoint> best =
+        checkpointer->restore_best(s.run.checkpoint_best, resumed_at);
+    sinks.add(best_checkpoint_sink(*checkpointer, s.run.checkpoint_best, best ? best->value : NAN,
+                                   position));
+  }
   const bool bar = writer && options.status_line != nullptr && io::stderr_is_terminal();
   sinks.add(progress_sink(
       {s.run.epochs, frame.max_iters, resumed_at, start, bar ? options.status_line : nullptr}));

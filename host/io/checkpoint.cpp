@@ -68,10 +68,15 @@ int64_t step_of(const fs::path& dir) {
   return error == std::errc() && end == last ? step : -1;
 }
 
-// A partial checkpoint a write left behind: ".tmp-step-<N>-<pid>".
+// A partial checkpoint a write left behind: ".tmp-step-<N>-<pid>"; or the best's record or link
+// before its rename: ".tmp-best-<pid>", ".tmp-best.toml-<pid>".
 bool is_partial(const fs::path& entry) {
-  return entry.filename().string().rfind(".tmp-step-", 0) == 0;
+  const std::string name = entry.filename().string();
+  return name.rfind(".tmp-step-", 0) == 0 || name.rfind(".tmp-best", 0) == 0;
 }
+
+constexpr const char* kBestLink = "best";
+constexpr const char* kBestRecord = "best.toml";
 
 }  // namespace
 
@@ -84,6 +89,9 @@ CheckpointRootScan clean_checkpoint_root(const std::string& root) {
       boost::system::error_code removed;
       fs::remove_all(entry.path(), removed);
       if (!removed) scan.removed_partial.push_back(entry.path().string());
+    } else if (const std::string name = entry.path().filename().string();
+               name == kBestLink || name == kBestRecord) {
+      continue;
     } else if (step_of(entry.path()) < 0 || !fs::is_directory(entry.path(), ec)) {
       scan.ignored.push_back(entry.path().string());
     }
@@ -109,7 +117,8 @@ std::vector<std::string> list_checkpoints(const std::string& root) {
   return dirs;
 }
 
-std::string write_checkpoint(const std::string& root, const CheckpointData& data, int64_t keep) {
+std::string write_checkpoint(const std::string& root, const CheckpointData& data, int64_t keep,
+                             int64_t protect) {
   const std::string final_dir = root + "/" + step_name(data.info.step);
   const std::string tmp_dir =
       root + "/.tmp-" + step_name(data.info.step) + "-" + std::to_string(::getpid());
@@ -165,16 +174,62 @@ std::string write_checkpoint(const std::string& root, const CheckpointData& data
     throw CheckpointError(final_dir + ": cannot write checkpoint: " + e.what());
   }
 
-  // Keep the newest `keep` at or below this step; newer ones (another timeline) stay.
+  prune_checkpoints(root, data.info.step, keep, protect);
+  return final_dir;
+}
+
+std::string checkpoint_name(int64_t step) { return step_name(step); }
+
+void prune_checkpoints(const std::string& root, int64_t newest, int64_t keep, int64_t protect) {
   int64_t kept = 0;
   for (const std::string& dir : list_checkpoints(root)) {
-    if (step_of(dir) > data.info.step) continue;
+    const int64_t step = step_of(dir);
+    if (step > newest || step == protect) continue;
     if (++kept > keep) {
       boost::system::error_code ignored;
       fs::remove_all(dir, ignored);
     }
   }
-  return final_dir;
+}
+
+void write_best(const std::string& root, const BestCheckpoint& best) {
+  const std::string pid = std::to_string(::getpid());
+  const std::string record = root + "/" + kBestRecord, link = root + "/" + kBestLink;
+  const std::string record_tmp = root + "/.tmp-best.toml-" + pid,
+                    link_tmp = root + "/.tmp-best-" + pid;
+  try {
+    std::ostringstream text;
+    text << toml::table{{"step", best.step}, {"metric", best.metric}, {"value", best.value}}
+         << "\n";
+    write_text_durably(record_tmp, text.str());
+    fs::rename(record_tmp, record);
+    fs::remove(link_tmp);
+    fs::create_directory_symlink(step_name(best.step), link_tmp);  // relative: the run may move
+    fs::rename(link_tmp, link);
+    fsync_path(root, true);
+  } catch (const fs::filesystem_error& e) {
+    boost::system::error_code ignored;
+    fs::remove(record_tmp, ignored);
+    fs::remove(link_tmp, ignored);
+    throw CheckpointError(record + ": cannot write the best checkpoint's record: " + e.what());
+  }
+}
+
+std::optional<BestCheckpoint> read_best(const std::string& root) {
+  const std::string path = root + "/" + kBestRecord;
+  boost::system::error_code ec;
+  if (!fs::is_regular_file(path, ec)) return std::nullopt;
+  try {
+    const toml::table t = toml::parse_file(path);
+    BestCheckpoint best;
+    best.step = t["step"].value_or(int64_t{-1});
+    best.metric = t["metric"].value_or(std::string());
+    best.value = t["value"].value_or(0.0);
+    if (best.step < 0 || best.metric.empty()) return std::nullopt;
+    return best;
+  } catch (const toml::parse_error&) {
+    return std::nullopt;
+  }
 }
 
 CheckpointData read_checkpoint(const std::string& dir) {

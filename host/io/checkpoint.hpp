@@ -9,6 +9,7 @@
 #include <ATen/core/Tensor.h>
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -26,9 +27,33 @@ struct CheckpointData {
 };
 
 // Writes `data` as <root>/step-<N>, then removes the oldest checkpoints beyond `keep` (never one
-// newer than this). Returns the folder. Throws CheckpointError naming the path (the previous
-// checkpoints are then untouched).
-std::string write_checkpoint(const std::string& root, const CheckpointData& data, int64_t keep);
+// newer than this, nor step `protect`: the best). Returns the folder. Throws CheckpointError
+// naming the path (the previous checkpoints are then untouched).
+std::string write_checkpoint(const std::string& root, const CheckpointData& data, int64_t keep,
+                             int64_t protect = -1);
+
+// Removes the checkpoints at or below step `newest` beyond the newest `keep` of them, except step
+// `protect`. Newer ones (another timeline) stay.
+void prune_checkpoints(const std::string& root, int64_t newest, int64_t keep, int64_t protect);
+
+// The best checkpoint by an evaluation metric (run.checkpoint_best): <root>/best.toml says which
+// and why, and <root>/best is a link to its step-<N> folder, so every command that takes a
+// checkpoint folder takes it.
+struct BestCheckpoint {
+  int64_t step = -1;
+  std::string metric;  // accuracy, top5, loss
+  double value = 0.0;
+};
+
+// Replaces best.toml and the link, each by a rename (a crash leaves the old or the new one).
+// Throws CheckpointError naming the path.
+void write_best(const std::string& root, const BestCheckpoint& best);
+// best.toml under `root`; nullopt when there is none or it cannot be read (then the run judges
+// afresh).
+std::optional<BestCheckpoint> read_best(const std::string& root);
+
+// A checkpoint's folder name under its root: "step-<N>", N zero-padded to 9 digits.
+std::string checkpoint_name(int64_t step);
 
 // Reads `dir` and verifies every file against state.toml (size and CRC-32), checking state.toml
 // (io/checkpoint_state.hpp) and both safetensors files (io/safetensors_layout.hpp) as files from
@@ -42,7 +67,7 @@ std::vector<std::string> list_checkpoints(const std::string& root);
 // What a run's start found under its checkpoint root besides checkpoints.
 struct CheckpointRootScan {
   std::vector<std::string> removed_partial;  // .tmp-step-* folders a killed write left: removed
-  std::vector<std::string> ignored;          // entries that are not step-<N> folders: left alone
+  std::vector<std::string> ignored;  // entries that are not step-<N> folders (nor the best's)
 };
 
 // Removes the partial checkpoints (.tmp-step-*) that writes interrupted by a kill or a crash

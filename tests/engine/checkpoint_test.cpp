@@ -300,6 +300,86 @@ TEST(Checkpoint, AKeyTheCheckpointDoesNotRecordOnlyDiffersAwayFromItsDefault) {
   fs::remove_all(dir);
 }
 
+// run.checkpoint_best: the checkpoint of the best evaluation so far is kept besides the
+// checkpoint_keep newest, named by checkpoints/best and best.toml; `kiln evaluate` of it gives
+// that evaluation; a resumed run keeps judging against the recorded best.
+TEST(Checkpoint, TheBestCheckpointIsKeptBesidesTheNewest) {
+  const fs::path dir = temp_dir();
+  // lr 0.5 makes the accuracy fall back in the last epoch (checked below), so the best is not
+  // simply the newest.
+  const std::string args = std::string(KILN_SOURCE_DIR) +
+                           "/tests/pipelines/synthetic_mlp.toml --set run.epochs=5 "
+                           "--set optimizer.lr=0.5 --set run.threads=1 --set run.checkpoint_keep=1 "
+                           "--set run.checkpoint_best=accuracy --set run.tensorboard=false "
+                           "--set run.output_dir=" +
+                           dir.string();
+  const std::string metrics = (dir / "run.jsonl").string();
+  const Result r = kiln(args + " --metrics " + metrics);
+  ASSERT_EQ(r.code, 0) << r.output;
+  // The evaluations: (step, accuracy, loss); the best is the first of the highest accuracy.
+  struct Eval {
+    int step;
+    double accuracy, loss;
+  };
+  std::vector<Eval> evals;
+  const std::string text = read_bytes(metrics);
+  const std::regex eval(
+      R"re("type":"eval","epoch":\d+,"step":(\d+),"accuracy":([^,]+),"loss":([^,]+))re");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), eval); it != std::sregex_iterator();
+       ++it) {
+    evals.push_back({std::stoi((*it)[1]), std::stod((*it)[2]), std::stod((*it)[3])});
+  }
+  ASSERT_EQ(evals.size(), 5u) << text;
+  Eval best = evals[0];
+  for (const Eval& e : evals) {
+    if (e.accuracy > best.accuracy) best = e;
+  }
+  ASSERT_LT(best.step, evals.back().step) << "the test needs a best before the last epoch";
+
+  // The newest checkpoint (keep 1) and the best one, the record and the link.
+  const fs::path root = dir / "version_0" / "checkpoints";
+  const std::string best_dir = checkpoint_in(dir, 0, best.step);
+  std::set<std::string> entries;
+  for (fs::directory_iterator it(root), end; it != end; ++it) {
+    entries.insert(it->path().filename().string());
+  }
+  EXPECT_EQ(entries, (std::set<std::string>{
+                         "best", "best.toml", fs::path(best_dir).filename().string(),
+                         fs::path(checkpoint_in(dir, 0, evals.back().step)).filename().string()}));
+  EXPECT_EQ(fs::read_symlink(root / "best").string(), fs::path(best_dir).filename().string());
+  const std::string record = read_bytes((root / "best.toml").string());
+  EXPECT_NE(record.find("metric = 'accuracy'"), std::string::npos) << record;
+  EXPECT_NE(record.find("step = " + std::to_string(best.step)), std::string::npos) << record;
+
+  // Evaluating it through the link gives that evaluation.
+  const Result e = kiln_command("evaluate " + args + " --checkpoint " + (root / "best").string() +
+                                " --metrics " + (dir / "eval.jsonl").string());
+  ASSERT_EQ(e.code, 0) << e.output;
+  const std::string again = read_bytes((dir / "eval.jsonl").string());
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(again, m, eval)) << again;
+  EXPECT_EQ(std::stoi(m[1]), best.step);
+  EXPECT_EQ(std::stod(m[2]), best.accuracy);
+  EXPECT_EQ(std::stod(m[3]), best.loss);
+
+  // Resumed from the best, the run redoes the epochs after it: none beats the recorded best,
+  // which stays (and its checkpoint with it).
+  const Result resumed = kiln(args + " --resume " + best_dir);
+  ASSERT_EQ(resumed.code, 0) << resumed.output;
+  EXPECT_EQ(read_bytes((root / "best.toml").string()), record);
+  EXPECT_TRUE(fs::is_directory(best_dir));
+  EXPECT_EQ(resumed.output.find("best accuracy so far"), std::string::npos) << resumed.output;
+
+  // It needs the evaluations and the checkpoints: refused at its key before the run.
+  for (const char* off : {"run.eval=false", "run.checkpoints=false"}) {
+    const Result refused = kiln_command("validate " + args + " --set " + off);
+    EXPECT_EQ(refused.code, 2) << refused.output;
+    EXPECT_NE(refused.output.find("run.checkpoint_best: needs "), std::string::npos)
+        << refused.output;
+  }
+  fs::remove_all(dir);
+}
+
 // Checkpoints written before they recorded their configuration's keys compare by its hash.
 TEST(Checkpoint, ACheckpointWithoutItsKeysIsComparedByItsHash) {
   const fs::path dir = temp_dir();

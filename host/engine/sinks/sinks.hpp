@@ -49,6 +49,12 @@ std::unique_ptr<RunSink> observer_sink(std::function<bool(const io::StepRecord&)
 // run.checkpoint_every steps, or (0) every epoch's end.
 std::unique_ptr<RunSink> checkpoint_sink(Checkpointer& checkpointer, int64_t every);
 
+// run.checkpoint_best: after an evaluation better by `metric` (accuracy, top5: higher; loss:
+// lower) than `best` (the value a resumed run's record holds, NaN: none yet), the checkpoint of
+// the run's position (`start`, then the latest step's or epoch end's) is kept as the best.
+std::unique_ptr<RunSink> best_checkpoint_sink(Checkpointer& checkpointer, const std::string& metric,
+                                              double best, const RunPosition& start);
+
 // The step a rank reached, for the heartbeat that names a hung rank. Null without one.
 std::unique_ptr<RunSink> heartbeat_sink(dist::Heartbeat* heartbeat);
 
