@@ -50,6 +50,21 @@ void print_refused(const std::vector<std::string>& refused) {
   for (const auto& r : refused) fmt::print(stderr, "error: plugin refused: {}\n", r);
 }
 
+// Inside a catch: prints the exception being handled and returns its exit code, a configuration
+// error's (the message is already file:line:column) or a run-time failure's. Any other type goes
+// on to main's backstop.
+int report_failure() {
+  try {
+    throw;
+  } catch (const config::ConfigError& e) {
+    fmt::print(stderr, "{}\n", e.what());
+    return kConfigError;
+  } catch (const std::exception& e) {
+    fmt::print(stderr, "error: {}\n", e.what());
+    return kRunFailed;
+  }
+}
+
 // Loads plugins (with the pipeline's own folders) and resolves the pipeline; with
 // `preflight_world` > 0 also creates every component as a run of that many ranks would
 // (engine::preflight). On failure prints the reason and sets `exit_code`.
@@ -70,13 +85,8 @@ bool resolve(const PipelineArgs& args, Plugins& plugins, config::Pipeline& pipel
       });
     }
     return true;
-  } catch (const config::ConfigError& e) {
-    fmt::print(stderr, "{}\n", e.what());
-    exit_code = kConfigError;
-    return false;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    exit_code = kRunFailed;
+  } catch (...) {
+    exit_code = report_failure();
     return false;
   }
 }
@@ -145,14 +155,10 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
                    100.0 * r.test_accuracy, r.test_loss, r.steps, r.train_seconds);
     }
     return 0;
-  } catch (const config::ConfigError& e) {
-    // A component refused its options, or the world cannot run the pipeline: found while the
-    // run was built, before its first step.
-    fmt::print(stderr, "{}\n", e.what());
-    return kConfigError;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kRunFailed;
+  } catch (...) {
+    // A configuration error here is a component's refusal of its options, or a world that
+    // cannot run the pipeline: found while the run was built, before its first step.
+    return report_failure();
   }
 }
 
@@ -210,12 +216,8 @@ int evaluate(const PipelineArgs& given, const std::string& checkpoint, const std
                : checkpoint == "auto" ? fmt::format("the newest checkpoint, step {}", r.step)
                                       : fmt::format("{}, step {}", options.resume, r.step));
     return 0;
-  } catch (const config::ConfigError& e) {
-    fmt::print(stderr, "{}\n", e.what());
-    return kConfigError;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kRunFailed;
+  } catch (...) {
+    return report_failure();
   }
 }
 
@@ -332,12 +334,8 @@ int loader_bench(const PipelineArgs& args, int64_t batches, int64_t warmup) {
         images / elapsed, first, seconds(opened, built), batches, options.batch_size,
         options.workers, loader.skipped_samples());
     return 0;
-  } catch (const config::ConfigError& e) {
-    fmt::print(stderr, "{}\n", e.what());
-    return kConfigError;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kRunFailed;
+  } catch (...) {
+    return report_failure();
   }
 }
 
