@@ -92,6 +92,10 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                   "after each evaluation, keep the checkpoint with the best value so far "
                   "(highest accuracy or top5, lowest loss) as checkpoints/best, besides the "
                   "checkpoint_keep newest (mmengine save_best, Lightning monitor)"),
+           spec("early_stop_patience", KILN_OPT_INT, "0",
+                "stop the run once this many evaluations in a row have not beaten the best of "
+                "checkpoint_best's metric (Lightning EarlyStopping patience); 0 = never",
+                0),
            choice("resume_fallback", "previous,stop", "\"previous\"",
                   "--resume auto and the newest checkpoint is corrupt, truncated or from another "
                   "config: refuse it and use the previous one, or stop"),

@@ -26,6 +26,7 @@ RunSettings run_settings(const OptionSet& r) {
   s.checkpoint_every = r.get_int("checkpoint_every");
   s.checkpoint_keep = r.get_int("checkpoint_keep");
   s.checkpoint_best = r.get_string("checkpoint_best");
+  s.early_stop_patience = r.get_int("early_stop_patience");
   s.resume_fallback_previous = r.get_string("resume_fallback") == "previous";
   s.tensorboard = r.get_bool("tensorboard");
   s.profile_steps = r.get_int("profile_steps");

@@ -30,6 +30,7 @@ struct RunSettings {
   int64_t checkpoint_every = 0;  // 0: at each epoch's end
   int64_t checkpoint_keep = 3;
   std::string checkpoint_best = "none";  // none, accuracy, top5, loss
+  int64_t early_stop_patience = 0;       // 0: off
   bool resume_fallback_previous = true;  // resume_fallback = "previous" (else "stop")
   bool tensorboard = true;
   int64_t profile_steps = 0;  // 0: no trace

@@ -2,6 +2,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <boost/filesystem.hpp>
 
 #include "engine/resume.hpp"
@@ -45,18 +46,23 @@ void Checkpointer::save(const RunPosition& at, bool even_if_off) {
   spdlog::info("checkpoint {}", last_);
 }
 
-void Checkpointer::keep_best(const RunPosition& at, const std::string& metric, double value) {
+void Checkpointer::keep_best(const RunPosition& at, const io::BestCheckpoint& best) {
   if (!writer_) return;
   save(at);
   const std::string root = run_dir() + "/checkpoints";
-  io::write_best(root, {at.step, metric, value});
+  io::write_best(root, best);
   const int64_t previous = best_step_;
   best_step_ = at.step;
   // The previous best, no longer kept, goes as checkpoint_keep would have taken it.
   if (previous >= 0 && previous != at.step) {
     io::prune_checkpoints(root, saved_step_, p_.settings.run.checkpoint_keep, best_step_);
   }
-  spdlog::info("best {} so far: {:.6g} at step {} (checkpoints/best)", metric, value, at.step);
+  spdlog::info("best {} so far: {:.6g} at step {} (checkpoints/best)", best.metric, best.value,
+               at.step);
+}
+
+void Checkpointer::note_best(const io::BestCheckpoint& best) {
+  if (writer_) io::write_best(run_dir() + "/checkpoints", best);
 }
 
 std::optional<io::BestCheckpoint> Checkpointer::restore_best(const std::string& metric,
@@ -70,6 +76,9 @@ std::optional<io::BestCheckpoint> Checkpointer::restore_best(const std::string& 
     return std::nullopt;
   }
   best_step_ = best->step;
+  best->since.erase(std::remove_if(best->since.begin(), best->since.end(),
+                                   [&](int64_t step) { return step > resumed_step; }),
+                    best->since.end());
   return best;
 }
 

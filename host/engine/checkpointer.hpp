@@ -39,12 +39,16 @@ class Checkpointer {
   // this rank does not write, or that step's is already written (or was resumed from).
   void save(const RunPosition& at, bool even_if_off = false);
   void saved_at(int64_t step) { saved_step_ = step; }
-  // Keeps the checkpoint at `at` (written now unless it is) as the best by `metric` (`value`):
-  // checkpoints/best.toml and the link checkpoints/best, and out of checkpoint_keep's pruning.
-  void keep_best(const RunPosition& at, const std::string& metric, double value);
+  // Keeps the checkpoint at `at` (written now unless it is) as the best (`best.step` is
+  // at.step): checkpoints/best.toml and the link checkpoints/best, and out of checkpoint_keep's
+  // pruning.
+  void keep_best(const RunPosition& at, const io::BestCheckpoint& best);
+  // Rewrites the best's record (the evaluations since it that did not beat it).
+  void note_best(const io::BestCheckpoint& best);
   // A resumed run's best so far: the record in its run folder, when it is of `metric` and of a
   // step at or before `resumed_step` whose checkpoint is there (a later one belongs to the
-  // timeline the resume replaces). Its checkpoint is then kept as the best.
+  // timeline the resume replaces), with the evaluations since it up to `resumed_step`. Its
+  // checkpoint is then kept as the best.
   std::optional<io::BestCheckpoint> restore_best(const std::string& metric, int64_t resumed_step);
   // The model's tensors as weights-step-<step>.safetensors in the run folder; its path.
   std::string save_weights(int64_t step, const std::string& reason);

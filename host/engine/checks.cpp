@@ -49,6 +49,11 @@ void check_pipeline(const config::Pipeline& p, c10::Device device, int64_t world
   } catch (const std::invalid_argument& e) {
     throw PipelineError("lr_policy.warmup_epochs", e.what());
   }
+  if (p.settings.run.early_stop_patience > 0 && p.settings.run.checkpoint_best == "none") {
+    throw PipelineError(
+        "run.early_stop_patience",
+        "needs run.checkpoint_best (accuracy, top5 or loss): the metric it watches");
+  }
   if (const config::RunSettings& run = p.settings.run; run.checkpoint_best != "none") {
     if (!run.eval) {
       throw PipelineError("run.checkpoint_best",

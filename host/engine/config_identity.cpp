@@ -18,10 +18,10 @@ namespace {
 
 // Keys that do not change what training computes: changing them keeps checkpoints usable.
 const std::set<std::string> kFreeRunKeys = {
-    "epochs",          "max_steps",      "log_interval",        "eval",
-    "threads",         "output_dir",     "checkpoint_every",    "checkpoint_keep",
-    "resume_fallback", "tensorboard",    "max_nonfinite_steps", "profile_steps",
-    "profile_start",   "checkpoint_best"};
+    "epochs",          "max_steps",       "log_interval",        "eval",
+    "threads",         "output_dir",      "checkpoint_every",    "checkpoint_keep",
+    "resume_fallback", "tensorboard",     "max_nonfinite_steps", "profile_steps",
+    "profile_start",   "checkpoint_best", "early_stop_patience"};
 const std::set<std::string> kFreeDataKeys = {"workers", "prefetch", "eval_batch_size", "root",
                                              "val_root"};
 

@@ -198,8 +198,13 @@ void write_best(const std::string& root, const BestCheckpoint& best) {
   const std::string record_tmp = root + "/.tmp-best.toml-" + pid,
                     link_tmp = root + "/.tmp-best-" + pid;
   try {
+    toml::array since;
+    for (int64_t step : best.since) since.push_back(step);
     std::ostringstream text;
-    text << toml::table{{"step", best.step}, {"metric", best.metric}, {"value", best.value}}
+    text << toml::table{{"step", best.step},
+                        {"metric", best.metric},
+                        {"value", best.value},
+                        {"since", since}}
          << "\n";
     write_text_durably(record_tmp, text.str());
     fs::rename(record_tmp, record);
@@ -225,6 +230,9 @@ std::optional<BestCheckpoint> read_best(const std::string& root) {
     best.step = t["step"].value_or(int64_t{-1});
     best.metric = t["metric"].value_or(std::string());
     best.value = t["value"].value_or(0.0);
+    if (const toml::array* since = t["since"].as_array()) {
+      for (const toml::node& step : *since) best.since.push_back(step.value_or(int64_t{-1}));
+    }
     if (best.step < 0 || best.metric.empty()) return std::nullopt;
     return best;
   } catch (const toml::parse_error&) {

@@ -43,6 +43,7 @@ struct BestCheckpoint {
   int64_t step = -1;
   std::string metric;  // accuracy, top5, loss
   double value = 0.0;
+  std::vector<int64_t> since;  // steps of the evaluations after it that did not beat it
 };
 
 // Replaces best.toml and the link, each by a rename (a crash leaves the old or the new one).

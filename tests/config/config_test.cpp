@@ -356,7 +356,7 @@ TEST_F(ConfigTest, UnknownKey) {
           "log_interval, eval, threads, tf32, cuda_graph, cudnn_benchmark, accumulation_steps, "
           "grad_check, max_nonfinite_steps, "
           "output_dir, checkpoints, checkpoint_every, checkpoint_keep, checkpoint_best, "
-          "resume_fallback, "
+          "early_stop_patience, resume_fallback, "
           "tensorboard, profile_steps, profile_start");
   // The keys of the chosen component only: nesterov belongs to sgd, not adamw.
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[optimizer]\nname = \"adamw\"\nnesterov = true\n"),

@@ -380,6 +380,85 @@ TEST(Checkpoint, TheBestCheckpointIsKeptBesidesTheNewest) {
   fs::remove_all(dir);
 }
 
+// run.early_stop_patience: the run ends (exit 0, with a checkpoint) at the evaluation that makes
+// `patience` in a row without a better loss, as Lightning's EarlyStopping(mode="min",
+// min_delta=0) rules (recomputed here from the metrics); resumed, it stays stopped; raising the
+// patience trains on.
+TEST(Checkpoint, EarlyStopEndsTheRunAndAResumeKeepsItStopped) {
+  const fs::path dir = temp_dir();
+  constexpr int kPatience = 2, kEpochs = 8, kStepsPerEpoch = 16;
+  const std::string args =
+      std::string(KILN_SOURCE_DIR) +
+      "/tests/pipelines/synthetic_mlp.toml --set run.epochs=" + std::to_string(kEpochs) +
+      " --set optimizer.lr=1.0 --set run.threads=1 --set run.checkpoint_best=loss "
+      "--set run.early_stop_patience=" +
+      std::to_string(kPatience) +
+      " --set run.tensorboard=false --set run.output_dir=" + dir.string();
+  const std::string metrics = (dir / "run.jsonl").string();
+  const Result r = kiln(args + " --metrics " + metrics);
+  ASSERT_EQ(r.code, 0) << r.output;
+  std::vector<std::pair<int, double>> evals;  // step, loss
+  const std::string text = read_bytes(metrics);
+  const std::regex eval(
+      R"re("type":"eval","epoch":\d+,"step":(\d+),"accuracy":[^,]+,"loss":([^,]+))re");
+  for (auto it = std::sregex_iterator(text.begin(), text.end(), eval); it != std::sregex_iterator();
+       ++it) {
+    evals.emplace_back(std::stoi((*it)[1]), std::stod((*it)[2]));
+  }
+  // Lightning's rule over the same evaluations: where it stops, and the best then.
+  double best = INFINITY;
+  int best_step = 0, wait = 0;
+  size_t stop_at = evals.size();
+  std::vector<int> since;
+  for (size_t i = 0; i < evals.size(); ++i) {
+    if (evals[i].second < best) {
+      best = evals[i].second;
+      best_step = evals[i].first;
+      wait = 0;
+      since.clear();
+    } else {
+      ++wait;
+      since.push_back(evals[i].first);
+      if (wait >= kPatience) {
+        stop_at = i;
+        break;
+      }
+    }
+  }
+  ASSERT_LT(stop_at, evals.size()) << "Lightning's rule would not stop here:\n" << text;
+  EXPECT_EQ(stop_at, evals.size() - 1) << "the run went on after the stop";
+  EXPECT_LT(evals.back().first, kEpochs * kStepsPerEpoch) << "the test needs an early stop";
+  EXPECT_NE(r.output.find("early stop: " + std::to_string(kPatience) + " evaluation(s)"),
+            std::string::npos)
+      << r.output;
+  const fs::path root = dir / "version_0" / "checkpoints";
+  const std::string record = read_bytes((root / "best.toml").string());
+  std::string since_text;
+  for (size_t i = 0; i < since.size(); ++i)
+    since_text += (i ? ", " : "") + std::to_string(since[i]);
+  EXPECT_NE(record.find("since = [ " + since_text + " ]"), std::string::npos) << record;
+  EXPECT_NE(record.find("step = " + std::to_string(best_step)), std::string::npos) << record;
+  EXPECT_TRUE(fs::is_directory(checkpoint_in(dir, 0, evals.back().first)));
+
+  // Resumed with the same patience: stopped before any step.
+  const Result again = kiln(args + " --resume auto --metrics " + metrics);
+  ASSERT_EQ(again.code, 0) << again.output;
+  EXPECT_NE(again.output.find("early stop: "), std::string::npos) << again.output;
+  EXPECT_EQ(read_bytes(metrics), text) << "the resumed run trained or evaluated";
+  // A larger patience trains on from there.
+  const Result on = kiln(args + " --resume auto --set run.early_stop_patience=100");
+  ASSERT_EQ(on.code, 0) << on.output;
+  EXPECT_TRUE(fs::is_directory(checkpoint_in(dir, 0, kEpochs * kStepsPerEpoch))) << on.output;
+
+  // It watches checkpoint_best's metric: without one it is refused at its key.
+  const Result refused = kiln_command("validate " + args + " --set run.checkpoint_best=none");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("run.early_stop_patience: needs run.checkpoint_best"),
+            std::string::npos)
+      << refused.output;
+  fs::remove_all(dir);
+}
+
 // Checkpoints written before they recorded their configuration's keys compare by its hash.
 TEST(Checkpoint, ACheckpointWithoutItsKeysIsComparedByItsHash) {
   const fs::path dir = temp_dir();

@@ -1,5 +1,6 @@
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cmath>
 
 #include "engine/checkpointer.hpp"
@@ -11,38 +12,57 @@ namespace {
 
 class BestCheckpointSink final : public RunSink {
  public:
-  BestCheckpointSink(Checkpointer& checkpointer, std::string metric, double best,
-                     const RunPosition& start)
-      : checkpointer_(checkpointer), metric_(std::move(metric)), best_(best), at_(start) {}
+  BestCheckpointSink(Checkpointer& checkpointer, BestCheckpointRule rule, const RunPosition& start,
+                     std::atomic<bool>& stop_requested)
+      : checkpointer_(checkpointer), rule_(std::move(rule)), at_(start), stop_(stop_requested) {}
 
   void step(const StepReport& r) override { at_ = r.position; }
   // The epoch's checkpoint is of the next epoch's start: the same state, the same folder.
   void epoch_end(const RunPosition& next) override { at_ = next; }
 
   void eval(const io::EvalRecord& r) override {
-    const double value = metric_ == "loss"   ? r.loss
-                         : metric_ == "top5" ? r.accuracy_top5
-                                             : r.accuracy;
+    const std::string& metric = rule_.metric;
+    const double value = metric == "loss"   ? r.loss
+                         : metric == "top5" ? r.accuracy_top5
+                                            : r.accuracy;
     // Nothing trained yet (no checkpoint to keep), or nothing to compare.
     if (at_.step == 0 || r.step != at_.step || std::isnan(value)) return;
-    const bool better = std::isnan(best_) || (metric_ == "loss" ? value < best_ : value > best_);
-    if (!better) return;
-    best_ = value;
-    checkpointer_.keep_best(at_, metric_, value);
+    std::optional<io::BestCheckpoint>& best = rule_.best;
+    if (!best || (metric == "loss" ? value < best->value : value > best->value)) {
+      best = io::BestCheckpoint{r.step, metric, value, {}};
+      checkpointer_.keep_best(at_, *best);
+      return;
+    }
+    // Not better; the best itself evaluated again (a resume at its step) or an evaluation
+    // already counted (a resume at that step) counts once.
+    if (r.step != best->step &&
+        std::find(best->since.begin(), best->since.end(), r.step) == best->since.end()) {
+      best->since.push_back(r.step);
+      checkpointer_.note_best(*best);
+    }
+    const auto since = static_cast<int64_t>(best->since.size());
+    if (rule_.patience > 0 && since >= rule_.patience) {
+      spdlog::info(
+          "early stop: {} evaluation(s) without a better {} than {:.6g} at step {} "
+          "(run.early_stop_patience {})",
+          since, metric, best->value, best->step, rule_.patience);
+      stop_ = true;
+    }
   }
 
  private:
   Checkpointer& checkpointer_;
-  std::string metric_;
-  double best_;
+  BestCheckpointRule rule_;
   RunPosition at_;
+  std::atomic<bool>& stop_;
 };
 
 }  // namespace
 
-std::unique_ptr<RunSink> best_checkpoint_sink(Checkpointer& checkpointer, const std::string& metric,
-                                              double best, const RunPosition& start) {
-  return std::make_unique<BestCheckpointSink>(checkpointer, metric, best, start);
+std::unique_ptr<RunSink> best_checkpoint_sink(Checkpointer& checkpointer, BestCheckpointRule rule,
+                                              const RunPosition& start,
+                                              std::atomic<bool>& stop_requested) {
+  return std::make_unique<BestCheckpointSink>(checkpointer, std::move(rule), start, stop_requested);
 }
 
 }  // namespace kiln::engine

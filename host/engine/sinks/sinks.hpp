@@ -8,11 +8,13 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "engine/precision.hpp"
 #include "engine/sinks/run_sink.hpp"
+#include "io/checkpoint.hpp"
 
 namespace kiln::dist {
 class Heartbeat;
@@ -50,10 +52,18 @@ std::unique_ptr<RunSink> observer_sink(std::function<bool(const io::StepRecord&)
 std::unique_ptr<RunSink> checkpoint_sink(Checkpointer& checkpointer, int64_t every);
 
 // run.checkpoint_best: after an evaluation better by `metric` (accuracy, top5: higher; loss:
-// lower) than `best` (the value a resumed run's record holds, NaN: none yet), the checkpoint of
-// the run's position (`start`, then the latest step's or epoch end's) is kept as the best.
-std::unique_ptr<RunSink> best_checkpoint_sink(Checkpointer& checkpointer, const std::string& metric,
-                                              double best, const RunPosition& start);
+// lower) than the best so far (`best`: a resumed run's record), the checkpoint of the run's
+// position (`start`, then the latest step's or epoch end's) is kept as the best. After
+// `patience` (> 0) evaluations in a row that are not, it sets `stop_requested`
+// (run.early_stop_patience).
+struct BestCheckpointRule {
+  std::string metric;
+  int64_t patience = 0;
+  std::optional<io::BestCheckpoint> best;
+};
+std::unique_ptr<RunSink> best_checkpoint_sink(Checkpointer& checkpointer, BestCheckpointRule rule,
+                                              const RunPosition& start,
+                                              std::atomic<bool>& stop_requested);
 
 // The step a rank reached, for the heartbeat that names a hung rank. Null without one.
 std::unique_ptr<RunSink> heartbeat_sink(dist::Heartbeat* heartbeat);

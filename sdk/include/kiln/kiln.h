@@ -184,9 +184,9 @@ enum {
 enum {
   KILN_SESSION_READY = 0,     /* more steps to take */
   KILN_SESSION_FINISHED = 1,  /* every step of run.epochs / run.max_steps is done */
-  KILN_SESSION_CANCELLED = 2, /* session_cancel or a callback's nonzero return stopped it after
-                                 a whole step; the checkpoint of that step was written when
-                                 checkpoints are on */
+  KILN_SESSION_CANCELLED = 2, /* session_cancel, a callback's nonzero return or
+                                 run.early_stop_patience stopped it after a whole step; the
+                                 checkpoint of that step was written when checkpoints are on */
   KILN_SESSION_STOPPED = 3,   /* a guard stopped it (e.g. too many non-finite steps); the reason
                                  is in kiln_progress.stop_reason, the weights were saved */
   KILN_SESSION_FAILED = 4     /* a call returned KILN_ERR_RUN_FAILED; destroy it */
