@@ -219,18 +219,10 @@ void Trainer::Impl::subscribe_sinks(int64_t resumed_at) {
   sinks.add(heartbeat_sink(ranks.heartbeat.get()));
   sinks.add(checkpoint_sink(*checkpointer, s.run.checkpoint_every));
   if (s.run.checkpoint_best != "none") {
-    BestCheckpointRule rule{s.run.checkpoint_best, s.run.early_stop_patience,
-                            checkpointer->restore_best(s.run.checkpoint_best, resumed_at)};
-    // A run that stopped early stays stopped when resumed with the same patience.
-    if (rule.best && rule.patience > 0 &&
-        static_cast<int64_t>(rule.best->since.size()) >= rule.patience) {
-      spdlog::info(
-          "early stop: {} evaluation(s) since the best {} at step {} (best.toml); raise "
-          "run.early_stop_patience to train on",
-          rule.best->since.size(), rule.best->metric, rule.best->step);
-      cancel_requested = true;
-    }
-    sinks.add(best_checkpoint_sink(*checkpointer, std::move(rule), position, cancel_requested));
+    sinks.add(best_checkpoint_sink(*checkpointer,
+                                   {s.run.checkpoint_best, s.run.early_stop_patience,
+                                    checkpointer->restore_best(s.run.checkpoint_best, resumed_at)},
+                                   position, cancel_requested));
   }
   const bool bar = writer && options.status_line != nullptr && io::stderr_is_terminal();
   sinks.add(progress_sink(

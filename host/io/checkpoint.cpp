@@ -21,8 +21,6 @@ namespace {
 
 const char* const kFiles[] = {"model.safetensors", "trainer.safetensors"};
 
-std::string step_name(int64_t step) { return fmt::format("step-{:09d}", step); }
-
 // Size and CRC-32 of a file's bytes.
 std::pair<int64_t, uint32_t> size_and_crc(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -119,9 +117,9 @@ std::vector<std::string> list_checkpoints(const std::string& root) {
 
 std::string write_checkpoint(const std::string& root, const CheckpointData& data, int64_t keep,
                              int64_t protect) {
-  const std::string final_dir = root + "/" + step_name(data.info.step);
+  const std::string final_dir = root + "/" + checkpoint_name(data.info.step);
   const std::string tmp_dir =
-      root + "/.tmp-" + step_name(data.info.step) + "-" + std::to_string(::getpid());
+      root + "/.tmp-" + checkpoint_name(data.info.step) + "-" + std::to_string(::getpid());
   try {
     fs::create_directories(root);
     fs::remove_all(tmp_dir);
@@ -178,7 +176,7 @@ std::string write_checkpoint(const std::string& root, const CheckpointData& data
   return final_dir;
 }
 
-std::string checkpoint_name(int64_t step) { return step_name(step); }
+std::string checkpoint_name(int64_t step) { return fmt::format("step-{:09d}", step); }
 
 void prune_checkpoints(const std::string& root, int64_t newest, int64_t keep, int64_t protect) {
   int64_t kept = 0;
@@ -209,10 +207,11 @@ void write_best(const std::string& root, const BestCheckpoint& best) {
     write_text_durably(record_tmp, text.str());
     fs::rename(record_tmp, record);
     fs::remove(link_tmp);
-    fs::create_directory_symlink(step_name(best.step), link_tmp);  // relative: the run may move
+    fs::create_directory_symlink(checkpoint_name(best.step),
+                                 link_tmp);  // relative: the run may move
     fs::rename(link_tmp, link);
     fsync_path(root, true);
-  } catch (const fs::filesystem_error& e) {
+  } catch (const std::runtime_error& e) {  // fs::filesystem_error, or the record's write
     boost::system::error_code ignored;
     fs::remove(record_tmp, ignored);
     fs::remove(link_tmp, ignored);

@@ -14,7 +14,16 @@ class BestCheckpointSink final : public RunSink {
  public:
   BestCheckpointSink(Checkpointer& checkpointer, BestCheckpointRule rule, const RunPosition& start,
                      std::atomic<bool>& stop_requested)
-      : checkpointer_(checkpointer), rule_(std::move(rule)), at_(start), stop_(stop_requested) {}
+      : checkpointer_(checkpointer), rule_(std::move(rule)), at_(start), stop_(stop_requested) {
+    // A run that stopped early stays stopped when resumed with the same patience.
+    if (rule_.best && patience_reached()) {
+      spdlog::info(
+          "early stop: {} evaluation(s) since the best {} at step {} (best.toml); raise "
+          "run.early_stop_patience to train on",
+          rule_.best->since.size(), rule_.best->metric, rule_.best->step);
+      stop_ = true;
+    }
+  }
 
   void step(const StepReport& r) override { at_ = r.position; }
   // The epoch's checkpoint is of the next epoch's start: the same state, the same folder.
@@ -40,17 +49,21 @@ class BestCheckpointSink final : public RunSink {
       best->since.push_back(r.step);
       checkpointer_.note_best(*best);
     }
-    const auto since = static_cast<int64_t>(best->since.size());
-    if (rule_.patience > 0 && since >= rule_.patience) {
+    if (patience_reached()) {
       spdlog::info(
           "early stop: {} evaluation(s) without a better {} than {:.6g} at step {} "
           "(run.early_stop_patience {})",
-          since, metric, best->value, best->step, rule_.patience);
+          best->since.size(), metric, best->value, best->step, rule_.patience);
       stop_ = true;
     }
   }
 
  private:
+  // run.early_stop_patience evaluations in a row have not beaten the best (0: never).
+  bool patience_reached() const {
+    return rule_.patience > 0 && static_cast<int64_t>(rule_.best->since.size()) >= rule_.patience;
+  }
+
   Checkpointer& checkpointer_;
   BestCheckpointRule rule_;
   RunPosition at_;

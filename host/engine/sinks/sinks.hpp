@@ -55,7 +55,7 @@ std::unique_ptr<RunSink> checkpoint_sink(Checkpointer& checkpointer, int64_t eve
 // lower) than the best so far (`best`: a resumed run's record), the checkpoint of the run's
 // position (`start`, then the latest step's or epoch end's) is kept as the best. After
 // `patience` (> 0) evaluations in a row that are not, it sets `stop_requested`
-// (run.early_stop_patience).
+// (run.early_stop_patience); at once when the resumed record already holds that many.
 struct BestCheckpointRule {
   std::string metric;
   int64_t patience = 0;
