@@ -206,7 +206,9 @@ def summarise(step_times, data_times, losses, memory, steady, batch, warmup):
     return {"images_per_s": batch * len(st) / (sum(st) + sum(dt)),
             "step_ms": 1e3 * statistics.median(st), "data_ms": 1e3 * sum(dt) / len(dt),
             "memory_mb": memory, "steady_mb": steady, "first_loss": losses[0],
-            "last_loss": losses[-1], "nonfinite": sum(1 for v in losses if v is None)}
+            "last_loss": losses[-1], "nonfinite": sum(1 for v in losses if v is None),
+            "first_nonfinite": next((i + 1 for i, v in enumerate(losses) if v is None), None),
+            "steps": len(losses)}
 
 
 PROFILE_STEPS = 3  # --profile: steps traced after the warm-up
@@ -455,8 +457,15 @@ def report(results, args):
               f"| {gap:.2e} | {tol:g} | {'—' if lk is None else f'{lk:.4f}'} / "
               f"{'—' if lt is None else f'{lt:.4f}'} "
               f"| {'ok' if gap <= tol else '**MISMATCH: comparison void**'} |")
-    nonfinite = [f"{side} batch {b} {m}" for (side, b, m), runs in results.items()
-                 if any(r["nonfinite"] for r in runs)]
+    # Where a loop diverged, and how far: a loss that stays non-finite to the end froze the
+    # weights (every step skipped by the loss scaler) rather than hitting one overflow.
+    nonfinite = []
+    for (side, b, m), runs in results.items():
+        bad = [r for r in runs if r["nonfinite"]]
+        if bad:
+            nonfinite.append(f"{side} batch {b} {m} ({len(bad)} of {len(runs)} runs; the first: "
+                             f"{bad[0]['nonfinite']} of {bad[0]['steps']} steps, from step "
+                             f"{bad[0]['first_nonfinite']})")
     if nonfinite:
         print(f"\nNon-finite losses in: {', '.join(nonfinite)} (training diverged; the timings "
               f"still count, but say so).")

@@ -25,7 +25,7 @@
 #             graphed against eager PyTorch and torch.compile at batch 32, then 256 (inductor's
 #             cold compile of ResNet-50: 50 s on an H100); KILN_CHECK_PHASES="compile" names both
 #   autotune32, autotune256
-#             the same against torch.compile max-autotune, Kiln eager only: its cold compile
+#             the same against torch.compile max-autotune (Kiln eager and graphed): its cold compile
 #             (Triton templates benchmarked per convolution) ran over 240 s at batch 32 on an
 #             H100 and was cut off, so each needs a call of its own; inductor's cache lives in
 #             build/device/inductor-<phase>, so a phase cut off by the call's limit resumes
@@ -72,8 +72,8 @@ PHASES=(
   "memory|90|${X[*]} python3 bench/memory.py --device cuda --kiln $K --repeats 1"
   "compile32|200|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 32 --modes amp,amp_graph --torch-compile default --steps 120 --warmup 30 --repeats 1 --settle 0.2"
   "compile256|220|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --modes amp,amp_graph --torch-compile default --steps 60 --warmup 20 --repeats 1 --samples 2048 --settle 0.2 --workers 12"
-  "autotune32|420|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 32 --modes amp --torch-compile max-autotune --steps 120 --warmup 30 --repeats 1 --settle 0.2 --compile-cache $B/inductor-autotune32"
-  "autotune256|480|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --modes amp --torch-compile max-autotune --steps 60 --warmup 20 --repeats 1 --samples 2048 --settle 0.2 --workers 12 --compile-cache $B/inductor-autotune256"
+  "autotune32|420|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 32 --modes amp,amp_graph --torch-compile max-autotune --steps 120 --warmup 30 --repeats 1 --settle 0.2 --compile-cache $B/inductor-autotune32"
+  "autotune256|480|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --modes amp,amp_graph --torch-compile max-autotune --steps 60 --warmup 20 --repeats 1 --samples 2048 --settle 0.2 --workers 12 --compile-cache $B/inductor-autotune256"
   "profile256|150|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --modes amp --steps 16 --warmup 10 --repeats 1 --samples 2048 --settle 0.2 --workers 12 --profile $OUTDIR/traces && python3 bench/trace_diff.py $OUTDIR/traces/rep0-b256-amp-kiln.json.gz $OUTDIR/traces/rep0-b256-amp-torch.json.gz --labels Kiln,PyTorch --top 30"
   "suite|300|scripts/device_build.sh test -j16 --timeout 300"
 )

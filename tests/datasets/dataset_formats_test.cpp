@@ -415,15 +415,15 @@ TEST(SyntheticDataset, TheHostsPixelsForTheSameSeed) {
   }
 }
 
-// A training split over the 256 MiB the plugin generates at create (17 samples of 4096x4096)
-// is replayed from stored generator states instead: the same pixels, the validation split
-// (one sample) cached.
+// A training split over synthetic_cache_mib (here 1 MiB: 17 samples of 3x224x224, 2.4 MiB) is
+// replayed from generator states stored every 13 samples instead: the same pixels on both sides of
+// a stored state, the validation split (one sample, 147 KiB) cached.
 TEST(SyntheticDataset, ALargeSplitReplaysTheSamePixels) {
-  const int64_t n_train = 17, n_test = 1, classes = 3, side = 4096;
+  const int64_t n_train = 17, n_test = 1, classes = 3, channels = 3, side = 224;
   kiln::data::SyntheticSpec spec;
   spec.samples = n_train + n_test;
   spec.num_classes = classes;
-  spec.channels = 1;
+  spec.channels = channels;
   spec.height = side;
   spec.width = side;
   spec.seed = 5;
@@ -431,17 +431,19 @@ TEST(SyntheticDataset, ALargeSplitReplaysTheSamePixels) {
   const std::vector<std::pair<std::string, Value>> set = {{"synthetic_train", int_value(n_train)},
                                                           {"synthetic_test", int_value(n_test)},
                                                           {"synthetic_classes", int_value(classes)},
-                                                          {"channels", int_value(1)},
+                                                          {"channels", int_value(channels)},
                                                           {"height", int_value(side)},
-                                                          {"width", int_value(side)}};
+                                                          {"width", int_value(side)},
+                                                          {"synthetic_cache_mib", int_value(1)}};
   auto train = open("synthetic", set, KILN_SPLIT_TRAIN, 5);
   auto val = open("synthetic", set, KILN_SPLIT_VAL, 5);
-  const int64_t pixels = side * side;
+  const int64_t pixels = channels * side * side;
   const uint8_t* images = want.images.data_ptr<uint8_t>();
-  for (int64_t i : {int64_t{0}, int64_t{9}, n_train - 1, n_train}) {
+  for (int64_t i = 0; i <= n_train; ++i) {
     const DatasetSource& s = i < n_train ? *train : *val;
     const int64_t at = i < n_train ? i : i - n_train;
-    EXPECT_EQ(decode(s, at), chw_to_hwc(images + i * pixels, 1, side, side)) << "sample " << i;
+    EXPECT_EQ(decode(s, at), chw_to_hwc(images + i * pixels, channels, side, side))
+        << "sample " << i;
   }
 }
 
