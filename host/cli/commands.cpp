@@ -12,6 +12,7 @@
 #include "config/reference.hpp"
 #include "config/toml_text.hpp"
 #include "config/value_check.hpp"
+#include "engine/checkpointer.hpp"
 #include "engine/checks.hpp"
 #include "engine/lr_schedule.hpp"
 #include "engine/plan.hpp"
@@ -178,6 +179,13 @@ int evaluate(const PipelineArgs& given, const std::string& checkpoint, const std
   options.metrics_path = metrics_path;
   options.process.torch_settings = true;
   if (checkpoint == "auto") {
+    // Found before the model and the data are built. The trainer still picks the checkpoint
+    // itself, so that a damaged newest one falls back to the one before, as a resumed run does.
+    if (io::newest_checkpoint_in(engine::output_dir(pipeline)).empty()) {
+      fmt::print(stderr, "--checkpoint auto: no checkpoint under the pipeline's output folder {}\n",
+                 engine::output_dir(pipeline));
+      return kConfigError;
+    }
     options.resume = checkpoint;
   } else if (!checkpoint.empty()) {
     options.resume = io::newest_checkpoint_in(checkpoint);
@@ -205,10 +213,6 @@ int evaluate(const PipelineArgs& given, const std::string& checkpoint, const std
   } restore{level};
   try {
     engine::Trainer trainer(pipeline, options);
-    if (trainer.progress().step == 0 && checkpoint == "auto") {
-      fmt::print(stderr, "--checkpoint auto: no checkpoint under the pipeline's output folder\n");
-      return kConfigError;
-    }
     const io::EvalRecord r = trainer.evaluate();
     fmt::print("test accuracy {:.2f}%, top-5 {:.2f}%, loss {:.4f} ({})\n", 100.0 * r.accuracy,
                100.0 * r.accuracy_top5, r.loss,

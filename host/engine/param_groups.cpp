@@ -23,13 +23,17 @@ GroupRules group_rules(const config::Pipeline& p) {
 
 namespace {
 
-// Names of the parameters that belong to the pipeline's norm layers.
+// Names of the parameters that belong to norm layers: the pipeline's, and a model's own.
 std::set<std::string> norm_parameter_names(torch::nn::Module& model) {
   std::set<std::string> names;
   // include_self = false: the top-level module may not live in a shared_ptr, and is never a
   // norm layer the host built.
   for (const auto& item : model.named_modules(/*name_prefix=*/"", /*include_self=*/false)) {
-    if (dynamic_cast<kiln::NormLayer*>(item.value().get()) == nullptr) continue;
+    const torch::nn::Module* m = item.value().get();
+    if (dynamic_cast<const kiln::NormLayer*>(m) == nullptr &&
+        dynamic_cast<const kiln::NormParameters*>(m) == nullptr) {
+      continue;
+    }
     for (const auto& param : item.value()->named_parameters(/*recurse=*/false)) {
       names.insert(item.key().empty() ? param.key() : item.key() + "." + param.key());
     }

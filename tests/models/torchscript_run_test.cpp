@@ -244,6 +244,29 @@ TEST_F(TorchscriptRun, NormDecayMultReachesItsBatchNorm) {
             100 * kTolerance * std::abs(want.losses.back()));
 }
 
+// The module's LayerNorm and GroupNorm are norm parameters too (cast with the model, as they
+// take one dtype): norm_decay_mult = 0 trains as SGD with every torch norm in a no-decay group.
+TEST_F(TorchscriptRun, ItsLayerAndGroupNormAreNormParametersCastWithTheModel) {
+  constexpr double kStrongDecay = 0.5;
+  const Metrics want =
+      oracle(kSteps, "", R"("model": "norms.pt", "norm_decay": 0.0)", kStrongDecay);
+  const Metrics decayed = oracle(kSteps, "", R"("model": "norms.pt")", kStrongDecay);
+  pipeline("other_norms", "norms.pt");
+  const std::string decay = "--set optimizer.weight_decay=" + std::to_string(kStrongDecay);
+  const Metrics got =
+      run("other_norms", "--set optimizer.norm_decay_mult=0 --set run.eval=false " + decay);
+  expect_near(got.losses, want.losses, "norm_decay_mult = 0, LayerNorm and GroupNorm");
+  EXPECT_GT(std::abs(decayed.losses.back() - want.losses.back()),
+            100 * kTolerance * std::abs(want.losses.back()));
+  // Without the rule they decay as any parameter: the oracle's plain SGD.
+  expect_near(run("other_norms", "--set run.eval=false " + decay, "other_norms_decayed").losses,
+              decayed.losses, "decayed");
+  // Under o2 they are cast to bfloat16 with the rest (apex O2 keeps only batch norm float32).
+  const Metrics o2 = oracle(kSteps, "", R"("model": "norms.pt", "precision": "o2")");
+  pipeline("other_norms_o2", "norms.pt", "", "[precision]\nname = \"o2\"\n");
+  expect_near(run("other_norms_o2", "--set run.eval=false").losses, o2.losses, "o2");
+}
+
 // `kiln evaluate`: PyTorch's trained weights, evaluated by Kiln, give PyTorch's own test loss and
 // accuracy; a run's checkpoint gives that run's last evaluation; nothing else is written.
 TEST_F(TorchscriptRun, EvaluateGivesPyTorchsFiguresForPyTorchsWeights) {
@@ -278,6 +301,11 @@ TEST_F(TorchscriptRun, EvaluateGivesPyTorchsFiguresForPyTorchsWeights) {
   const Result missing = shell(kiln + " --checkpoint " + scratch_->path("no_such_run"));
   EXPECT_EQ(missing.code, 2) << missing.output;
   EXPECT_NE(missing.output.find("no checkpoint here"), std::string::npos) << missing.output;
+  const Result untrained = shell(std::string(KILN_CLI) + " evaluate " +
+                                 pipeline("untrained", "net.pt") + " --checkpoint auto");
+  EXPECT_EQ(untrained.code, 2) << untrained.output;
+  EXPECT_NE(untrained.output.find("--checkpoint auto: no checkpoint under"), std::string::npos)
+      << untrained.output;
 }
 
 TEST_F(TorchscriptRun, WhatItCannotHonourIsRefusedAtItsKey) {

@@ -5,10 +5,11 @@ convolutional network defined here (conv -> BatchNorm2d -> relu -> max pool -> l
 plain buffer) saved with torch.jit.save as net.pt (torch.jit.script) and traced.pt (torch.jit.trace
 of the same weights); for the refusals, seven.pt (a scripted net with 7 outputs for 10 classes),
 state.pt (torch.save of a state_dict: no TorchScript) and tuple.pt (a forward returning a tuple);
-and other.safetensors, other starting weights by the module's own names (for model.init).
-Phase "train" trains the eager twin (net.pt's weights, or `init` when given) in PyTorch: SGD with
-momentum and weight decay (`norm_decay`, when given, for the batch norm's weight and bias: mmcv's
-norm_decay_mult), batches in order (no shuffle), the batch-mean cross entropy; then evaluates it
+norms.pt (the net with GroupNorm for its batch norm and a LayerNorm before the head); and
+other.safetensors, other starting weights by the module's own names (for model.init).
+Phase "train" trains the eager twin (of `model`, default net.pt: its weights, or `init` when
+given) in PyTorch: SGD with momentum and weight decay (`norm_decay`, when given, for the weight
+and bias of every torch norm layer: mmcv's norm_decay_mult), batches in order (no shuffle), the batch-mean cross entropy; then evaluates it
 in eval mode on the test split. With `precision` "o2" it trains as apex O2 does, by hand: the
 model in bfloat16 but for its batch norm (keep_batchnorm_fp32), float32 master weights stepped
 by SGD and cast down into the model, the logits cast up for the loss. Writes result.json: the
@@ -42,6 +43,24 @@ class Net(nn.Module):
         return self.head(torch.flatten(self.features(x), 1)) * self.scale
 
 
+class Norms(nn.Module):
+    """Net with torch's other norms: GroupNorm after the convolution, LayerNorm before the head."""
+    def __init__(self, size, classes):
+        super().__init__()
+        self.features = nn.Sequential(nn.Conv2d(1, 4, 3, padding=1), nn.GroupNorm(2, 4), nn.ReLU(),
+                                      nn.MaxPool2d(2))
+        self.norm = nn.LayerNorm(4 * (size // 2) ** 2)
+        self.head = nn.Linear(4 * (size // 2) ** 2, classes)
+
+    def forward(self, x):
+        return self.head(self.norm(torch.flatten(self.features(x), 1)))
+
+
+NORMS = (nn.modules.batchnorm._BatchNorm, nn.GroupNorm, nn.LayerNorm,
+         nn.modules.instancenorm._InstanceNorm)
+MODELS = {"net.pt": Net, "norms.pt": Norms}
+
+
 class Pair(nn.Module):
     def __init__(self, size):
         super().__init__()
@@ -60,6 +79,7 @@ def prepare(s, cfg):
     torch.jit.save(torch.jit.script(net), os.path.join(s.dir, "net.pt"))
     example = torch.zeros(2, 1, size, size)
     torch.jit.save(torch.jit.trace(net, example), os.path.join(s.dir, "traced.pt"))
+    torch.jit.save(torch.jit.script(Norms(size, 10)), os.path.join(s.dir, "norms.pt"))
     torch.jit.save(torch.jit.script(Net(size, 7)), os.path.join(s.dir, "seven.pt"))
     torch.jit.save(torch.jit.script(Pair(size)), os.path.join(s.dir, "tuple.pt"))
     torch.save(net.state_dict(), os.path.join(s.dir, "state.pt"))
@@ -83,8 +103,9 @@ def half_but_batch_norm(net, dtype):
 def train(s, cfg):
     torch.set_num_threads(1)
     size = cfg["size"]
-    net = Net(size, 10)
-    net.load_state_dict(torch.jit.load(os.path.join(s.dir, "net.pt")).state_dict())
+    model = cfg.get("model", "net.pt")
+    net = MODELS[model](size, 10)
+    net.load_state_dict(torch.jit.load(os.path.join(s.dir, model)).state_dict())
     if cfg.get("init"):
         net.load_state_dict(safetensors.torch.load_file(os.path.join(s.dir, cfg["init"])))
     o2 = cfg.get("precision", "fp32") == "o2"
@@ -94,8 +115,7 @@ def train(s, cfg):
     x, y = load_split(s.dir, "train", cfg["mean"], cfg["std"])
     params = list(net.parameters())
     stepped = [p.detach().float().clone().requires_grad_() for p in params] if o2 else params
-    norm = {id(p) for m in net.modules() if isinstance(m, nn.modules.batchnorm._BatchNorm)
-            for p in m.parameters()}
+    norm = {id(p) for m in net.modules() if isinstance(m, NORMS) for p in m.parameters()}
     decay = cfg["weight_decay"]
     groups = [{"params": [q for p, q in zip(params, stepped) if id(p) not in norm]},
               {"params": [q for p, q in zip(params, stepped) if id(p) in norm],

@@ -62,8 +62,11 @@ void mirror(torch::nn::Module& node, const torch::jit::Module& module,
   }
   for (const auto& c : module.named_children()) {
     std::shared_ptr<torch::nn::Module> child;
-    if (is_torch_batch_norm(c.value.type()->name()->qualifiedName())) {
+    const std::string type = c.value.type()->name()->qualifiedName();
+    if (is_torch_batch_norm(type)) {
       child = std::make_shared<ScriptedNorm>(c.value);
+    } else if (is_torch_other_norm(type)) {
+      child = std::make_shared<kiln::NormParameters>();
     } else {
       child = std::make_shared<torch::nn::Module>();
     }
@@ -83,6 +86,13 @@ bool is_torch_batch_norm(const std::string& qualified_name) {
   static const std::regex batch_norm(
       R"(__torch__\.torch\.nn\.modules\.batchnorm\.(___torch_mangle_\d+\.)?BatchNorm[123]d)");
   return std::regex_match(qualified_name, batch_norm);
+}
+
+bool is_torch_other_norm(const std::string& qualified_name) {
+  static const std::regex other_norm(
+      R"(__torch__\.torch\.nn\.modules\.(normalization\.(___torch_mangle_\d+\.)?(LayerNorm|GroupNorm)|)"
+      R"(instancenorm\.(___torch_mangle_\d+\.)?InstanceNorm[123]d))");
+  return std::regex_match(qualified_name, other_norm);
 }
 
 at::Tensor ScriptedNorm::forward(const at::Tensor& input) {

@@ -38,6 +38,11 @@ class ScriptedNorm : public kiln::NormLayer {
 // statistics on the CPU and CUDA alike (apex O2 keeps exactly these in float32).
 bool is_torch_batch_norm(const std::string& qualified_name);
 
+// Whether it is torch's LayerNorm, GroupNorm or InstanceNorm1d/2d/3d: norm parameters to the
+// groups (kiln::NormParameters), cast with the model (CUDA's layer_norm and group_norm want the
+// input's dtype; instance norm's running statistics, when tracked, are not a batch norm's).
+bool is_torch_other_norm(const std::string& qualified_name);
+
 class ScriptedModel : public kiln::Model {
  public:
   // Takes a loaded module (on the CPU) and mirrors its tensors.

@@ -113,6 +113,11 @@ class NormLayer : public torch::nn::Module {
   virtual at::Tensor forward(const at::Tensor& input) = 0;
 };
 
+// A model's own norm layer whose forward wants the model's dtype throughout (a scripted
+// LayerNorm or GroupNorm): its parameters are norm parameters to the groups (norm_decay_mult),
+// but the host casts them with the rest of the model. Holds parameters only; not a NormLayer.
+class NormParameters : public torch::nn::Module {};
+
 // What a kiln_torch_module handle points to: a heap-allocated shared_ptr box.
 template <typename T>
 struct ModuleBox {
