@@ -428,6 +428,7 @@ def report(results, args):
 
     if args.torch_compile:
         compile_report(results, args)
+        compile_step_report(results, args)
 
     print("\nTwin check (same initial weights and first batch: the first-step losses must agree; "
           "relative tolerance 1e-3 for fp32 math on the CPU, 2e-2 for amp and for GPU runs):\n")
@@ -524,6 +525,29 @@ def compile_report(results, args):
               f"the measured steps, so those images/s are too low; raise --warmup, or find the "
               f"guard that failed with TORCH_LOGS=recompiles.**")
         print(f"\n!!! RECOMPILE after the warm-up in: {', '.join(late)}", file=sys.stderr)
+
+
+def compile_step_report(results, args):
+    """The same arms by step time and data wait: images/s add the two, so an arm whose loader
+    falls behind its step (a graphed step at small batch) shows it here."""
+    arms = [("Kiln amp", "kiln", "amp")]
+    if "amp_graph" in args.modes:
+        arms.append(("Kiln amp_graph", "kiln", "amp_graph"))
+    arms.append(("PyTorch eager", "torch", "amp"))
+    arms += [(side_label(a), a, "amp") for a in compiled_sides(args)]
+    head = ["batch"] + [f"{label} ms/step (data)" for label, _, _ in arms]
+    print("\n| " + " | ".join(head) + " |")
+    print("|---:|" + "---:|" * (len(head) - 1))
+    for batch in args.batches:
+        row = [str(batch)]
+        for _, side, mode in arms:
+            runs = results[(side, batch, mode)]
+            row.append(f"{fmt_spread([r['step_ms'] for r in runs], '.2f')} "
+                       f"({fmt_spread([r['data_ms'] for r in runs], '.2f')})")
+        print("| " + " | ".join(row) + " |")
+    print("\nms/step: median step_time (data excluded), median (min–max) over runs; (data): mean "
+          "wait for the next batch per step. images/s = batch / (step + data): where the data "
+          "wait is more than a few percent of the step, images/s measure the loader.")
 
 
 def cache_state(args):

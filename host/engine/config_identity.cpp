@@ -22,8 +22,8 @@ const std::set<std::string> kFreeRunKeys = {
     "threads",         "output_dir",      "checkpoint_every",    "checkpoint_keep",
     "resume_fallback", "tensorboard",     "max_nonfinite_steps", "profile_steps",
     "profile_start",   "checkpoint_best", "early_stop_patience"};
-const std::set<std::string> kFreeDataKeys = {"workers", "prefetch", "eval_batch_size", "root",
-                                             "val_root"};
+const std::set<std::string> kFreeDataKeys = {
+    "workers", "prefetch", "eval_batch_size", "synthetic_cache_mib", "root", "val_root"};
 
 // Splits a `key = value` line of config::to_toml's output after its key, which may be quoted
 // (and then hold " = " itself).

@@ -256,12 +256,13 @@ TEST(Checkpoint, AnotherConfigurationIsRefusedNamingTheKeysThatDiffer) {
       << r.output;
   EXPECT_EQ(files_in(dir), 1u) << "a refused resume left a run folder behind";
 
-  // Run length and logging are not part of the configuration's identity; nor is the path the
-  // pipeline file is named by.
+  // Run length, logging and the synthetic set's cache (the same pixels) are not part of the
+  // configuration's identity; nor is the path the pipeline file is named by.
   const fs::path copy = dir / "copy.toml";
   fs::copy_file(std::string(KILN_SOURCE_DIR) + "/tests/pipelines/synthetic_mlp.toml", copy);
   Result longer = kiln(base_args(dir, copy.string()) +
-                       " --set run.max_steps=20 --set run.log_interval=7 --resume auto");
+                       " --set run.max_steps=20 --set run.log_interval=7 "
+                       "--set data.synthetic_cache_mib=0 --resume auto");
   EXPECT_EQ(longer.code, 0) << longer.output;
   EXPECT_NE(longer.output.find("resumed from " + checkpoint), std::string::npos) << longer.output;
   fs::remove_all(dir);

@@ -89,10 +89,11 @@ std::unique_ptr<FixedDataset> open_synthetic(const kiln_options* options,
   const uint64_t seed = open.seed;  // the run's: the same draw as data::make_synthetic's
   // The schema bounds these; a caller without the host's validation still gets a reason.
   if (n_train < 1 || n_test < 1 || classes < 1 || channels < 1 || channels > 16 || height < 1 ||
-      height > 4096 || width < 1 || width > 4096) {
+      height > 4096 || width < 1 || width > 4096 || cache_mib < 0 || cache_mib > (1 << 20)) {
     invalid(
         "synthetic: synthetic_train and synthetic_test must be >= 1, synthetic_classes >= 1, "
-        "channels in [1, 16], height and width in [1, 4096]");
+        "channels in [1, 16], height and width in [1, 4096], synthetic_cache_mib in "
+        "[0, 1048576]");
   }
   const int64_t samples = n_train + n_test;
   auto d = std::make_unique<SyntheticDataset>();
