@@ -181,9 +181,10 @@ int evaluate(const PipelineArgs& given, const std::string& checkpoint, const std
   if (checkpoint == "auto") {
     // Found before the model and the data are built. The trainer still picks the checkpoint
     // itself, so that a damaged newest one falls back to the one before, as a resumed run does.
-    if (io::newest_checkpoint_in(engine::output_dir(pipeline)).empty()) {
+    if (const std::string output = engine::output_dir(pipeline);
+        io::newest_checkpoint_in(output).empty()) {
       fmt::print(stderr, "--checkpoint auto: no checkpoint under the pipeline's output folder {}\n",
-                 engine::output_dir(pipeline));
+                 output);
       return kConfigError;
     }
     options.resume = checkpoint;
