@@ -234,6 +234,7 @@ def torch_worker(spec):
     import torch.distributed as dist
     import torch.nn.functional as F
     from torch import nn
+    from torch_optim import make_optimizer
 
     class Linear(nn.Linear):
         pass
@@ -272,9 +273,8 @@ def torch_worker(spec):
         ddp = nn.parallel.DistributedDataParallel(
             model, bucket_cap_mb=spec["bucket_cap_mb"],
             gradient_as_bucket_view=spec["bucket_view"])
-    flags = {"default": {}, "foreach": dict(foreach=True), "fused": dict(fused=True),
-             "loop": dict(foreach=False)}[spec["optim"]]
-    opt = torch.optim.SGD(ddp.parameters(), lr=LR, momentum=MOMENTUM, **flags)
+    group = dict(params=list(ddp.parameters()), lr_scale=1.0, weight_decay=0.0)
+    opt = make_optimizer([group], dict(name="sgd", lr=LR, momentum=MOMENTUM), spec["optim"])
 
     # In-memory data, normalised floats like Kiln's batches; each rank reads its own share.
     gen = torch.Generator().manual_seed(1)

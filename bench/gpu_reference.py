@@ -33,7 +33,9 @@ What a run does, mirroring `kiln run` with the same pipeline:
   device (Kiln: the same copy, then in_model_layout).
 - optimizer: torch.optim.SGD (momentum, weight decay on every parameter as Kiln's default
   groups, constant lr), fused=True by default (Kiln's sgd plugin steps with ATen's fused SGD
-  kernel); --optim-impl picks another.
+  kernel); --optim-impl picks another. The fused twin starts from zeroed momentum buffers:
+  torch 2.11's own start loses them when GradScaler skips the first step, and every loss after
+  it is non-finite (bench/torch_optim.py; the first four GPU runs' PyTorch arms trained so).
 - threads: torch.set_num_threads(run.threads) when it is above 0 (Kiln's run.threads).
 - --compile MODE (not none): the twin compiled in place, model.compile(mode=...) (None for
   "default"; inductor), after its weights are loaded and it is moved to the device and memory
@@ -81,6 +83,7 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 from bench_common import COMPILE_MODES, compile_time  # noqa: E402
+from torch_optim import IMPLS, make_optimizer  # noqa: E402
 from train_reference import compiled_graphs, load_train  # noqa: E402  (synthetic set bit for bit)
 
 HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
@@ -195,16 +198,6 @@ def make_loader(pipe, data_prefix, workers, device):
                                        persistent_workers=workers > 0)
 
 
-def make_optimizer(model, opt, impl):
-    flags = {"default": {}, "foreach": dict(foreach=True), "fused": dict(fused=True),
-             "loop": dict(foreach=False)}[impl]
-    if opt["name"] != "sgd":
-        raise SystemExit("gpu_reference.py mirrors the sgd optimizer only")
-    return torch.optim.SGD(model.parameters(), lr=opt["lr"], momentum=opt.get("momentum", 0.0),
-                           dampening=opt.get("dampening", 0.0), nesterov=opt.get("nesterov", False),
-                           weight_decay=opt.get("weight_decay", 0.0), **flags)
-
-
 # ---- the run -------------------------------------------------------------------------------------
 
 
@@ -238,7 +231,11 @@ def train(pipe, args):
             model, device_ids=[local] if device.type == "cuda" else None)
     if args.compile != "none":  # in place and lazy: the first step compiles
         model.compile(mode=None if args.compile == "default" else args.compile)
-    opt = make_optimizer(model, pipe["optimizer"], args.optim_impl)
+    if pipe["optimizer"]["name"] != "sgd":
+        raise SystemExit("gpu_reference.py mirrors the sgd optimizer only")
+    group = dict(params=list(model.parameters()), lr_scale=1.0,
+                 weight_decay=pipe["optimizer"].get("weight_decay", 0.0))
+    opt = make_optimizer([group], pipe["optimizer"], args.optim_impl)
     scaler = torch.amp.GradScaler(device.type, enabled=amp and half == torch.float16)
     loader = make_loader(pipe, args.data, args.workers, device)
 
@@ -377,8 +374,7 @@ def main():
                     help="steps before the measured ones: CUDA's steady-state peak memory starts "
                          "after them, and --compile needs >= 1 (the compiling steps)")
     ap.add_argument("--workers", type=int, default=4, help="DataLoader num_workers")
-    ap.add_argument("--optim-impl", default="fused",
-                    choices=["default", "foreach", "fused", "loop"])
+    ap.add_argument("--optim-impl", default="fused", choices=IMPLS)
     ap.add_argument("--compile", default="none", choices=["none"] + COMPILE_MODES,
                     help="model.compile(mode=...) the twin (none: eager)")
     ap.add_argument("--ddp", action="store_true",

@@ -23,6 +23,7 @@ import time
 import torch
 
 from bench_common import cpu_name
+from torch_optim import impl_flags
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -120,8 +121,7 @@ class PyArm:
             p = p0.clone().requires_grad_(True)
             p.grad = g
             params.append(p)
-        flags = {"foreach": dict(foreach=True), "fused": dict(fused=True),
-                 "loop": dict(foreach=False)}[self.mode]
+        flags = impl_flags(self.mode)
         try:
             self.opt = TORCH_CLASSES[self.optimizer](params, **HYPER[self.optimizer], **flags)
             self.opt.step()  # fused support on CPU is only known once a step runs

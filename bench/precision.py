@@ -60,6 +60,9 @@ from bench_common import cpu_name, to_toml
 REPO = os.path.dirname(os.path.abspath(os.path.dirname(__file__)))
 HERE = os.path.dirname(os.path.abspath(__file__))
 CASES = {"resnet": "configs/quickstart.toml", "vit": "configs/vit.toml"}
+# The fashion-mnist dataset's own default root (plugins/dataset/formats/idx.cpp), which the
+# configs leave implicit; the PyTorch side reads the same files.
+FASHION_ROOT = "/usr/share/datasets/fashion-mnist"
 MODES = ["fp32", "tf32", "amp", "o2", "o3"]
 TRAIN_SAMPLES = 60000
 
@@ -80,7 +83,8 @@ def pipeline(case, mode, args, lr=None):
         "tf32": "on" if mode == "tf32" else ("off" if args.device == "cuda" else "default"),
     }
     data = cfg["data"]
-    cfg["data"] = {"dataset": "fashion-mnist", "root": args.data_root or data["root"],
+    root = args.data_root or data.get("root", FASHION_ROOT)
+    cfg["data"] = {"dataset": "fashion-mnist", "root": root,
                    "batch_size": args.batch, "workers": args.kiln_workers, "shuffle": True,
                    "random_flip": False, "random_crop": 0}
     for key in ("mean", "std"):
@@ -302,7 +306,8 @@ def main():
                     choices=["default", "foreach", "fused", "loop"],
                     help="torch.optim implementation on the PyTorch side; default = torch's "
                          "choice (foreach on CUDA, the per-parameter loop on the CPU)")
-    ap.add_argument("--data-root", help="Fashion-MNIST folder (default: the configs' root)")
+    ap.add_argument("--data-root",
+                    help=f"Fashion-MNIST folder (default: the configs' root, else {FASHION_ROOT})")
     ap.add_argument("--settle", type=float, default=0.5, help="idle seconds before each run")
     ap.add_argument("--diverge", action="store_true",
                     help="instead of the table: resnet at --lr under o3 (no scaling) and amp")

@@ -37,6 +37,7 @@ import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
+from torch_optim import IMPLS, make_optimizer  # noqa: E402
 
 HALF = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
@@ -96,23 +97,6 @@ def param_groups(model, opt):
         groups.setdefault(key, dict(params=[], lr_scale=lr_scale, weight_decay=gwd))
         groups[key]["params"].append(p)
     return [g for g in groups.values() if g["params"]]
-
-
-def make_optimizer(groups, opt, impl):
-    flags = {"default": {}, "foreach": dict(foreach=True), "fused": dict(fused=True),
-             "loop": dict(foreach=False)}[impl]
-    lr = opt["lr"]
-    pg = [dict(params=g["params"], lr=lr * g["lr_scale"], weight_decay=g["weight_decay"])
-          for g in groups]
-    if opt["name"] == "sgd":
-        return torch.optim.SGD(pg, lr=lr, momentum=opt.get("momentum", 0.0),
-                               dampening=opt.get("dampening", 0.0),
-                               nesterov=opt.get("nesterov", False), **flags)
-    if opt["name"] in ("adamw", "adam"):
-        cls = torch.optim.AdamW if opt["name"] == "adamw" else torch.optim.Adam
-        return cls(pg, lr=lr, betas=(opt.get("beta1", 0.9), opt.get("beta2", 0.999)),
-                   eps=opt.get("eps", 1e-8), amsgrad=opt.get("amsgrad", False), **flags)
-    raise ValueError(f"no torch.optim twin for optimizer '{opt['name']}'")
 
 
 def cast_except_norms(model, dtype):
@@ -233,8 +217,7 @@ def main():
     ap.add_argument("--dtype", default="auto", choices=["auto", "fp16", "bf16"])
     ap.add_argument("--steps", type=int, required=True)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0 = default")
-    ap.add_argument("--optim-impl", default="default",
-                    choices=["default", "foreach", "fused", "loop"])
+    ap.add_argument("--optim-impl", default="default", choices=IMPLS)
     ap.add_argument("--no-eval", action="store_true")
     args = ap.parse_args()
     with open(args.pipeline) as f:

@@ -49,7 +49,8 @@ import torch.nn.functional as F
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import models  # noqa: E402
 from bench_common import COMPILE_MODES  # noqa: E402
-from precision_reference import make_optimizer, param_groups, read_idx  # noqa: E402
+from precision_reference import param_groups, read_idx  # noqa: E402
+from torch_optim import IMPLS, make_optimizer  # noqa: E402
 
 
 # ---- data --------------------------------------------------------------------------------------
@@ -266,8 +267,7 @@ def main():
     ap.add_argument("--init", help="initial weights (safetensors) for the run")
     ap.add_argument("--steps", type=int, default=0)
     ap.add_argument("--threads", type=int, default=0, help="torch.set_num_threads; 0 = default")
-    ap.add_argument("--optim-impl", default="fused",
-                    choices=["default", "foreach", "fused", "loop"])
+    ap.add_argument("--optim-impl", default="fused", choices=IMPLS)
     ap.add_argument("--compile", default="none", choices=["none"] + COMPILE_MODES,
                     help="model.compile(mode=...) the twin (none: eager)")
     ap.add_argument("--layout", default="contiguous", choices=["contiguous", "channels_last"],
