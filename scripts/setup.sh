@@ -42,10 +42,12 @@ fi
 # oracle of the image datasets and transforms; scikit-image ships the photos bench/data_loader
 # makes its JPEG folder from; timm's VisionTransformer is the oracle of the vit model's names and
 # outputs (tests/oracle/pretrained.py). pytest runs the Python binding's suite (tests/python).
-if ! "$VENV/bin/python" -c "import safetensors, tensorboard, torchvision, skimage, timm, pytest" \
-     2>/dev/null; then
+# torchmetrics' multilabel_average_precision is the oracle of multi-label evaluation's mean
+# average precision (tests/oracle/multi_label_train.py).
+if ! "$VENV/bin/python" -c "import safetensors, tensorboard, torchvision, skimage, timm, pytest, \
+torchmetrics" 2>/dev/null; then
   "$VENV/bin/pip" install -q safetensors tensorboard "torchvision==0.26.0" scikit-image \
-    "timm==1.0.31" "pytest==9.2.0"
+    "timm==1.0.31" "pytest==9.2.0" "torchmetrics==1.9.0"
 fi
 # The wheel's build tool (pyproject.toml, scripts/wheel.sh, the test sdk_wheel), run from this venv
 # with --no-build-isolation.

@@ -73,7 +73,7 @@ kiln_metrics blank_metrics(int32_t kind) {
   m.kind = kind;
   m.loss = m.accuracy = m.lr = m.grad_norm = m.loss_scale = kNaN;
   m.step_seconds = m.data_seconds = m.samples_per_second = kNaN;
-  m.tensor_mb = m.tensor_peak_mb = m.activation_mb = m.accuracy_top5 = kNaN;
+  m.tensor_mb = m.tensor_peak_mb = m.activation_mb = m.accuracy_top5 = m.map = kNaN;
   return m;
 }
 
@@ -102,6 +102,7 @@ kiln_metrics to_metrics(const io::EvalRecord& r) {
   m.loss = r.loss;
   m.accuracy = r.accuracy;
   m.accuracy_top5 = r.accuracy_top5;
+  m.map = r.map;
   return m;
 }
 

@@ -149,7 +149,10 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
                  r.saved_weights);
       return kStoppedByGuard;
     }
-    if (std::isnan(r.test_accuracy)) {
+    if (!std::isnan(r.test_map)) {
+      spdlog::info("final test mAP: {:.2f}% (loss {:.4f}) after {} steps in {:.1f} s",
+                   100.0 * r.test_map, r.test_loss, r.steps, r.train_seconds);
+    } else if (std::isnan(r.test_accuracy)) {
       spdlog::info("done: {} steps in {:.1f} s (no evaluation)", r.steps, r.train_seconds);
     } else {
       spdlog::info("final test accuracy: {:.2f}% (loss {:.4f}) after {} steps in {:.1f} s",
@@ -215,8 +218,11 @@ int evaluate(const PipelineArgs& given, const std::string& checkpoint, const std
   try {
     engine::Trainer trainer(pipeline, options);
     const io::EvalRecord r = trainer.evaluate();
-    fmt::print("test accuracy {:.2f}%, top-5 {:.2f}%, loss {:.4f} ({})\n", 100.0 * r.accuracy,
-               100.0 * r.accuracy_top5, r.loss,
+    const std::string metrics = std::isnan(r.map)
+                                    ? fmt::format("test accuracy {:.2f}%, top-5 {:.2f}%",
+                                                  100.0 * r.accuracy, 100.0 * r.accuracy_top5)
+                                    : fmt::format("test mAP {:.2f}%", 100.0 * r.map);
+    fmt::print("{}, loss {:.4f} ({})\n", metrics, r.loss,
                options.resume.empty() ? "model.init " + pipeline.settings.model.init
                : checkpoint == "auto" ? fmt::format("the newest checkpoint, step {}", r.step)
                                       : fmt::format("{}, step {}", options.resume, r.step));

@@ -84,7 +84,9 @@ std::string reference_markdown(const plugin::Registry& registry) {
           "1.8) trains and evaluates with it; a `[loss]` key other than its default is then a "
           "configuration error. Evaluation reports this loss over the test split (the mean "
           "over all its samples, as one batch would give), top-1 and top-5 accuracy (top-k with "
-          "k = min(5, classes)); docs/loss.md.\n";
+          "k = min(5, classes)), or for multi-label data (a dataset of target rows, which "
+          "needs bce_with_logits) the mean average precision instead of the accuracies; "
+          "docs/loss.md.\n";
     }
     if (section == "lr_policy") {
       out +=

@@ -88,10 +88,11 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
            spec("checkpoint_every", KILN_OPT_INT, "0",
                 "optimizer steps between checkpoints; 0 = at the end of every epoch", 0),
            spec("checkpoint_keep", KILN_OPT_INT, "3", "newest checkpoints kept", 1),
-           choice("checkpoint_best", "none,accuracy,top5,loss", "\"none\"",
+           choice("checkpoint_best", "none,accuracy,top5,map,loss", "\"none\"",
                   "after each evaluation, keep the checkpoint with the best value so far "
-                  "(highest accuracy or top5, lowest loss) as checkpoints/best, besides the "
-                  "checkpoint_keep newest (mmengine save_best, Lightning monitor)"),
+                  "(highest accuracy, top5 or map, lowest loss) as checkpoints/best, besides the "
+                  "checkpoint_keep newest (mmengine save_best, Lightning monitor); map (mean "
+                  "average precision) for multi-label data, accuracy and top5 for the rest"),
            spec("early_stop_patience", KILN_OPT_INT, "0",
                 "stop the run once this many evaluations in a row have not beaten the best of "
                 "checkpoint_best's metric (Lightning EarlyStopping patience); 0 = never",

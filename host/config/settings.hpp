@@ -29,7 +29,7 @@ struct RunSettings {
   bool checkpoints = true;
   int64_t checkpoint_every = 0;  // 0: at each epoch's end
   int64_t checkpoint_keep = 3;
-  std::string checkpoint_best = "none";  // none, accuracy, top5, loss
+  std::string checkpoint_best = "none";  // none, accuracy, top5, map, loss
   int64_t early_stop_patience = 0;       // 0: off
   bool resume_fallback_previous = true;  // resume_fallback = "previous" (else "stop")
   bool tensorboard = true;

@@ -175,11 +175,13 @@ int64_t BatchAssembler::load_sample(int64_t index, std::mt19937_64* gen, Scratch
 }
 
 int64_t BatchAssembler::load_or_replace(int64_t index, std::mt19937_64* gen, Scratch& scratch,
-                                        uint8_t* dst) const {
+                                        uint8_t* dst, float* targets) const {
   const int64_t n = source_.size();
   for (int64_t tries = 0;; ++tries) {
     try {
-      return load_sample(index, gen, scratch, dst);
+      const int64_t label = load_sample(index, gen, scratch, dst);
+      if (targets != nullptr) source_.targets(index, targets);
+      return label;
     } catch (const SampleError& e) {
       if (!options_.skip_bad_samples || tries + 1 >= n) throw;
       ++skipped_;
@@ -219,6 +221,10 @@ Batch BatchAssembler::build(const int64_t* indices, int64_t count, int64_t epoch
 
   at::Tensor out_labels = allocate({count}, at::kLong);
   int64_t* out_lab = out_labels.data_ptr<int64_t>();
+  // Multi-label: each sample's target row, beside its (unused) label.
+  const int64_t classes = source_.num_classes();
+  at::Tensor out_targets;
+  if (source_.multi_label()) out_targets = allocate({count, classes}, at::kFloat);
 
   const bool crop = options_.crop_padding > 0;
   const bool pad_or_flip = crop || options_.flip;
@@ -231,7 +237,9 @@ Batch BatchAssembler::build(const int64_t* indices, int64_t count, int64_t epoch
   for (int64_t i = 0; i < count; ++i) {
     uint8_t* dst = scratch.batch.data() + static_cast<size_t>(i) * sample_bytes;
     std::mt19937_64* g = gen ? &*gen : nullptr;
-    out_lab[i] = load_or_replace(indices[i], g, scratch, pad_or_flip ? scratch.sample.data() : dst);
+    float* row = out_targets.defined() ? out_targets.data_ptr<float>() + i * classes : nullptr;
+    out_lab[i] =
+        load_or_replace(indices[i], g, scratch, pad_or_flip ? scratch.sample.data() : dst, row);
     if (!pad_or_flip) continue;
     // Draw order (dy, dx, flip) per sample: the batches of earlier releases.
     const int64_t dy = crop ? static_cast<int64_t>((*gen)() % offsets) : options_.crop_padding;
@@ -246,13 +254,14 @@ Batch BatchAssembler::build(const int64_t* indices, int64_t count, int64_t epoch
   images.copy_(at::from_blob(scratch.batch.data(), {count, out_h_, out_w_, channels_}, at::kByte)
                    .permute({0, 3, 1, 2}));
   normalise(images);
-  Batch batch{std::move(images), std::move(out_labels), at::Tensor(), batch_index};
+  Batch batch{std::move(images), std::move(out_labels), std::move(out_targets), batch_index};
   if (options_.mix.enabled()) {
     std::mt19937_64 mix_gen = stream(epoch, batch_index, kMixTag);
     const MixParams params = draw_mix(options_.mix, out_h_, out_w_, mix_gen);
     apply_mix(batch.images, params);
-    batch.targets = mix_targets(batch.labels, source_.num_classes(), params.lambda,
-                                options_.mix.label_smoothing);
+    batch.targets = batch.targets.defined() ? mix_rows(batch.targets, params.lambda)
+                                            : mix_targets(batch.labels, classes, params.lambda,
+                                                          options_.mix.label_smoothing);
   }
   return batch;
 }

@@ -42,9 +42,10 @@ class BatchAssembler {
   std::mt19937_64 stream(int64_t epoch, int64_t batch_index, uint32_t tag) const;
   // Decodes and transforms sample `index` into `dst` (out_h x out_w x C); its label.
   int64_t load_sample(int64_t index, std::mt19937_64* gen, Scratch& scratch, uint8_t* dst) const;
-  // As load_sample; a SampleError replaces the sample by the next index (data.on_error "skip").
-  int64_t load_or_replace(int64_t index, std::mt19937_64* gen, Scratch& scratch,
-                          uint8_t* dst) const;
+  // As load_sample, and for a multi-label source its target row into `targets` (else null); a
+  // SampleError replaces the sample by the next index (data.on_error "skip").
+  int64_t load_or_replace(int64_t index, std::mt19937_64* gen, Scratch& scratch, uint8_t* dst,
+                          float* targets) const;
   void normalise(at::Tensor& images) const;
 
   const Source& source_;

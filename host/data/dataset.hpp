@@ -11,7 +11,7 @@ namespace kiln::data {
 // Images are kept as uint8 N×C×H×W (what IDX stores); batches are normalised floats.
 struct Dataset {
   at::Tensor images;  // uint8, N×C×H×W, contiguous, CPU
-  at::Tensor labels;  // int64, N, CPU
+  at::Tensor labels;  // int64, N, CPU; or float32 N×classes target rows (multi-label)
   int64_t num_classes = 0;
   int64_t size() const { return labels.size(0); }
 };

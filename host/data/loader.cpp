@@ -86,7 +86,8 @@ void check_options(const LoaderOptions& o) {
 
 struct Loader::Impl {
   Impl(const Source& source, const LoaderOptions& opts)
-      : options(opts),
+      : source(source),
+        options(opts),
         assembler(source, opts),
         dataset_size(source.size()),
         samples(shard_size(dataset_size, opts.world_size, opts.rank, opts.pad_shards)),
@@ -142,6 +143,7 @@ struct Loader::Impl {
 
   int64_t prefetch() const { return options.prefetch; }
 
+  const Source& source;
   LoaderOptions options;
   BatchAssembler assembler;
   int64_t dataset_size;
@@ -183,6 +185,10 @@ int64_t Loader::batches_per_epoch() const { return impl_->batches; }
 int64_t Loader::samples_per_epoch() const { return impl_->samples; }
 
 std::array<int64_t, 3> Loader::sample_shape() const { return impl_->assembler.sample_shape(); }
+
+int64_t Loader::num_classes() const { return impl_->source.num_classes(); }
+
+bool Loader::multi_label() const { return impl_->source.multi_label(); }
 
 int64_t Loader::skipped_samples() const { return impl_->assembler.skipped(); }
 

@@ -51,7 +51,8 @@ struct LoaderOptions {
 struct Batch {
   at::Tensor images;   // float32 N×C×H×W
   at::Tensor labels;   // int64 N, the samples' own labels
-  at::Tensor targets;  // float32 N×classes soft targets when mixing is on; else undefined
+  at::Tensor targets;  // float32 N×classes: a multi-label source's rows (mixed, when mixing is
+                       // on), or the mixed soft targets of labels; else undefined
   int64_t index = 0;   // batch index within the epoch
 };
 
@@ -68,6 +69,9 @@ class Loader {
   int64_t samples_per_epoch() const;  // this rank's samples per epoch (after padding)
   // A batch's sample shape {channels, height, width}.
   std::array<int64_t, 3> sample_shape() const;
+  // The source's classes, and whether its batches carry target rows (a multi-label source).
+  int64_t num_classes() const;
+  bool multi_label() const;
   // Samples replaced since the loader started because they could not be read.
   int64_t skipped_samples() const;
   // Starts epoch `epoch` (0-based): fixes the order and starts the workers. Any unconsumed

@@ -108,4 +108,9 @@ at::Tensor mix_targets(const at::Tensor& labels, int64_t num_classes, double lam
   return y1.mul_(lambda).add_(y2.mul_(1.0 - lambda));
 }
 
+at::Tensor mix_rows(const at::Tensor& rows, double lambda) {
+  at::Tensor flipped = at::flip(rows, {0}).mul_(1.0 - lambda);
+  return rows.mul(lambda).add_(flipped);
+}
+
 }  // namespace kiln::data

@@ -1,8 +1,12 @@
 #include "data/source.hpp"
 
+#include <ATen/ops/all.h>
+#include <ATen/ops/ge.h>
+#include <ATen/ops/le.h>
 #include <ATen/ops/max.h>
 #include <ATen/ops/min.h>
 
+#include <algorithm>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -18,12 +22,21 @@ TensorSource::TensorSource(at::Tensor images, at::Tensor labels, int64_t num_cla
   if (images_.scalar_type() != at::kByte || images_.dim() != 4) {
     throw std::invalid_argument("images must be a uint8 tensor of 4 dimensions");
   }
-  if (labels_.scalar_type() != at::kLong || labels_.dim() != 1 ||
-      labels_.size(0) != images_.size(0)) {
-    throw std::invalid_argument("labels must be an int64 vector with one label per image");
-  }
   if (num_classes_ < 1) throw std::invalid_argument("num_classes must be at least 1");
-  if (labels_.numel() > 0) {
+  if (labels_.dim() == 2) {
+    if (labels_.scalar_type() != at::kFloat || labels_.size(0) != images_.size(0) ||
+        labels_.size(1) != num_classes_) {
+      throw std::invalid_argument(
+          "multi-label targets must be float32, one row of num_classes values per image");
+    }
+    if (labels_.numel() > 0 &&
+        !(labels_.ge(0.0).all().item<bool>() && labels_.le(1.0).all().item<bool>())) {
+      throw std::invalid_argument("multi-label targets must lie in [0, 1]");
+    }
+  } else if (labels_.scalar_type() != at::kLong || labels_.dim() != 1 ||
+             labels_.size(0) != images_.size(0)) {
+    throw std::invalid_argument("labels must be an int64 vector with one label per image");
+  } else if (labels_.numel() > 0) {
     const int64_t lo = labels_.min().item<int64_t>(), hi = labels_.max().item<int64_t>();
     if (lo < 0 || hi >= num_classes_) {
       throw std::invalid_argument("label " + std::to_string(lo < 0 ? lo : hi) +
@@ -36,8 +49,18 @@ TensorSource::TensorSource(at::Tensor images, at::Tensor labels, int64_t num_cla
   width_ = images_.size(nchw ? 3 : 2);
 }
 
+void Source::targets(int64_t /*index*/, float* /*out*/) const {
+  throw std::logic_error("targets() of a source with one class per sample");
+}
+
 SampleHeader TensorSource::probe(int64_t index) const {
-  return {height_, width_, labels_.data_ptr<int64_t>()[index]};
+  return {height_, width_, multi_label() ? 0 : labels_.data_ptr<int64_t>()[index]};
+}
+
+void TensorSource::targets(int64_t index, float* out) const {
+  if (!multi_label()) Source::targets(index, out);
+  const float* row = labels_.data_ptr<float>() + index * num_classes_;
+  std::copy(row, row + num_classes_, out);
 }
 
 DecodedSample TensorSource::decode(int64_t index, int /*scale_denom*/, uint8_t* pixels,
@@ -54,7 +77,7 @@ DecodedSample TensorSource::decode(int64_t index, int /*scale_denom*/, uint8_t* 
       for (int64_t p = 0; p < plane; ++p) pixels[p * channels_ + c] = in[p];
     }
   }
-  return {height_, width_, labels_.data_ptr<int64_t>()[index], 1};
+  return {height_, width_, probe(index).label, 1};
 }
 
 }  // namespace kiln::data

@@ -44,6 +44,12 @@ class Source {
   virtual int64_t fixed_width() const = 0;
   // Class names (an image folder's sub-folders), or empty.
   virtual std::vector<std::string> class_names() const { return {}; }
+  // Multi-label: each sample's target is a row of num_classes values in [0, 1] (targets()), and
+  // its header's label means nothing.
+  virtual bool multi_label() const { return false; }
+  // Writes sample `index`'s target row (num_classes floats) to `out`. Throws SampleError as
+  // decode does, std::logic_error for a source that is not multi-label. Thread-safe.
+  virtual void targets(int64_t index, float* out) const;
   // Size and label without decoding. Thread-safe.
   virtual SampleHeader probe(int64_t index) const = 0;
   // Decodes sample `index` as height x width x channels uint8 (HWC) into `pixels`, reduced by a
@@ -54,16 +60,20 @@ class Source {
 };
 
 // Samples held in memory: uint8 images N x C x H x W (IDX's layout) or N x H x W x C, with int64
-// labels. Used by the tests and by formats small enough to read whole.
+// labels [N], or float32 target rows [N, num_classes] in [0, 1] (multi-label). Used by the tests
+// and by formats small enough to read whole.
 class TensorSource final : public Source {
  public:
   enum class Layout { NCHW, NHWC };
-  // Throws std::invalid_argument for a wrong dtype, rank, or a label outside [0, num_classes).
+  // Throws std::invalid_argument for a wrong dtype, rank, a label outside [0, num_classes), or
+  // target rows of another width or with a value outside [0, 1].
   TensorSource(at::Tensor images, at::Tensor labels, int64_t num_classes,
                Layout layout = Layout::NCHW);
 
   int64_t size() const override { return labels_.size(0); }
   int64_t num_classes() const override { return num_classes_; }
+  bool multi_label() const override { return labels_.dim() == 2; }
+  void targets(int64_t index, float* out) const override;
   int64_t channels() const override { return channels_; }
   int64_t fixed_height() const override { return height_; }
   int64_t fixed_width() const override { return width_; }

@@ -52,7 +52,7 @@ void check_pipeline(const config::Pipeline& p, c10::Device device, int64_t world
   if (p.settings.run.early_stop_patience > 0 && p.settings.run.checkpoint_best == "none") {
     throw PipelineError(
         "run.early_stop_patience",
-        "needs run.checkpoint_best (accuracy, top5 or loss): the metric it watches");
+        "needs run.checkpoint_best (accuracy, top5, map or loss): the metric it watches");
   }
   if (const config::RunSettings& run = p.settings.run; run.checkpoint_best != "none") {
     if (!run.eval) {

@@ -1,6 +1,8 @@
 #include "engine/evaluation.hpp"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/cat.h>
+#include <ATen/ops/empty.h>
 #include <ATen/ops/tensor.h>
 
 #include <algorithm>
@@ -9,6 +11,7 @@
 
 #include "data/loader.hpp"
 #include "dist/process_group.hpp"
+#include "engine/average_precision.hpp"
 #include "engine/loss.hpp"
 #include "kiln/torch.hpp"
 
@@ -30,9 +33,13 @@ Evaluation evaluate_model(const WindowInputs& in, dist::ProcessGroup* group) {
   // Sums stay on the device until the end: no host sync per batch.
   at::Tensor loss_total, loss_count, correct_total, top5_total;
   int64_t seen = 0;
+  // Multi-label: the batches' scores and target rows, ranked once the split is through.
+  std::vector<at::Tensor> score_rows, target_rows;
   while (auto batch = in.loader->next()) {
     const at::Tensor x = model_input(batch->images, in);
-    const at::Tensor y = on_device(batch->labels, in.device);
+    // An evaluation batch has target rows only from multi-label data (it is never mixed).
+    const bool multi_label = batch->targets.defined();
+    const at::Tensor y = on_device(multi_label ? batch->targets : batch->labels, in.device);
     at::Tensor logits;
     Loss::Sums loss;
     {
@@ -42,13 +49,18 @@ Evaluation evaluate_model(const WindowInputs& in, dist::ProcessGroup* group) {
       loss = in.loss->sums(logits, y);
     }
     const at::Tensor scores = logits.to(at::kFloat);
+    accumulate(loss_total, loss.total);
+    accumulate(loss_count, loss.count);
+    seen += y.size(0);
+    if (multi_label) {
+      score_rows.push_back(scores);
+      target_rows.push_back(y);
+      continue;
+    }
     const int64_t k = std::min<int64_t>(5, scores.size(1));
     const at::Tensor top = std::get<1>(scores.topk(k, /*dim=*/1));
     accumulate(correct_total, scores.argmax(1).eq(y).sum());
     accumulate(top5_total, top.eq(y.unsqueeze(1)).any(1).sum());
-    accumulate(loss_total, loss.total);
-    accumulate(loss_count, loss.count);
-    seen += y.size(0);
   }
   model.train();
   std::vector<double> sums = {value(loss_total), value(loss_count), value(correct_total),
@@ -63,6 +75,21 @@ Evaluation evaluate_model(const WindowInputs& in, dist::ProcessGroup* group) {
   e.loss = sums[1] > 0 ? sums[0] / sums[1] : NAN;
   e.accuracy = n > 0 ? sums[2] / n : NAN;
   e.accuracy_top5 = n > 0 ? sums[3] / n : NAN;
+  // Every rank ranks the whole split, so that all report the same value. A rank whose shard is
+  // empty still takes part in the gathers.
+  const bool multi_label = in.loader->multi_label();
+  if (multi_label) {
+    const int64_t classes = in.loader->num_classes();
+    const auto rows = [&](const std::vector<at::Tensor>& parts) {
+      const at::Tensor local = parts.empty() ? at::empty({0, classes}, at::kFloat)
+                                             : at::cat(parts).to(at::kCPU, at::kFloat);
+      return gather_rows(local, group);
+    };
+    const at::Tensor scores = rows(score_rows);
+    const at::Tensor targets = rows(target_rows);
+    e.map = mean_average_precision(scores, targets);
+    e.accuracy = e.accuracy_top5 = NAN;
+  }
   return e;
 }
 

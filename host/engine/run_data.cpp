@@ -5,6 +5,7 @@
 #include <string>
 
 #include "engine/checks.hpp"
+#include "plugin/adapters.hpp"
 #include "plugin/dataset_source.hpp"
 
 namespace kiln::engine {
@@ -38,6 +39,46 @@ void check_transforms(const config::DataSettings& d, const data::Source& train) 
   }
 }
 
+// What multi-label data (a source of target rows) asks of the rest of the pipeline: a loss that
+// takes rows, both splits of one kind, and a best checkpoint judged by a metric it has.
+void check_targets(const config::Pipeline& p, const data::Source& train, const data::Source* test) {
+  const bool multi = train.multi_label();
+  const std::string dataset = p.settings.data.dataset;
+  if (test != nullptr && test->multi_label() != multi) {
+    throw PipelineError("data.dataset",
+                        fmt::format("dataset '{}': the training split has {}, the validation "
+                                    "split {}",
+                                    dataset, multi ? "multi-label targets" : "one class per sample",
+                                    multi ? "one class per sample" : "multi-label targets"));
+  }
+  if (test != nullptr && test->num_classes() != train.num_classes()) {
+    throw PipelineError("data.dataset",
+                        fmt::format("dataset '{}': the training split has {} classes, the "
+                                    "validation split {}",
+                                    dataset, train.num_classes(), test->num_classes()));
+  }
+  const std::string& best = p.settings.run.checkpoint_best;
+  if (multi) {
+    if (!plugin::has_model_loss(*p.model.component) && p.settings.loss.name != "bce_with_logits") {
+      throw PipelineError("loss.name",
+                          fmt::format("\"{}\" takes one class per sample; dataset '{}' gives "
+                                      "multi-label targets: use \"bce_with_logits\"",
+                                      p.settings.loss.name, dataset));
+    }
+    if (best == "accuracy" || best == "top5") {
+      throw PipelineError("run.checkpoint_best",
+                          fmt::format("\"{}\" needs one class per sample; dataset '{}' is "
+                                      "multi-label: use \"map\" or \"loss\"",
+                                      best, dataset));
+    }
+  } else if (best == "map") {
+    throw PipelineError("run.checkpoint_best",
+                        fmt::format("\"map\" (mean average precision) needs multi-label data; "
+                                    "dataset '{}' has one class per sample",
+                                    dataset));
+  }
+}
+
 }  // namespace
 
 DataSplits load_data(const config::Pipeline& p) {
@@ -49,6 +90,7 @@ DataSplits load_data(const config::Pipeline& p) {
   if (p.settings.run.eval) splits.test = open_split(p, KILN_SPLIT_VAL);
   const config::DataSettings& d = p.settings.data;
   check_transforms(d, *splits.train);
+  check_targets(p, *splits.train, splits.test.get());
   if (splits.test) {
     // The model takes one input size: evaluation's batches must come out as training's.
     const auto train = train_sample_shape(d, *splits.train);

@@ -179,7 +179,7 @@ void Trainer::Impl::build() {
                      plan.half_model() || ranks.world > 1 || optimizer->clip().any();
 
   log_run_summary(p, device, plan, *optimizer, frame);
-  result.test_accuracy = NAN;
+  result.test_accuracy = result.test_map = NAN;
   result.steps = position.step;
   start = Clock::now();
   subscribe_sinks(position.step);
@@ -392,8 +392,9 @@ io::EvalRecord Trainer::Impl::evaluate() {
   const Evaluation e = evaluate_model(inputs(*data->test), ranks.group.get());
   // The epoch just trained: the open one, or the one before the next to open (0 before any).
   const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
-  const io::EvalRecord record{epoch, position.step, e.accuracy, e.loss, e.accuracy_top5};
+  const io::EvalRecord record{epoch, position.step, e.accuracy, e.loss, e.accuracy_top5, e.map};
   result.test_accuracy = e.accuracy;
+  result.test_map = e.map;
   result.test_loss = e.loss;
   sinks.eval(record);
   return record;

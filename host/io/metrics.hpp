@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -43,6 +44,9 @@ struct EvalRecord {
   double accuracy = 0.0;       // top-1, fraction in [0, 1]
   double loss = 0.0;           // the run's loss over the split
   double accuracy_top5 = 0.0;  // top-5 (top-min(5, classes)), fraction in [0, 1]
+  // Multi-label data: mean average precision in [0, 1] (the accuracies are then NaN); NaN for
+  // data of one class per sample.
+  double map = std::numeric_limits<double>::quiet_NaN();
 };
 
 // Buffered: step lines go to the OS once 64 KiB or a second old, with an evaluation, on flush()

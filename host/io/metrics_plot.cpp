@@ -137,6 +137,7 @@ MetricsLog read_metrics(const std::string& path) {
       e.step = integer(where, obj, "step");
       e.accuracy = number(where, obj, "accuracy");
       e.loss = number(where, obj, "loss");
+      e.map = number(where, obj, "map");
       while (!log.evals.empty() && log.evals.back().step >= e.step) log.evals.pop_back();
       log.evals.push_back(e);
     }
@@ -154,11 +155,13 @@ std::vector<Panel> metrics_panels(const MetricsLog& log) {
     losses.push_back(s.loss);
   }
   std::vector<double> eval_steps, eval_epochs, eval_losses, accuracies;
+  // Multi-label runs report mean average precision where others report accuracy.
+  const bool multi_label = !log.evals.empty() && !std::isnan(log.evals.back().map);
   for (const MetricsEval& e : log.evals) {
     eval_steps.push_back(static_cast<double>(e.step));
     eval_epochs.push_back(static_cast<double>(e.epoch));
     eval_losses.push_back(e.loss);
-    accuracies.push_back(100.0 * e.accuracy);
+    accuracies.push_back(100.0 * (multi_label ? e.map : e.accuracy));
   }
 
   Panel loss{"Loss", "step", "loss", {{"training loss", steps, losses}}};
@@ -172,10 +175,12 @@ std::vector<Panel> metrics_panels(const MetricsLog& log) {
   panels.push_back(std::move(loss));
 
   if (!log.evals.empty()) {
-    Panel accuracy{"Test accuracy per evaluation",
-                   "epoch",
-                   "%",
-                   {{"test accuracy", eval_epochs, accuracies, true}}};
+    const char* what = multi_label ? "test mAP" : "test accuracy";
+    Panel accuracy{
+        multi_label ? "Test mean average precision per evaluation" : "Test accuracy per evaluation",
+        "epoch",
+        "%",
+        {{what, eval_epochs, accuracies, true}}};
     accuracy.whole_x = true;
     accuracy.y_floor = 0.0;
     accuracy.y_ceiling = 100.0;

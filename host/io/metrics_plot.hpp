@@ -26,6 +26,7 @@ struct MetricsEval {
   int64_t step = 0;
   double accuracy = 0.0;  // fraction in [0, 1]
   double loss = 0.0;
+  double map = 0.0;  // multi-label: mean average precision in [0, 1]; NaN otherwise
 };
 
 struct MetricsLog {

@@ -71,6 +71,25 @@ DatasetSource::DatasetSource(const Component& component, const config::OptionSet
                             std::to_string(info.width) +
                             "; both positive, or both 0 when sizes differ"));
     }
+    if (info.target_kind != KILN_TARGET_CLASS && info.target_kind != KILN_TARGET_MULTI_LABEL) {
+      throw ComponentError(
+          KILN_ERR_INTERNAL,
+          contract(who, "info reports target kind " + std::to_string(info.target_kind) +
+                            "; KILN_TARGET_CLASS or KILN_TARGET_MULTI_LABEL"));
+    }
+    if (info.reserved2 != 0) {
+      throw ComponentError(KILN_ERR_INTERNAL,
+                           contract(who, "kiln_dataset_info field 'reserved2' is " +
+                                             std::to_string(info.reserved2) + ", not zero"));
+    }
+    multi_label_ = info.target_kind == KILN_TARGET_MULTI_LABEL;
+    if (multi_label_ &&
+        !(KILN_HAS_FIELD(vtable_, kiln_dataset_vtable, targets) && vtable_->targets != nullptr)) {
+      throw ComponentError(KILN_ERR_INTERNAL,
+                           contract(who,
+                                    "info reports multi-label targets, and the vtable has "
+                                    "no targets slot"));
+    }
     size_ = info.num_samples;
     num_classes_ = info.num_classes;
     channels_ = info.channels;
@@ -182,6 +201,26 @@ data::DecodedSample DatasetSource::decode(int64_t index, int scale_denom, uint8_
                      ", reserved " + std::to_string(out.reserved)));
   }
   return {out.height, out.width, out.label, out.scale};
+}
+
+void DatasetSource::targets(int64_t index, float* out) const {
+  if (!multi_label_) data::Source::targets(index, out);
+  check_index(index);
+  if (kiln_status* status =
+          call_plugin([&] { return where("targets"); },
+                      [&] { return vtable_->targets(instance_, index, out, num_classes_); })) {
+    fail(status, "targets", index);
+  }
+  for (int64_t k = 0; k < num_classes_; ++k) {
+    // Negated so that NaN fails too.
+    if (!(out[k] >= 0.0F && out[k] <= 1.0F)) {
+      throw ComponentError(
+          KILN_ERR_INTERNAL,
+          contract(where("targets"), "sample " + std::to_string(index) + ", class " +
+                                         std::to_string(k) + ": " + std::to_string(out[k]) +
+                                         " is outside [0, 1]"));
+    }
+  }
 }
 
 std::unique_ptr<DatasetSource> make_dataset_source(const Registry& registry,

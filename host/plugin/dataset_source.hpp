@@ -19,7 +19,8 @@ class DatasetSource final : public data::Source {
   // Opens `split` (KILN_SPLIT_*) of `component` (a KILN_COMPONENT_DATASET) with its validated
   // options; `seed` is the run's (kiln_dataset_open.seed). A refusal of create is an OptionsRefused
   // (section "dataset"): a configuration error naming the option and path. An info that breaks the
-  // contract (no samples, no classes, no channels, a non-zero reserved field) is a ComponentError.
+  // contract (no samples, no classes, no channels, a non-zero reserved field, an unknown target
+  // kind, multi-label without the targets slot) is a ComponentError.
   DatasetSource(const Component& component, const config::OptionSet& options, int32_t split,
                 uint64_t seed = 0);
   ~DatasetSource() override;
@@ -39,6 +40,9 @@ class DatasetSource final : public data::Source {
   data::SampleHeader probe(int64_t index) const override;
   data::DecodedSample decode(int64_t index, int scale_denom, uint8_t* pixels,
                              size_t capacity) const override;
+  bool multi_label() const override { return multi_label_; }
+  // As decode; a value outside [0, 1] (or NaN) is a ComponentError naming the sample.
+  void targets(int64_t index, float* out) const override;
 
   const std::string& name() const { return name_; }
 
@@ -53,6 +57,7 @@ class DatasetSource final : public data::Source {
   void* instance_ = nullptr;
   int64_t size_ = 0, num_classes_ = 0, channels_ = 0, height_ = 0, width_ = 0;
   std::vector<std::string> class_names_;
+  bool multi_label_ = false;
 };
 
 // The dataset component `name` of `registry`, opened for `split`. Throws std::invalid_argument

@@ -538,6 +538,42 @@ TEST(Loader, MixedBatchesCarrySoftTargets) {
   EXPECT_FALSE(plain.next()->targets.defined());
 }
 
+// A multi-label source's batches carry its target rows in sample order (labels 0); mixed, the
+// rows are mixed with the batch flipped by the lambda the images were mixed with.
+TEST(Loader, MultiLabelBatchesCarryTheirRowsMixedAsTheirImages) {
+  const int64_t n = 24, classes = 3;
+  Dataset d = tagged_dataset(n);
+  at::Tensor rows = at::zeros({n, classes}, at::kFloat);
+  for (int64_t i = 0; i < n; ++i) {
+    for (int64_t k = 0; k < classes; ++k) rows[i][k] = static_cast<float>(((i + 1) >> k) & 1);
+  }
+  d.labels = rows;
+  d.num_classes = classes;
+  LoaderOptions o = opts(2, 8);
+  o.shuffle = false;
+  Loader loader(d, o);
+  const std::vector<Batch> plain = run_epoch(loader, 0);
+  ASSERT_EQ(plain.size(), 3u);
+  for (size_t j = 0; j < plain.size(); ++j) {
+    ASSERT_TRUE(plain[j].targets.defined());
+    EXPECT_TRUE(at::equal(plain[j].targets, rows.narrow(0, static_cast<int64_t>(j) * 8, 8)));
+    EXPECT_EQ(plain[j].labels.abs().sum().item<int64_t>(), 0);
+  }
+  o.mix.mixup_alpha = 1.0;
+  Loader mixing(d, o);
+  const std::vector<Batch> mixed = run_epoch(mixing, 0);
+  ASSERT_EQ(mixed.size(), plain.size());
+  for (size_t j = 0; j < mixed.size(); ++j) {
+    // The images' lambda: x' = lambda x + (1 - lambda) flip(x), at a pixel where x and its
+    // partner differ (all do here: sample i's pixels hold i).
+    const at::Tensor x = plain[j].images, partner = plain[j].images.flip(0);
+    const double lambda = ((mixed[j].images - partner) / (x - partner)).flatten()[0].item<double>();
+    const at::Tensor r = plain[j].targets;
+    EXPECT_TRUE(at::allclose(mixed[j].targets, r * lambda + r.flip(0) * (1.0 - lambda), 1e-5, 1e-6))
+        << "batch " << j << ", lambda " << lambda;
+  }
+}
+
 // A resumed epoch (start_epoch(e, k)) gets the batches, augmentations and mixing of an
 // uninterrupted one from batch k on, whichever worker count builds them.
 TEST(Loader, ResumedEpochHasTheUninterruptedEpochsAugmentedBatches) {

@@ -372,6 +372,83 @@ TEST(TensorsDataset, BothLayoutsAndGray) {
             std::string::npos);
 }
 
+// A safetensors file of gray images and a labels tensor of any dtype and shape, by hand.
+void write_rows(const kiln::test::Scratch& dir, const std::string& name, int64_t n, int64_t h,
+                int64_t w, const std::string& dtype, const std::vector<int64_t>& label_shape,
+                const std::vector<uint8_t>& label_bytes) {
+  const std::vector<uint8_t> images = random_bytes(static_cast<size_t>(n * h * w), 7);
+  std::string header = "{\"images\":{\"dtype\":\"U8\",\"shape\":" + shape_json({n, h, w}) +
+                       ",\"data_offsets\":[0," + std::to_string(images.size()) +
+                       "]},\"labels\":{\"dtype\":\"" + dtype +
+                       "\",\"shape\":" + shape_json(label_shape) + ",\"data_offsets\":[" +
+                       std::to_string(images.size()) + "," +
+                       std::to_string(images.size() + label_bytes.size()) + "]}}";
+  while (header.size() % 8 != 0) header += ' ';
+  std::vector<uint8_t> file(8);
+  const uint64_t length = header.size();
+  for (int k = 0; k < 8; ++k)
+    file[static_cast<size_t>(k)] = static_cast<uint8_t>(length >> (8 * k));
+  file.insert(file.end(), header.begin(), header.end());
+  file.insert(file.end(), images.begin(), images.end());
+  file.insert(file.end(), label_bytes.begin(), label_bytes.end());
+  dir.write_bytes(name, file.data(), file.size());
+}
+
+std::vector<uint8_t> float_bytes(const std::vector<float>& values) {
+  std::vector<uint8_t> out(values.size() * 4);
+  std::memcpy(out.data(), values.data(), out.size());
+  return out;
+}
+
+// A 2-D labels tensor is multi-label target rows (ABI 1.10): uint8 or bool 0/1, float32 in
+// [0, 1]; the class count is the rows' width.
+TEST(TensorsDataset, TwoDimensionalLabelsAreMultiLabelRows) {
+  kiln::test::Scratch dir;
+  const int64_t n = 3, classes = 4;
+  const std::vector<uint8_t> bits = {1, 0, 1, 0, 0, 0, 0, 1, 1, 1, 1, 1};
+  write_rows(dir, "u8.safetensors", n, 2, 2, "U8", {n, classes}, bits);
+  const std::vector<float> soft = {0.25F, 1.0F, 0.0F, 0.5F, 0.1F, 0.2F,
+                                   0.3F,  0.4F, 1.0F, 1.0F, 0.0F, 0.75F};
+  write_rows(dir, "f32.safetensors", n, 2, 2, "F32", {n, classes}, float_bytes(soft));
+  auto u8 = open("tensors", {{"train", string_value(dir.path("u8.safetensors"))}});
+  auto f32 = open("tensors", {{"train", string_value(dir.path("f32.safetensors"))},
+                              {"num_classes", int_value(classes)}});
+  std::vector<float> row(classes);
+  for (const auto* s : {u8.get(), f32.get()}) {
+    EXPECT_TRUE(s->multi_label());
+    EXPECT_EQ(s->num_classes(), classes);
+    for (int64_t i = 0; i < n; ++i) {
+      EXPECT_EQ(s->probe(i).label, 0);
+      s->targets(i, row.data());
+      for (int64_t k = 0; k < classes; ++k) {
+        const size_t at = static_cast<size_t>(i * classes + k);
+        EXPECT_EQ(row[static_cast<size_t>(k)], s == u8.get() ? bits[at] : soft[at]) << i << k;
+      }
+    }
+  }
+  // Refusals name the file, the sample and the class, or the option.
+  std::vector<uint8_t> two = bits;
+  two[6] = 2;
+  write_rows(dir, "two.safetensors", n, 2, 2, "U8", {n, classes}, two);
+  EXPECT_NE(refusal("tensors", {{"train", string_value(dir.path("two.safetensors"))}})
+                .find("sample 1, class 2 is 2; uint8 targets are 0 or 1"),
+            std::string::npos);
+  std::vector<float> high = soft;
+  high[11] = 1.5F;
+  write_rows(dir, "high.safetensors", n, 2, 2, "F32", {n, classes}, float_bytes(high));
+  EXPECT_NE(refusal("tensors", {{"train", string_value(dir.path("high.safetensors"))}})
+                .find("sample 2, class 3 is 1.500000; float targets lie in [0, 1]"),
+            std::string::npos);
+  write_rows(dir, "i64.safetensors", n, 2, 2, "I64", {n, 1}, std::vector<uint8_t>(n * 8, 0));
+  EXPECT_NE(refusal("tensors", {{"train", string_value(dir.path("i64.safetensors"))}})
+                .find("is I64; multi-label targets ([N, classes]) are U8, BOOL or F32"),
+            std::string::npos);
+  EXPECT_NE(refusal("tensors", {{"train", string_value(dir.path("u8.safetensors"))},
+                                {"num_classes", int_value(3)}})
+                .find("has 4 classes per row; option 'num_classes' says 3"),
+            std::string::npos);
+}
+
 // ---- synthetic ----------------------------------------------------------------------------
 
 TEST(SyntheticDataset, TheHostsPixelsForTheSameSeed) {

@@ -177,6 +177,80 @@ TEST(DatasetSource, OtherStatusesNameTheComponent) {
   EXPECT_THROW(source->decode(0, 3, buffer.data(), buffer.size()), std::invalid_argument);
 }
 
+// The gradients dataset with multi_label (ABI 1.10), from `registry`'s component `name`.
+std::unique_ptr<DatasetSource> multi_label(const Registry& registry, const std::string& name,
+                                           int64_t bad_target = -1) {
+  const auto* c = registry.find(KILN_COMPONENT_DATASET, name);
+  EXPECT_NE(c, nullptr);
+  kiln::config::OptionSet options = kiln::plugin::default_options(*c);
+  kiln::config::Value yes;
+  yes.type = KILN_OPT_BOOL;
+  yes.bool_value = true;
+  options.set("multi_label", yes);
+  options.set("classes", int_value(4));
+  options.set("bad_target", int_value(bad_target));
+  return kiln::plugin::make_dataset_source(registry, name, options, KILN_SPLIT_TRAIN);
+}
+
+TEST(DatasetSource, MultiLabelRowsComeThroughTheTargetsSlot) {
+  const auto source = multi_label(gradients_registry(), "gradients");
+  EXPECT_TRUE(source->multi_label());
+  EXPECT_FALSE(gradients()->multi_label());
+  std::vector<float> row(4);
+  for (int64_t i = 0; i < source->size(); ++i) {
+    source->targets(i, row.data());
+    for (int64_t k = 0; k < 4; ++k) {
+      EXPECT_EQ(row[static_cast<size_t>(k)], static_cast<float>(((i + 1) >> k) & 1)) << i;
+    }
+  }
+  // A source of one class per sample has no rows to give.
+  EXPECT_THROW(gradients()->targets(0, row.data()), std::logic_error);
+}
+
+TEST(DatasetSource, ATargetOutsideZeroToOneBreaksTheContract) {
+  const auto source = multi_label(gradients_registry(), "gradients", /*bad_target=*/5);
+  std::vector<float> row(4);
+  source->targets(4, row.data());
+  try {
+    source->targets(5, row.data());
+    ADD_FAILURE() << "no error";
+  } catch (const kiln::plugin::ComponentError& e) {
+    EXPECT_NE(std::string(e.what()).find("sample 5, class 0: 2.000000 is outside [0, 1]"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(DatasetSource, MultiLabelWithoutTheTargetsSlotIsRefusedAtOpen) {
+  Registry registry;
+  ASSERT_EQ(refusal(std::string(KILN_TEST_PLUGIN_DIR) + "/no_targets/libbad_dataset_no_targets.so",
+                    registry),
+            "");
+  try {
+    multi_label(registry, "gradients_without_targets");
+    ADD_FAILURE() << "no error";
+  } catch (const kiln::plugin::ComponentError& e) {
+    EXPECT_NE(std::string(e.what()).find("no targets slot"), std::string::npos) << e.what();
+  }
+}
+
+// Built against the frozen 1.9 headers: the host zeroes the fields the plugin does not know, so
+// it has one class per sample, and it reads and decodes as before.
+TEST(DatasetSource, ADatasetBuiltForAbi19HasOneClassPerSample) {
+  Registry registry;
+  ASSERT_EQ(
+      refusal(std::string(KILN_TEST_PLUGIN_DIR) + "/dataset_v1_9/libgood_c_dataset.so", registry),
+      "");
+  const auto* c = registry.find(KILN_COMPONENT_DATASET, "gradients");
+  ASSERT_NE(c, nullptr);
+  const auto source = kiln::plugin::make_dataset_source(
+      registry, "gradients", kiln::plugin::default_options(*c), KILN_SPLIT_TRAIN);
+  EXPECT_FALSE(source->multi_label());
+  EXPECT_EQ(source->probe(4).label, 1);
+  std::vector<uint8_t> pixels(64 * 64 * 3);
+  EXPECT_EQ(source->decode(4, 1, pixels.data(), pixels.size()).label, 1);
+}
+
 TEST(DatasetSource, AnUnknownNameListsTheDatasetsThereAre) {
   try {
     kiln::plugin::make_dataset_source(gradients_registry(), "gradient", {}, KILN_SPLIT_TRAIN);

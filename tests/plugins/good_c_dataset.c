@@ -5,7 +5,12 @@
  *
  * Sample i: label i % classes, height 8 + 4 * (i % 5), width 6 + 5 * (i % 3); the full-scale
  * pixel (y, x, c) is (7 y + 3 x + 50 c + 11 i + 40 label) mod 256. Reduced by d, pixel (y, x) is
- * the full-scale pixel (d y, d x), and each side is ceil(full / d). */
+ * the full-scale pixel (d y, d x), and each side is ceil(full / d).
+ *
+ * With multi_label (ABI 1.10), sample i has class k when bit k of (i + 1) is set (every sample
+ * at least one class), its target row 1 there and 0 elsewhere; bad_target makes sample
+ * bad_target's row hold 2 (outside [0, 1]), for the host's refusal. Built against headers
+ * older than 1.10 (tests/sdk/frozen/v1.9) it has neither option. */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -18,7 +23,13 @@ typedef struct gradients {
   int64_t classes;
   int32_t channels;
   int64_t fail_index; /* -1: none */
+  int multi_label;
+  int64_t bad_target; /* -1: none */
 } gradients;
+
+#ifdef KILN_DATASET_VTABLE_V1_10_SIZE
+#define WITH_TARGETS 1
+#endif
 
 static const char* const class_names[] = {"red", "green", "blue", "cyan", "magenta", "yellow"};
 
@@ -44,6 +55,17 @@ static kiln_status* gradients_create(const kiln_host_api* host, const kiln_optio
   g->classes = kiln_options_int(options, "classes", 3);
   g->channels = (int32_t)kiln_options_int(options, "channels", 3);
   g->fail_index = kiln_options_int(options, "fail_index", -1);
+  g->multi_label = 0;
+  g->bad_target = -1;
+#ifdef WITH_TARGETS
+  g->multi_label = kiln_options_bool(options, "multi_label", 0);
+  g->bad_target = kiln_options_int(options, "bad_target", -1);
+  /* An older host would train on the labels alone. */
+  if (g->multi_label && host->abi_minor < 10) {
+    free(g);
+    return invalid(host, "gradients: multi_label needs a host of ABI 1.10 or later");
+  }
+#endif
   *out = g;
   return NULL;
 }
@@ -59,6 +81,12 @@ static kiln_status* gradients_info(void* instance, kiln_dataset_info* out) {
   out->height = 0; /* sizes differ: probe gives each one's */
   out->width = 0;
   out->class_names = class_names;
+#ifdef WITH_TARGETS
+  if (KILN_HAS_FIELD(out, kiln_dataset_info, reserved2)) {
+    out->target_kind = g->multi_label ? KILN_TARGET_MULTI_LABEL : KILN_TARGET_CLASS;
+    out->reserved2 = 0;
+  }
+#endif
   return NULL;
 }
 
@@ -119,13 +147,49 @@ gradients_decode(void* instance, int64_t index, const kiln_decode_request* reque
   return NULL;
 }
 
+#ifdef WITH_TARGETS
+#if (defined(MISSING_SLOT) || defined(NO_TARGETS_SLOT)) && defined(__GNUC__)
+__attribute__((unused))
+#endif
+static kiln_status*
+gradients_targets(void* instance, int64_t index, float* out, int64_t count) {
+  const gradients* g = (const gradients*)instance;
+  int64_t k;
+  kiln_status* status = check_index(g, index);
+  if (status != NULL) return status;
+  if (!g->multi_label) return invalid(g->host, "gradients: targets without multi_label");
+  if (out == NULL || count != g->classes) return invalid(g->host, "gradients: targets row");
+  for (k = 0; k < count; ++k) out[k] = (float)(((index + 1) >> k) & 1);
+  if (index == g->bad_target) out[0] = 2.0F;
+  return NULL;
+}
+#endif
+
 static const kiln_option_spec options[] = {
     KILN_OPTION_MIN_INIT("samples", KILN_OPT_INT, 1.0, "24", "training samples"),
     KILN_OPTION_RANGE_INIT("classes", KILN_OPT_INT, 1.0, 6.0, "3", "classes"),
     KILN_OPTION_RANGE_INIT("channels", KILN_OPT_INT, 1.0, 4.0, "3", "channels"),
-    KILN_OPTION_INIT("fail_index", KILN_OPT_INT, "-1", "a sample whose decode fails (-1: none)")};
+    KILN_OPTION_INIT("fail_index", KILN_OPT_INT, "-1", "a sample whose decode fails (-1: none)"),
+#ifdef WITH_TARGETS
+    KILN_OPTION_INIT("multi_label", KILN_OPT_BOOL, "false", "classes by the bits of index + 1"),
+    KILN_OPTION_INIT("bad_target", KILN_OPT_INT, "-1", "a sample whose target row holds 2"),
+#endif
+};
 
-#ifndef MISSING_SLOT
+#if !defined(MISSING_SLOT) && !defined(NO_TARGETS_SLOT) && defined(WITH_TARGETS)
+static const kiln_dataset_vtable vtable =
+    KILN_DATASET_VTABLE_TARGETS_INIT(gradients_create, gradients_destroy, gradients_info,
+                                     gradients_probe, gradients_decode, gradients_targets);
+#define COMPONENT_NAME "gradients"
+#define LIBRARY_NAME "good-c-dataset"
+#elif defined(NO_TARGETS_SLOT)
+/* bad_dataset_no_targets: multi_label reported without the targets slot. */
+static const kiln_dataset_vtable vtable = KILN_DATASET_VTABLE_INIT(
+    gradients_create, gradients_destroy, gradients_info, gradients_probe, gradients_decode);
+#define COMPONENT_NAME "gradients_without_targets"
+#define LIBRARY_NAME "bad-dataset-no-targets"
+#elif !defined(MISSING_SLOT)
+/* Built against headers of 1.7 to 1.9: the five slots of then. */
 static const kiln_dataset_vtable vtable = KILN_DATASET_VTABLE_INIT(
     gradients_create, gradients_destroy, gradients_info, gradients_probe, gradients_decode);
 #define COMPONENT_NAME "gradients"

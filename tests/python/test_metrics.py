@@ -71,3 +71,28 @@ def test_an_exception_in_the_dict_callback_reaches_the_caller(session):
     with pytest.raises(ValueError, match="at 1"):
         session.run()
     assert session.progress().state == kiln.CANCELLED
+
+
+def test_a_multi_label_evaluation_reports_map_and_no_accuracy(tmp_path):
+    """A tensors file whose labels are target rows: evaluate() fills map (the C API's V3 field)
+    and leaves the accuracies NaN; as_dict(drop_nan=True) keeps map alone."""
+    import numpy as np
+    from safetensors.numpy import save_file
+
+    from conftest import base_pipeline
+    rng = np.random.default_rng(2)
+    for split, n in (("train", 64), ("val", 32)):
+        rows = (rng.random((n, 3)) < 0.5).astype(np.uint8)
+        images = (rows @ np.array([[40], [80], [120]]) + rng.integers(0, 40, (n, 1))).astype(
+            np.uint8).reshape(n, 1, 1).repeat(8, 1).repeat(8, 2)
+        save_file({"images": images, "labels": rows}, str(tmp_path / f"{split}.safetensors"))
+    d = base_pipeline(tmp_path / "runs", loss={"name": "bce_with_logits"})
+    d["data"] = {"dataset": "tensors", "train": str(tmp_path / "train.safetensors"),
+                 "val": str(tmp_path / "val.safetensors"), "batch_size": 16, "workers": 1}
+    with kiln.Session.from_dict(d, name="multi_label", log_level="warn") as s:
+        s.step()
+        ev = s.evaluate()
+    assert 0.0 < ev.map <= 1.0
+    assert math.isnan(ev.accuracy) and math.isnan(ev.accuracy_top5)
+    assert set(ev.as_dict(drop_nan=True)) >= {"map", "loss"}
+    assert "accuracy" not in ev.as_dict(drop_nan=True)

@@ -94,7 +94,7 @@ _Static_assert(KILN_MODEL_VTABLE_V1_8_SIZE == 32, "model vtable 1.8 size");
 
 /* 1.7: the dataset component (kiln/dataset.h) */
 PIN_SIZE(kiln_dataset_open, 24);
-PIN_SIZE(kiln_dataset_info, 56);
+PIN_SIZE(kiln_dataset_info, 64); /* 1.10: target_kind, reserved2 appended */
 PIN_OFFSET(kiln_dataset_info, num_samples, 8);
 PIN_OFFSET(kiln_dataset_info, channels, 24);
 PIN_OFFSET(kiln_dataset_info, height, 32);
@@ -105,7 +105,7 @@ PIN_OFFSET(kiln_decode_request, pixels, 16);
 PIN_OFFSET(kiln_decode_request, capacity, 24);
 PIN_SIZE(kiln_decoded_sample, 40);
 PIN_OFFSET(kiln_decoded_sample, scale, 32);
-PIN_SIZE(kiln_dataset_vtable, 48);
+PIN_SIZE(kiln_dataset_vtable, 56); /* 1.10: targets appended */
 _Static_assert(KILN_DATASET_VTABLE_V1_SIZE == 48, "dataset vtable v1 size");
 _Static_assert(KILN_COMPONENT_DATASET == 6, "dataset kind");
 _Static_assert(KILN_ERR_DATA_LOSS == 7, "data-loss code");
@@ -117,3 +117,11 @@ PIN_OFFSET(kiln_model_loss_args, ctx, 16);
 PIN_OFFSET(kiln_model_loss_args, output, 24);
 PIN_OFFSET(kiln_model_loss_args, target, 32);
 PIN_OFFSET(kiln_model_loss_args, loss, 40);
+
+/* 1.10: multi-label targets (kiln/dataset.h) */
+PIN_OFFSET(kiln_dataset_info, target_kind, 56);
+PIN_OFFSET(kiln_dataset_info, reserved2, 60);
+_Static_assert(KILN_DATASET_INFO_V1_7_SIZE == 56, "dataset info 1.7 size");
+PIN_OFFSET(kiln_dataset_vtable, targets, 48);
+_Static_assert(KILN_DATASET_VTABLE_V1_10_SIZE == 56, "dataset vtable 1.10 size");
+_Static_assert(KILN_TARGET_CLASS == 0 && KILN_TARGET_MULTI_LABEL == 1, "target kinds");

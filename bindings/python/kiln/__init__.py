@@ -195,6 +195,7 @@ class Metrics:
     tensor_peak_mb: float
     activation_mb: float
     accuracy_top5: float = float("nan")
+    map: float = float("nan")  # evaluations of multi-label data: mean average precision
 
     @classmethod
     def _from_c(cls, m):
@@ -204,7 +205,7 @@ class Metrics:
             loss_scale=m.loss_scale, step_seconds=m.step_seconds, data_seconds=m.data_seconds,
             samples_per_second=m.samples_per_second, tensor_mb=m.tensor_mb,
             tensor_peak_mb=m.tensor_peak_mb, activation_mb=m.activation_mb,
-            accuracy_top5=m.accuracy_top5)
+            accuracy_top5=m.accuracy_top5, map=m.map)
 
     def as_dict(self, drop_nan: bool = False) -> Dict[str, Any]:
         """The record as a plain dict (field name -> value), e.g. for a logger or a DataFrame

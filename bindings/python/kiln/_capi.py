@@ -122,6 +122,7 @@ class kiln_metrics(ctypes.Structure):
         ("tensor_peak_mb", c_double),
         ("activation_mb", c_double),
         ("accuracy_top5", c_double),  # V2
+        ("map", c_double),  # V3: multi-label evaluations
     ]
 
 

@@ -33,6 +33,7 @@ class BestCheckpointSink final : public RunSink {
     const std::string& metric = rule_.metric;
     const double value = metric == "loss"   ? r.loss
                          : metric == "top5" ? r.accuracy_top5
+                         : metric == "map"  ? r.map
                                             : r.accuracy;
     // Nothing trained yet (no checkpoint to keep), or nothing to compare.
     if (at_.step == 0 || r.step != at_.step || std::isnan(value)) return;

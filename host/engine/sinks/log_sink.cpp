@@ -2,6 +2,8 @@
 #include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <cmath>
+
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/sinks/sinks.hpp"
@@ -32,6 +34,11 @@ class LogSink final : public RunSink {
   }
 
   void eval(const io::EvalRecord& e) override {
+    if (!std::isnan(e.map)) {
+      spdlog::info("epoch {} evaluation: test mAP {:.2f}%  loss {:.4f}", e.epoch, 100.0 * e.map,
+                   e.loss);
+      return;
+    }
     spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  top-5 {:.2f}%  loss {:.4f}", e.epoch,
                  100.0 * e.accuracy, 100.0 * e.accuracy_top5, e.loss);
   }

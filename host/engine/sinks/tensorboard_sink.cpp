@@ -28,8 +28,12 @@ class TensorBoardSink final : public RunSink {
   }
 
   void eval(const io::EvalRecord& e) override {
-    writer_.scalar("eval/accuracy", e.accuracy, e.step);
-    writer_.scalar("eval/top5", e.accuracy_top5, e.step);
+    if (std::isnan(e.map)) {
+      writer_.scalar("eval/accuracy", e.accuracy, e.step);
+      writer_.scalar("eval/top5", e.accuracy_top5, e.step);
+    } else {
+      writer_.scalar("eval/map", e.map, e.step);
+    }
     writer_.scalar("eval/loss", e.loss, e.step);
   }
 

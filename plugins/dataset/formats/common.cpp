@@ -30,6 +30,10 @@ void check_index(const FixedDataset& d, int64_t index) {
 
 }  // namespace
 
+void FixedDataset::targets(int64_t /*index*/, float* /*out*/) const {
+  invalid("targets: the dataset has one class per sample");
+}
+
 void invalid(const std::string& message) { throw Error(KILN_ERR_INVALID_ARGUMENT, message); }
 void data_loss(const std::string& message) { throw Error(KILN_ERR_DATA_LOSS, message); }
 
@@ -134,6 +138,11 @@ kiln_status* create_with(Factory factory, const kiln_host_api* host, const kiln_
     }
     std::unique_ptr<FixedDataset> data = factory(options, *open);
     if (data->num_samples <= 0) invalid("the split holds no samples");
+    // A host before 1.10 would train on the labels alone.
+    if (data->multi_label && host->abi_minor < 10) {
+      invalid("multi-label targets need a Kiln host of ABI 1.10 or later; this one is 1." +
+              std::to_string(host->abi_minor));
+    }
     *out = new Instance{host, std::move(data)};
   });
 }
@@ -153,6 +162,10 @@ kiln_status* info_slot(void* instance, kiln_dataset_info* out) {
     out->height = d.height;
     out->width = d.width;
     out->class_names = nullptr;
+    if (KILN_HAS_FIELD(out, kiln_dataset_info, reserved2)) {
+      out->target_kind = d.multi_label ? KILN_TARGET_MULTI_LABEL : KILN_TARGET_CLASS;
+      out->reserved2 = 0;
+    }
   });
 }
 
@@ -184,6 +197,19 @@ kiln_status* decode_slot(void* instance, int64_t index, const kiln_decode_reques
     out->label = d.label(index);
     out->scale = 1;
     out->reserved = 0;
+  });
+}
+
+kiln_status* targets_slot(void* instance, int64_t index, float* out, int64_t count) {
+  const Instance& self = instance_of(instance);
+  return KILN_GUARD(self.host, {
+    const FixedDataset& d = *self.data;
+    check_index(d, index);
+    if (out == nullptr || count != d.num_classes) {
+      invalid("targets: a row of " + std::to_string(count) + " values; the dataset has " +
+              std::to_string(d.num_classes) + " classes");
+    }
+    d.targets(index, out);
   });
 }
 

@@ -23,8 +23,12 @@ class FixedDataset {
   int32_t channels = 0;
   int64_t height = 0;
   int64_t width = 0;
+  // Multi-label (KILN_TARGET_MULTI_LABEL): targets() gives each sample's row, label() 0.
+  bool multi_label = false;
   // Sample `index`'s label, in [0, num_classes) (checked when the dataset was opened).
   virtual int64_t label(int64_t index) const = 0;
+  // Multi-label only: sample `index`'s num_classes values in [0, 1] (checked when opened).
+  virtual void targets(int64_t index, float* out) const;
   // Writes sample `index` as height x width x channels bytes (HWC) to `out`. Throws
   // kiln::Error(KILN_ERR_DATA_LOSS) naming the file and record when it cannot be read.
   virtual void pixels(int64_t index, uint8_t* out) const = 0;
@@ -82,6 +86,7 @@ kiln_status* info_slot(void* instance, kiln_dataset_info* out);
 kiln_status* probe_slot(void* instance, int64_t index, kiln_sample_header* out);
 kiln_status* decode_slot(void* instance, int64_t index, const kiln_decode_request* request,
                          kiln_decoded_sample* out);
+kiln_status* targets_slot(void* instance, int64_t index, float* out, int64_t count);
 kiln_status* create_with(Factory factory, const kiln_host_api* host, const kiln_options* options,
                          const kiln_dataset_open* open, void** out);
 
@@ -94,7 +99,8 @@ kiln_status* create_slot(const kiln_host_api* host, const kiln_options* options,
 // The vtable of the component whose instances `F` makes.
 template <Factory F>
 constexpr kiln_dataset_vtable make_vtable() {
-  return KILN_DATASET_VTABLE_INIT(create_slot<F>, destroy_slot, info_slot, probe_slot, decode_slot);
+  return KILN_DATASET_VTABLE_TARGETS_INIT(create_slot<F>, destroy_slot, info_slot, probe_slot,
+                                          decode_slot, targets_slot);
 }
 
 // Capabilities of every built-in dataset: host memory only, no tensors cross.

@@ -1,7 +1,8 @@
 // `tensors`: a safetensors file holding uint8 images (N x H x W x C or N x C x H x W, or N x H x W
-// gray) and their labels (int64, int32 or uint8, N). The header is checked by the host's own
-// torch-free reader (io/safetensors_layout.cpp, fuzzed); the labels are read at create, each
-// image at its offset when it is decoded.
+// gray) and their labels (int64, int32 or uint8, N), or multi-label targets (N x C: uint8 or
+// bool 0/1, float32 in [0, 1]). The header is checked by the host's own torch-free reader
+// (io/safetensors_layout.cpp, fuzzed); the labels are read at create, each image at its offset
+// when it is decoded.
 #include <cstring>
 #include <fstream>
 
@@ -15,12 +16,25 @@ namespace {
 class TensorsDataset final : public FixedDataset {
  public:
   std::unique_ptr<RandomAccessFile> file;
-  std::string tensor;  // the images' name, for messages
-  uint64_t first = 0;  // file offset of image 0
-  bool nchw = false;   // the file's layout
-  std::vector<int64_t> labels;
+  std::string tensor;           // the images' name, for messages
+  uint64_t first = 0;           // file offset of image 0
+  bool nchw = false;            // the file's layout
+  std::vector<int64_t> labels;  // one class per sample
+  // Multi-label: N x C values, as the file holds them (one byte each for uint8 and bool).
+  std::vector<uint8_t> target_bytes;
+  std::vector<float> target_floats;
 
-  int64_t label(int64_t index) const override { return labels[static_cast<size_t>(index)]; }
+  int64_t label(int64_t index) const override {
+    return multi_label ? 0 : labels[static_cast<size_t>(index)];
+  }
+
+  void targets(int64_t index, float* out) const override {
+    const auto row = static_cast<size_t>(index * num_classes);
+    for (size_t k = 0; k < static_cast<size_t>(num_classes); ++k) {
+      out[k] = target_floats.empty() ? static_cast<float>(target_bytes[row + k])
+                                     : target_floats[row + k];
+    }
+  }
 
   void pixels(int64_t index, uint8_t* out) const override {
     const auto bytes = static_cast<uint64_t>(height * width * channels);
@@ -92,6 +106,55 @@ std::vector<int64_t> read_labels(RandomAccessFile& file, uint64_t data_start,
   return out;
 }
 
+// Multi-label targets (a 2-D labels tensor, [n, C]) into `d`: U8 or BOOL holding 0 or 1, or F32
+// in [0, 1]; C must be `num_classes` unless that is 0. Returns C.
+int64_t read_targets(RandomAccessFile& file, uint64_t data_start,
+                     const io::SafetensorsEntry& labels, const std::string& labels_name, int64_t n,
+                     int64_t num_classes, const std::string& where, TensorsDataset& d) {
+  const std::string name = "tensor " + io::quote_name(labels_name);
+  const int64_t c = labels.shape[1];
+  if (labels.shape[0] != n || c <= 0) {
+    invalid(where + name + " has shape " + io::shape_text(labels.shape) +
+            "; multi-label targets are one row per image, [" + std::to_string(n) + ", classes]");
+  }
+  if (num_classes > 0 && c != num_classes) {
+    invalid(where + name + " has " + std::to_string(c) +
+            " classes per row; option "
+            "'num_classes' says " +
+            std::to_string(num_classes) + " (0 takes the row's)");
+  }
+  const auto count = static_cast<size_t>(n) * static_cast<size_t>(c);
+  if (labels.dtype == "U8" || labels.dtype == "BOOL") {
+    d.target_bytes.resize(count);
+    file.read(data_start + labels.begin, d.target_bytes.data(), count, name);
+    for (size_t i = 0; i < count; ++i) {
+      if (d.target_bytes[i] > 1) {
+        invalid(where + name + ": sample " + std::to_string(i / static_cast<size_t>(c)) +
+                ", class " + std::to_string(i % static_cast<size_t>(c)) + " is " +
+                std::to_string(d.target_bytes[i]) + "; uint8 targets are 0 or 1");
+      }
+    }
+  } else if (labels.dtype == "F32") {
+    std::vector<uint8_t> raw(count * 4);
+    file.read(data_start + labels.begin, raw.data(), raw.size(), name);
+    d.target_floats.resize(count);
+    std::memcpy(d.target_floats.data(), raw.data(), raw.size());  // little-endian, as x86 and Arm
+    for (size_t i = 0; i < count; ++i) {
+      const float v = d.target_floats[i];
+      if (!(v >= 0.0F && v <= 1.0F)) {
+        invalid(where + name + ": sample " + std::to_string(i / static_cast<size_t>(c)) +
+                ", class " + std::to_string(i % static_cast<size_t>(c)) + " is " +
+                std::to_string(v) + "; float targets lie in [0, 1]");
+      }
+    }
+  } else {
+    invalid(where + name + " is " + labels.dtype +
+            "; multi-label targets ([N, classes]) are U8, BOOL or F32");
+  }
+  d.multi_label = true;
+  return c;
+}
+
 std::unique_ptr<FixedDataset> open_tensors(const kiln_options* options,
                                            const kiln_dataset_open& open) {
   const int32_t split = open.split;
@@ -143,8 +206,13 @@ std::unique_ptr<FixedDataset> open_tensors(const kiln_options* options,
                     : " (read as N x H x W x C)") +
             "; every dimension must be > 0");
   }
-  d->labels = read_labels(*d->file, layout.data_start, labels, labels_name, n, where);
-  d->num_classes = check_labels(d->labels, num_classes, path, "tensors");
+  if (labels.shape.size() == 2) {
+    d->num_classes =
+        read_targets(*d->file, layout.data_start, labels, labels_name, n, num_classes, where, *d);
+  } else {
+    d->labels = read_labels(*d->file, layout.data_start, labels, labels_name, n, where);
+    d->num_classes = check_labels(d->labels, num_classes, path, "tensors");
+  }
   d->tensor = images_name;
   d->first = layout.data_start + images.begin;
   d->nchw = nchw;
@@ -161,11 +229,12 @@ const kiln_option_spec kTensorsOptions[] = {
                      "safetensors file of the validation split (\"\": none)"),
     KILN_OPTION_INIT("images", KILN_OPT_STRING, "\"images\"", "the images' tensor (uint8)"),
     KILN_OPTION_INIT("labels", KILN_OPT_STRING, "\"labels\"",
-                     "the labels' tensor (int64, int32 or uint8)"),
+                     "the labels' tensor: int64, int32 or uint8 [N] (one class per image), or "
+                     "multi-label targets [N, classes] (uint8 or bool 0/1, float32 in [0, 1])"),
     KILN_OPTION_CHOICES_INIT("layout", "nhwc,nchw", "\"nhwc\"",
                              "4-D images: N x H x W x C or N x C x H x W (3-D: gray)"),
     KILN_OPTION_MIN_INIT("num_classes", KILN_OPT_INT, 0.0, "0",
-                         "classes; 0 takes the largest label + 1")};
+                         "classes; 0 takes the largest label + 1 (multi-label: the row's width)")};
 
 const kiln_dataset_vtable kTensorsVtable = make_vtable<open_tensors>();
 
@@ -173,7 +242,8 @@ const kiln_dataset_vtable kTensorsVtable = make_vtable<open_tensors>();
 
 const kiln_component_descriptor kTensorsComponent =
     KILN_COMPONENT_OPTIONS_INIT(KILN_COMPONENT_DATASET, "tensors", KILN_VERSION_INIT(1, 0, 0),
-                                "uint8 images and their labels in a safetensors file",
+                                "uint8 images and their labels (or multi-label targets) in a "
+                                "safetensors file",
                                 &kCapabilities, kTensorsOptions, &kTensorsVtable);
 
 }  // namespace kiln::datasets

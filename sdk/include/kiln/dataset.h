@@ -6,6 +6,10 @@
  *
  * Images cross the boundary as uint8 pixels, height x width x channels, rows top to bottom,
  * channels interleaved (HWC, the layout JPEG and PNG decoders write), tightly packed.
+ *
+ * Targets: one class per sample (the label `probe` and `decode` report), or, since ABI 1.10, a
+ * row of num_classes values per sample (multi-label data: any number of the classes at once),
+ * which the optional `targets` slot writes.
  */
 #ifndef KILN_DATASET_H_
 #define KILN_DATASET_H_
@@ -29,6 +33,17 @@ typedef struct kiln_dataset_open {
   uint64_t seed;
 } kiln_dataset_open;
 
+/* What each sample's target is (int32_t; kiln_dataset_info.target_kind, since ABI 1.10). */
+enum {
+  /* One class per sample: the `label` of probe and decode. What a dataset built for 1.7 to 1.9
+   * reports (the host zeroes the field before `info`). */
+  KILN_TARGET_CLASS = 0,
+  /* A row of num_classes values in [0, 1] per sample, written by the `targets` slot: 1 for a
+   * class the sample has, 0 for one it lacks, a value between for a soft target. The `label`
+   * of probe and decode must still lie in [0, num_classes); the host does not use it. */
+  KILN_TARGET_MULTI_LABEL = 1
+};
+
 /* What an instance holds; filled by `info`. */
 typedef struct kiln_dataset_info {
   size_t struct_size;  /* sizeof(kiln_dataset_info) as the host knows it; the plugin writes only
@@ -44,7 +59,13 @@ typedef struct kiln_dataset_info {
   /* num_classes names (an image folder's sub-folder names), or NULL. Owned by the instance and
    * valid until `destroy`. */
   const char* const* class_names;
+  /* Since ABI 1.10 (written only when struct_size covers it): KILN_TARGET_*. A dataset of
+   * KILN_TARGET_MULTI_LABEL refuses, at `create`, a host older than 1.10 (kiln_host_api's
+   * abi_minor), which would train on its labels alone. */
+  int32_t target_kind;
+  int32_t reserved2; /* zero */
 } kiln_dataset_info;
+#define KILN_DATASET_INFO_V1_7_SIZE KILN_SIZE_UP_TO(kiln_dataset_info, class_names)
 
 /* One sample's size at full scale and its label; filled by `probe`. */
 typedef struct kiln_sample_header {
@@ -111,17 +132,30 @@ typedef struct kiln_dataset_vtable {
   KILN_MUST_USE_SLOT kiln_status* (*decode)(void* instance, int64_t index,
                                             const kiln_decode_request* request,
                                             kiln_decoded_sample* out);
+
+  /* Since ABI 1.10; required when `info` reports KILN_TARGET_MULTI_LABEL, else NULL (the host
+   * reads it only when struct_size covers it). Writes sample `index`'s target row: `count`
+   * (= num_classes) floats at `out`, host-owned and valid for the call, each in [0, 1]. Fails
+   * as `decode` does (KILN_ERR_DATA_LOSS for unreadable data). Thread-safe: loader threads call
+   * it at once. */
+  KILN_MUST_USE_SLOT kiln_status* (*targets)(void* instance, int64_t index, float* out,
+                                             int64_t count);
 } kiln_dataset_vtable;
 
 /* The vtable with every slot named: KILN_DATASET_VTABLE_INIT(create, destroy, info, probe,
- * decode). */
-#define KILN_DATASET_VTABLE_INIT(create_, destroy_, info_, probe_, decode_)                    \
+ * decode) (one class per sample), KILN_DATASET_VTABLE_TARGETS_INIT(create, destroy, info,
+ * probe, decode, targets) (multi-label, ABI 1.10). */
+#define KILN_DATASET_VTABLE_INIT(create_, destroy_, info_, probe_, decode_) \
+  KILN_DATASET_VTABLE_TARGETS_INIT(create_, destroy_, info_, probe_, decode_, NULL)
+#define KILN_DATASET_VTABLE_TARGETS_INIT(create_, destroy_, info_, probe_, decode_, targets_)  \
   {                                                                                            \
     KILN_FIELD_(struct_size)                                                                   \
     sizeof(kiln_dataset_vtable), KILN_FIELD_(create)(create_), KILN_FIELD_(destroy)(destroy_), \
-        KILN_FIELD_(info)(info_), KILN_FIELD_(probe)(probe_), KILN_FIELD_(decode)(decode_)     \
+        KILN_FIELD_(info)(info_), KILN_FIELD_(probe)(probe_), KILN_FIELD_(decode)(decode_),    \
+        KILN_FIELD_(targets)(targets_)                                                         \
   }
 #define KILN_DATASET_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_dataset_vtable, decode)
+#define KILN_DATASET_VTABLE_V1_10_SIZE KILN_SIZE_UP_TO(kiln_dataset_vtable, targets)
 
 #ifdef __cplusplus
 } /* extern "C" */

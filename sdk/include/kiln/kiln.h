@@ -241,9 +241,13 @@ typedef struct kiln_metrics {
   double activation_mb;      /* step: that peak above what was live when the step began, MiB */
   /* Since V2 (filled only when the caller's struct_size covers it): */
   double accuracy_top5; /* eval: top-5 test accuracy in [0, 1] (top-min(5, classes)) */
+  /* Since V3 (filled only when the caller's struct_size covers it): */
+  double map; /* eval of multi-label data: mean average precision in [0, 1], the accuracies
+                 then NaN; NaN for data of one class per sample */
 } kiln_metrics;
 #define KILN_METRICS_V1_SIZE KILN_SIZE_UP_TO(kiln_metrics, activation_mb)
 #define KILN_METRICS_V2_SIZE KILN_SIZE_UP_TO(kiln_metrics, accuracy_top5)
+#define KILN_METRICS_V3_SIZE KILN_SIZE_UP_TO(kiln_metrics, map)
 
 /* Called after every step and every evaluation with the new record (borrowed: valid during the
  * call). Return 0 to go on, nonzero to stop the session, as session_cancel: after this step

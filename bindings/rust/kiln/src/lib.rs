@@ -859,6 +859,9 @@ pub struct Metrics {
     pub activation_mb: f64,
     /// Eval: top-5 test accuracy in [0, 1] (top-min(5, classes)).
     pub accuracy_top5: f64,
+    /// Eval of multi-label data: mean average precision in [0, 1] (the accuracies are then NaN);
+    /// NaN otherwise.
+    pub map: f64,
 }
 
 impl Metrics {
@@ -880,6 +883,7 @@ impl Metrics {
             tensor_peak_mb: m.tensor_peak_mb,
             activation_mb: m.activation_mb,
             accuracy_top5: m.accuracy_top5,
+            map: m.map,
         }
     }
 }

@@ -164,6 +164,8 @@ pub struct KilnMetrics {
     pub activation_mb: f64,
     /// Since V2 (KILN_METRICS_V2_SIZE).
     pub accuracy_top5: f64,
+    /// Since V3 (KILN_METRICS_V3_SIZE).
+    pub map: f64,
 }
 
 /// `kiln_metrics_callback`: return 0 to go on, nonzero to stop after this step.

@@ -116,6 +116,7 @@ fn all_fields() -> Vec<Field> {
             tensor_peak_mb,
             activation_mb,
             accuracy_top5,
+            map,
         ]
     ));
     v.extend(fields!(
@@ -377,7 +378,7 @@ fn layout_matches_hand_computed_lp64_values() {
     assert_eq!(size_of::<KilnVersion>(), 12);
     assert_eq!(size_of::<KilnSessionOptions>(), 96); // process_settings, then V2 appended
     assert_eq!(size_of::<KilnProgress>(), 88);
-    assert_eq!(size_of::<KilnMetrics>(), 128); // accuracy_top5 appended (V2)
+    assert_eq!(size_of::<KilnMetrics>(), 136); // accuracy_top5 (V2), map (V3) appended
     assert_eq!(size_of::<KilnPluginInfo>(), 64);
     // struct_size, version, reserved (16 bytes), then 22 slots of 8 (version 1) and 7 more.
     assert_eq!(size_of::<KilnApi>(), 16 + 29 * 8);
@@ -431,6 +432,7 @@ fn layout_matches_hand_computed_lp64_values() {
         ("kiln_metrics.tensor_peak_mb", 104),
         ("kiln_metrics.activation_mb", 112),
         ("kiln_metrics.accuracy_top5", 120),
+        ("kiln_metrics.map", 128),
         ("kiln_plugin_info.name", 8),
         ("kiln_plugin_info.kind", 16),
         ("kiln_plugin_info.summary", 24),
