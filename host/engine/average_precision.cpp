@@ -48,11 +48,11 @@ double mean_average_precision(const at::Tensor& scores, const at::Tensor& target
         group_hits += positive(order[j]) ? 1 : 0;
       }
       hits += group_hits;
-      ap += static_cast<double>(group_hits) / static_cast<double>(positives) *
-            (static_cast<double>(hits) / static_cast<double>(j));
+      ap += static_cast<double>(group_hits) * (static_cast<double>(hits) / static_cast<double>(j));
       i = j;
     }
-    sum += ap;
+    // Divided once: a perfect ranking then sums to exactly `positives` and gives exactly 1.
+    sum += ap / static_cast<double>(positives);
     ++counted;
   }
   return counted > 0 ? sum / static_cast<double>(counted) : kNaN;

@@ -14,6 +14,48 @@ std::string contract(const std::string& who, const std::string& what) {
   return who + " broke the dataset contract: " + what;
 }
 
+// What `info` reported, against the contract of kiln/dataset.h; `who` names the plugin.
+void check_info(const kiln_dataset_info& info, const std::string& who) {
+  if (info.num_samples <= 0) {
+    throw ComponentError(KILN_ERR_INTERNAL,
+                         contract(who, "info reports " + std::to_string(info.num_samples) +
+                                           " samples; a split holds at least one"));
+  }
+  if (info.num_classes <= 0) {
+    throw ComponentError(KILN_ERR_INTERNAL,
+                         contract(who, "info reports " + std::to_string(info.num_classes) +
+                                           " classes; at least one"));
+  }
+  if (info.channels <= 0) {
+    throw ComponentError(
+        KILN_ERR_INTERNAL,
+        contract(who, "info reports " + std::to_string(info.channels) + " channels; at least one"));
+  }
+  if (info.reserved != 0) {
+    throw ComponentError(KILN_ERR_INTERNAL,
+                         contract(who, "kiln_dataset_info field 'reserved' is " +
+                                           std::to_string(info.reserved) + ", not zero"));
+  }
+  if (info.height < 0 || info.width < 0 || (info.height == 0) != (info.width == 0)) {
+    throw ComponentError(
+        KILN_ERR_INTERNAL,
+        contract(who, "info reports a sample size of " + std::to_string(info.height) + "x" +
+                          std::to_string(info.width) +
+                          "; both positive, or both 0 when sizes differ"));
+  }
+  if (info.target_kind != KILN_TARGET_CLASS && info.target_kind != KILN_TARGET_MULTI_LABEL) {
+    throw ComponentError(
+        KILN_ERR_INTERNAL,
+        contract(who, "info reports target kind " + std::to_string(info.target_kind) +
+                          "; KILN_TARGET_CLASS or KILN_TARGET_MULTI_LABEL"));
+  }
+  if (info.reserved2 != 0) {
+    throw ComponentError(KILN_ERR_INTERNAL,
+                         contract(who, "kiln_dataset_info field 'reserved2' is " +
+                                           std::to_string(info.reserved2) + ", not zero"));
+  }
+}
+
 }  // namespace
 
 DatasetSource::DatasetSource(const Component& component, const config::OptionSet& options,
@@ -44,44 +86,7 @@ DatasetSource::DatasetSource(const Component& component, const config::OptionSet
         call_plugin([&] { return where("info"); }, [&] { return vtable_->info(instance_, &info); }),
         "dataset '" + name_ + "' info");
     const std::string who = "dataset '" + name_ + "' (" + library_ + ")";
-    if (info.num_samples <= 0) {
-      throw ComponentError(KILN_ERR_INTERNAL,
-                           contract(who, "info reports " + std::to_string(info.num_samples) +
-                                             " samples; a split holds at least one"));
-    }
-    if (info.num_classes <= 0) {
-      throw ComponentError(KILN_ERR_INTERNAL,
-                           contract(who, "info reports " + std::to_string(info.num_classes) +
-                                             " classes; at least one"));
-    }
-    if (info.channels <= 0) {
-      throw ComponentError(KILN_ERR_INTERNAL,
-                           contract(who, "info reports " + std::to_string(info.channels) +
-                                             " channels; at least one"));
-    }
-    if (info.reserved != 0) {
-      throw ComponentError(KILN_ERR_INTERNAL,
-                           contract(who, "kiln_dataset_info field 'reserved' is " +
-                                             std::to_string(info.reserved) + ", not zero"));
-    }
-    if (info.height < 0 || info.width < 0 || (info.height == 0) != (info.width == 0)) {
-      throw ComponentError(
-          KILN_ERR_INTERNAL,
-          contract(who, "info reports a sample size of " + std::to_string(info.height) + "x" +
-                            std::to_string(info.width) +
-                            "; both positive, or both 0 when sizes differ"));
-    }
-    if (info.target_kind != KILN_TARGET_CLASS && info.target_kind != KILN_TARGET_MULTI_LABEL) {
-      throw ComponentError(
-          KILN_ERR_INTERNAL,
-          contract(who, "info reports target kind " + std::to_string(info.target_kind) +
-                            "; KILN_TARGET_CLASS or KILN_TARGET_MULTI_LABEL"));
-    }
-    if (info.reserved2 != 0) {
-      throw ComponentError(KILN_ERR_INTERNAL,
-                           contract(who, "kiln_dataset_info field 'reserved2' is " +
-                                             std::to_string(info.reserved2) + ", not zero"));
-    }
+    check_info(info, who);
     multi_label_ = info.target_kind == KILN_TARGET_MULTI_LABEL;
     if (multi_label_ &&
         !(KILN_HAS_FIELD(vtable_, kiln_dataset_vtable, targets) && vtable_->targets != nullptr)) {

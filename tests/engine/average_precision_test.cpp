@@ -35,6 +35,12 @@ TEST(MeanAveragePrecision, TiesAreOneThresholdAndClassesWithoutPositivesAreLeftO
   EXPECT_NEAR(mean_average_precision(scores * 10.0 - 3.0, targets), (5.0 / 6.0 + 1.0) / 2.0, 1e-12);
 }
 
+TEST(MeanAveragePrecision, APerfectRankingIsExactlyOne) {
+  const at::Tensor scores = at::linspace(1.0, 0.0, 7, at::kFloat).view({7, 1});
+  const at::Tensor targets = matrix({{1}, {1}, {1}, {0}, {0}, {0}, {0}});
+  EXPECT_EQ(mean_average_precision(scores, targets), 1.0);
+}
+
 TEST(MeanAveragePrecision, SoftTargetsArePositiveFromOneHalf) {
   const at::Tensor scores = matrix({{0.2F}, {0.9F}, {0.5F}});
   // Positives: samples 1 (0.5) and 2 (0.8), ranked first and second: AP = 1.

@@ -1,6 +1,8 @@
 // kiln_image_folder — the "image_folder" dataset: torchvision's ImageFolder (root/<class>/<image>,
 // classes the sorted sub-folder names, labels 0..C-1, samples class by class in sorted order),
-// JPEG and PNG decoded as PIL decodes them (Image.open(path).convert("RGB") or "L").
+// and the "image_list" dataset: images a CSV file lists with their classes (multi-label data,
+// ABI 1.10; image_list.hpp). Both decode JPEG and PNG as PIL decodes them
+// (Image.open(path).convert("RGB") or "L").
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -10,6 +12,7 @@
 #include <vector>
 
 #include "image.hpp"
+#include "image_list.hpp"
 #include "index.hpp"
 #include "kiln/dataset.h"
 #include "kiln/sdk.hpp"
@@ -26,11 +29,22 @@ const std::vector<std::string> kImageExtensions = {".jpg", ".jpeg", ".png",  ".p
 // The host of the latest create, for statuses of calls that come without an instance.
 std::atomic<const kiln_host_api*> g_host{nullptr};
 
+// One split of either component: class folders (index) or a list (listed, list).
 struct Dataset {
   const kiln_host_api* host = nullptr;
   Index index;
+  bool listed = false;
+  ImageList list;
   int channels = 3;
-  std::vector<const char*> class_names;  // into index.classes()
+  std::vector<const char*> class_names;  // into classes()
+
+  int64_t size() const { return listed ? list.size() : index.size(); }
+  std::string path(int64_t i) const { return listed ? list.path(i) : index.path(i); }
+  // A list's samples have rows; their label is 0 (ABI 1.10: in range, unused).
+  int64_t label(int64_t i) const { return listed ? 0 : index.label(i); }
+  const std::vector<std::string>& classes() const {
+    return listed ? list.classes() : index.classes();
+  }
 };
 
 [[noreturn]] void refuse(const std::string& what) {
@@ -105,9 +119,8 @@ Dataset& instance_of(void* instance) {
 }
 
 void check_index(const Dataset& d, int64_t index) {
-  if (index < 0 || index >= d.index.size()) {
-    refuse("sample " + std::to_string(index) + " is outside 0.." +
-           std::to_string(d.index.size() - 1));
+  if (index < 0 || index >= d.size()) {
+    refuse("sample " + std::to_string(index) + " is outside 0.." + std::to_string(d.size() - 1));
   }
 }
 
@@ -178,7 +191,69 @@ kiln_status* create(const kiln_host_api* host, const kiln_options* options,
     } else {
       d->channels = color == "gray" ? 1 : 3;
     }
-    for (const std::string& c : d->index.classes()) d->class_names.push_back(c.c_str());
+    for (const std::string& c : d->classes()) d->class_names.push_back(c.c_str());
+    *out = d.release();
+  });
+}
+
+bool bool_option(const kiln_options* options, const char* name, bool fallback) {
+  const kiln_option_value* v = find_option(options, name, KILN_OPT_BOOL, kName);
+  return v != nullptr ? v->bool_value != 0 : fallback;
+}
+
+// image_list: the split's CSV, paths relative to `root` (or to the list's folder); the classes
+// those of the training list, so that a column means the same class in both splits.
+kiln_status* create_list(const kiln_host_api* host, const kiln_options* options,
+                         const kiln_dataset_open* open, void** out) {
+  if (host == nullptr) {
+    if (out != nullptr) *out = nullptr;
+    return no_host_status();
+  }
+  g_host.store(host);
+  return KILN_GUARD(host, {
+    if (out == nullptr) refuse("create: NULL out");
+    *out = nullptr;
+    if (open == nullptr || open->struct_size < KILN_SIZE_UP_TO(kiln_dataset_open, reserved)) {
+      refuse("create: kiln_dataset_open is NULL or smaller than its version 1");
+    }
+    if (open->split != KILN_SPLIT_TRAIN && open->split != KILN_SPLIT_VAL) {
+      refuse("create: unknown split " + std::to_string(open->split));
+    }
+    // Rows need the targets slot: an older host would train on the labels alone.
+    if (host->abi_minor < 10) {
+      refuse(
+          "image_list: multi-label targets need a Kiln host of ABI 1.10 or later; this one "
+          "is 1." +
+          std::to_string(host->abi_minor));
+    }
+    const std::string root = string_option(options, "root", "");
+    const std::string train = string_option(options, "train", "");
+    const std::string val = string_option(options, "val", "");
+    const std::string color = string_option(options, "color", "rgb");
+    ListFormat format;
+    format.separator = string_option(options, "separator", " ");
+    format.header = bool_option(options, "header", true);
+    if (train.empty()) refuse("option 'train' is empty: name the training list (path,classes)");
+    if (color != "rgb" && color != "gray" && color != "auto") {
+      refuse("option 'color': '" + color + "' is not one of rgb, gray, auto");
+    }
+    const bool is_val = open->split == KILN_SPLIT_VAL;
+    if (is_val && val.empty()) refuse("option 'val' is empty: the dataset has no validation split");
+    auto d = std::make_unique<Dataset>();
+    d->host = host;
+    d->listed = true;
+    d->list = ImageList::read(train, "train", root, format, {});
+    if (is_val) d->list = ImageList::read(val, "val", root, format, d->list.classes());
+    // A wrong root shows at the first image, before the run.
+    const std::string first = d->list.path(0);
+    try {
+      const Header h = probe_image(first);
+      d->channels = color == "auto" ? h.channels : color == "gray" ? 1 : 3;
+    } catch (const Error& e) {
+      refuse(std::string("option '") + (root.empty() ? (is_val ? "val" : "train") : "root") +
+             "': the first listed image: " + e.what());
+    }
+    for (const std::string& c : d->classes()) d->class_names.push_back(c.c_str());
     *out = d.release();
   });
 }
@@ -192,12 +267,13 @@ kiln_status* info(void* instance, kiln_dataset_info* out) {
     const Dataset& d = instance_of(instance);
     kiln_dataset_info full{};
     full.struct_size = sizeof full;
-    full.num_samples = d.index.size();
-    full.num_classes = static_cast<int64_t>(d.index.classes().size());
+    full.num_samples = d.size();
+    full.num_classes = static_cast<int64_t>(d.classes().size());
     full.channels = d.channels;
     full.height = 0;  // sizes differ; probe gives each
     full.width = 0;
     full.class_names = d.class_names.data();
+    full.target_kind = d.listed ? KILN_TARGET_MULTI_LABEL : KILN_TARGET_CLASS;
     write_out(out, full, KILN_SIZE_UP_TO(kiln_dataset_info, class_names), "info");
   });
 }
@@ -208,12 +284,12 @@ kiln_status* probe(void* instance, int64_t index, kiln_sample_header* out) {
   return KILN_GUARD(host, {
     const Dataset& d = instance_of(instance);
     check_index(d, index);
-    const Header h = probe_image(d.index.path(index));
+    const Header h = probe_image(d.path(index));
     kiln_sample_header full{};
     full.struct_size = sizeof full;
     full.height = h.height;
     full.width = h.width;
-    full.label = d.index.label(index);
+    full.label = d.label(index);
     write_out(out, full, KILN_SIZE_UP_TO(kiln_sample_header, label), "probe");
   });
 }
@@ -238,18 +314,35 @@ kiln_status* decode(void* instance, int64_t index, const kiln_decode_request* re
       refuse("decode: the output is NULL or smaller than its version 1");
     }
     const Decoded r =
-        decode_image(d.index.path(index), s, d.channels, request->pixels, request->capacity);
+        decode_image(d.path(index), s, d.channels, request->pixels, request->capacity);
     kiln_decoded_sample full{};
     full.struct_size = sizeof full;
     full.height = r.height;
     full.width = r.width;
-    full.label = d.index.label(index);
+    full.label = d.label(index);
     full.scale = r.scale;
     write_out(out, full, KILN_SIZE_UP_TO(kiln_decoded_sample, reserved), "decode");
   });
 }
 
+kiln_status* targets(void* instance, int64_t index, float* out, int64_t count) {
+  const kiln_host_api* host = host_of(instance);
+  if (host == nullptr) return no_host_status();
+  return KILN_GUARD(host, {
+    const Dataset& d = instance_of(instance);
+    check_index(d, index);
+    if (!d.listed) refuse("targets: image_folder has one class per sample");
+    if (out == nullptr || count != static_cast<int64_t>(d.classes().size())) {
+      refuse("targets: a row of " + std::to_string(count) + " values; the list has " +
+             std::to_string(d.classes().size()) + " classes");
+    }
+    d.list.row(index, out);
+  });
+}
+
 const kiln_dataset_vtable kVtable = KILN_DATASET_VTABLE_INIT(create, destroy, info, probe, decode);
+const kiln_dataset_vtable kListVtable =
+    KILN_DATASET_VTABLE_TARGETS_INIT(create_list, destroy, info, probe, decode, targets);
 
 const kiln_option_spec kOptions[] = {
     KILN_OPTION_INIT("root", KILN_OPT_STRING, nullptr,
@@ -267,6 +360,23 @@ const kiln_option_spec kOptions[] = {
                      ".jpg, .jpeg, .jpe, .jfif, .png)"),
 };
 
+const kiln_option_spec kListOptions[] = {
+    KILN_OPTION_INIT("train", KILN_OPT_STRING, nullptr,
+                     "CSV file of the training split: a line per image, path,classes (classes "
+                     "split by separator; none is allowed), the first line a header unless "
+                     "header = false; classes are the sorted names it uses"),
+    KILN_OPTION_INIT("val", KILN_OPT_STRING, "\"\"",
+                     "CSV file of the validation split, as train, classes among train's; empty: "
+                     "none"),
+    KILN_OPTION_INIT("root", KILN_OPT_STRING, "\"\"",
+                     "folder the listed paths are relative to; empty: each list's own folder"),
+    KILN_OPTION_INIT("separator", KILN_OPT_STRING, "\" \"", "between an image's classes"),
+    KILN_OPTION_INIT("header", KILN_OPT_BOOL, "true", "the lists' first line names the columns"),
+    KILN_OPTION_CHOICES_INIT("color", "rgb,gray,auto", "\"rgb\"",
+                             "channels decoded: rgb (3), gray (1), auto (those of the first "
+                             "listed image), as image_folder's"),
+};
+
 const kiln_capabilities kCapabilities = KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU);
 
 const kiln_component_descriptor kComponent =
@@ -274,7 +384,12 @@ const kiln_component_descriptor kComponent =
                                 "images in class folders (torchvision's ImageFolder), JPEG and PNG",
                                 &kCapabilities, kOptions, &kVtable);
 
-const kiln_component_descriptor* const kComponents[] = {&kComponent};
+const kiln_component_descriptor kListComponent = KILN_COMPONENT_OPTIONS_INIT(
+    KILN_COMPONENT_DATASET, "image_list", KILN_VERSION_INIT(1, 0, 0),
+    "images a CSV lists with their classes, several per image (multi-label), JPEG and PNG",
+    &kCapabilities, kListOptions, &kListVtable);
+
+const kiln_component_descriptor* const kComponents[] = {&kComponent, &kListComponent};
 
 const kiln_plugin_descriptor kDescriptor = KILN_PLUGIN_DESCRIPTOR_INIT(
     "kiln-image-folder", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);

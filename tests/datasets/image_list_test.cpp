@@ -1,0 +1,186 @@
+// The image_list dataset (multi-label images listed in a CSV, ABI 1.10) through its vtable: the
+// image_folder oracle's training images (tests/oracle/image_folder.py: pixels as PIL decodes
+// them) listed in reverse order with several classes each; every sample decodes to PIL's pixels
+// and carries the row its line names. And its refusals, which name the option, the file and the
+// line.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "image_folder_harness.hpp"
+#include "scratch.hpp"
+
+namespace {
+
+using kiln::dataset_test::oracle;
+using kiln::test::describe;
+using kiln::test::Options;
+using kiln::test::Status;
+using json = nlohmann::json;
+
+const kiln_dataset_vtable& vtable() {
+  return *static_cast<const kiln_dataset_vtable*>(
+      kiln::test::component_vtable("kiln_image_folder", "image_list"));
+}
+
+// Sample k of a list names the classes of the bits of (k + 1) % 8 over these (0: none).
+const std::vector<std::string> kClasses = {"sky", "cat", "dog"};  // sorted: cat, dog, sky
+
+std::vector<std::string> classes_of(size_t k) {
+  std::vector<std::string> out;
+  for (size_t b = 0; b < kClasses.size(); ++b) {
+    if ((((k + 1) % 8) >> b) & 1) out.push_back(kClasses[b]);
+  }
+  return out;
+}
+
+struct List {
+  void* instance = nullptr;
+  Status status;
+  ~List() { vtable().destroy(instance); }
+};
+
+// Opens image_list with `options` for `split`, on a host of ABI 1.`minor`.
+std::unique_ptr<List> open(Options options, int32_t split = KILN_SPLIT_TRAIN,
+                           uint32_t minor = KILN_ABI_MINOR) {
+  static kiln_host_api host = kiln::test::status_only_host();
+  host.abi_minor = minor;
+  auto list = std::make_unique<List>();
+  const kiln_dataset_open open{sizeof(kiln_dataset_open), split, 0, 0};
+  list->status = Status(vtable().create(&host, options.get(), &open, &list->instance));
+  return list;
+}
+
+Options options(const std::string& train, const std::string& root = "", const std::string& val = "",
+                const std::string& separator = " ", bool header = true) {
+  Options o;
+  o.set_string("train", train)
+      .set_string("val", val)
+      .set_string("root", root)
+      .set_string("separator", separator)
+      .set_bool("header", header)
+      .set_string("color", "rgb");
+  return o;
+}
+
+// The oracle's training samples, listed last to first with classes_of(k), paths relative to the
+// split's root.
+std::string write_train_list(const kiln::test::Scratch& dir, const std::string& separator = " ",
+                             bool header = true) {
+  const json& s = oracle().manifest["splits"]["train"];
+  const std::string root = s["root"];
+  std::string text = header ? "path,classes\n" : "";
+  const size_t n = s["samples"].size();
+  for (size_t k = 0; k < n; ++k) {
+    const std::string path = s["samples"][n - 1 - k]["path"];
+    std::string names;
+    for (const std::string& c : classes_of(k)) names += (names.empty() ? "" : separator) + c;
+    text += path.substr(root.size() + 1) + "," + names + "\n";
+  }
+  dir.write_text("train.csv", text);
+  return dir.path("train.csv");
+}
+
+std::string refusal(const List& list) {
+  EXPECT_NE(list.status, nullptr);
+  if (list.status == nullptr) return "";
+  EXPECT_EQ(list.status->code, KILN_ERR_INVALID_ARGUMENT) << list.status->message;
+  return list.status->message;
+}
+
+TEST(ImageList, ListedImagesDecodeAsPilWithTheRowsTheirLinesName) {
+  kiln::test::Scratch dir;
+  const json& s = oracle().manifest["splits"]["train"];
+  for (const auto& [separator, header] : {std::pair<std::string, bool>{" ", true}, {";", false}}) {
+    SCOPED_TRACE("separator '" + separator + "'");
+    const auto list =
+        open(options(write_train_list(dir, separator, header), s["root"], "", separator, header));
+    ASSERT_EQ(list->status, nullptr) << describe(list->status.get());
+    kiln_dataset_info info{};
+    info.struct_size = sizeof info;
+    ASSERT_EQ(Status(vtable().info(list->instance, &info)), nullptr);
+    const size_t n = s["samples"].size();
+    EXPECT_EQ(info.num_samples, static_cast<int64_t>(n));
+    ASSERT_EQ(info.num_classes, 3);
+    EXPECT_EQ(info.target_kind, KILN_TARGET_MULTI_LABEL);
+    EXPECT_STREQ(info.class_names[0], "cat");
+    EXPECT_STREQ(info.class_names[1], "dog");
+    EXPECT_STREQ(info.class_names[2], "sky");
+    EXPECT_EQ(info.channels, 3);
+    for (size_t k = 0; k < n; ++k) {
+      const json& e = s["samples"][n - 1 - k];
+      SCOPED_TRACE(e["path"].get<std::string>());
+      std::vector<float> row(3, -1.0F);
+      ASSERT_EQ(Status(vtable().targets(list->instance, static_cast<int64_t>(k), row.data(), 3)),
+                nullptr);
+      const std::vector<std::string> names = classes_of(k);
+      const auto has = [&](const char* c) {
+        return std::find(names.begin(), names.end(), c) != names.end() ? 1.0F : 0.0F;
+      };
+      EXPECT_EQ(row, (std::vector<float>{has("cat"), has("dog"), has("sky")}));
+      const int64_t h = e["height"], w = e["width"];
+      std::vector<uint8_t> pixels(static_cast<size_t>(h * w * 3));
+      kiln_decode_request request{sizeof request, 1, 0, pixels.data(), pixels.size()};
+      kiln_decoded_sample out{};
+      out.struct_size = sizeof out;
+      ASSERT_EQ(Status(vtable().decode(list->instance, static_cast<int64_t>(k), &request, &out)),
+                nullptr);
+      EXPECT_EQ(out.label, 0);
+      EXPECT_EQ(pixels, oracle().pixels(e["RGB"]));
+    }
+  }
+}
+
+TEST(ImageList, TheValidationListTakesTheTrainingClasses) {
+  kiln::test::Scratch dir;
+  const json& s = oracle().manifest["splits"]["train"];
+  const std::string root = s["root"];
+  const std::string first = std::string(s["samples"][0]["path"]).substr(root.size() + 1);
+  const std::string train = write_train_list(dir);
+  dir.write_text("val.csv", "path,classes\n" + first + ",dog\n" + first + ",\n");
+  auto list = open(options(train, root, dir.path("val.csv")), KILN_SPLIT_VAL);
+  ASSERT_EQ(list->status, nullptr) << describe(list->status.get());
+  kiln_dataset_info info{};
+  info.struct_size = sizeof info;
+  ASSERT_EQ(Status(vtable().info(list->instance, &info)), nullptr);
+  EXPECT_EQ(info.num_samples, 2);
+  EXPECT_EQ(info.num_classes, 3);
+  std::vector<float> row(3);
+  ASSERT_EQ(Status(vtable().targets(list->instance, 0, row.data(), 3)), nullptr);
+  EXPECT_EQ(row, (std::vector<float>{0, 1, 0}));
+  ASSERT_EQ(Status(vtable().targets(list->instance, 1, row.data(), 3)), nullptr);
+  EXPECT_EQ(row, (std::vector<float>{0, 0, 0}));
+  dir.write_text("bird.csv", "path,classes\n" + first + ",dog bird\n");
+  EXPECT_NE(refusal(*open(options(train, root, dir.path("bird.csv")), KILN_SPLIT_VAL))
+                .find("has class 'bird', which the training list does not use"),
+            std::string::npos);
+}
+
+TEST(ImageList, RefusalsNameTheOptionFileAndLine) {
+  kiln::test::Scratch dir;
+  const json& s = oracle().manifest["splits"]["train"];
+  const std::string root = s["root"];
+  const std::string train = write_train_list(dir);
+  EXPECT_NE(refusal(*open(options(dir.path("none.csv"), root))).find("option 'train': "),
+            std::string::npos);
+  dir.write_text("bad.csv", "path,classes\na.jpg,cat\nb.jpg cat\n");
+  EXPECT_NE(refusal(*open(options(dir.path("bad.csv"), root)))
+                .find("bad.csv:3: no comma: each line is path,classes"),
+            std::string::npos);
+  dir.write_text("empty.csv", "path,classes\n");
+  EXPECT_NE(refusal(*open(options(dir.path("empty.csv"), root))).find("lists no sample"),
+            std::string::npos);
+  // A root that is not the images' is found at the first image, before the run.
+  EXPECT_NE(refusal(*open(options(train, "/no/such/root"))).find("option 'root': the first"),
+            std::string::npos);
+  EXPECT_NE(refusal(*open(options(train, root), KILN_SPLIT_VAL)).find("option 'val' is empty"),
+            std::string::npos);
+  // A host before 1.10 would train on the labels alone.
+  EXPECT_NE(refusal(*open(options(train, root), KILN_SPLIT_TRAIN, 9)).find("ABI 1.10 or later"),
+            std::string::npos);
+}
+
+}  // namespace
