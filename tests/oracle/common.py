@@ -103,3 +103,13 @@ class Mlp(nn.Module):
                 x = layer.norm(x)
             x = F.relu(x)
         return self.head(x)
+
+
+def read_metrics(path):
+    """A `kiln run --metrics` file as its step records and its eval records, in order."""
+    steps, evals = [], []
+    with open(path) as f:
+        for line in f:
+            record = json.loads(line)
+            (steps if record["type"] == "step" else evals).append(record)
+    return steps, evals

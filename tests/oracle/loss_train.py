@@ -23,7 +23,7 @@ import torch
 import torch.nn as nn
 import torch.nn.functional as F
 
-from common import Mlp, Scratch, load_split, save_state, write_pattern_set
+from common import Mlp, Scratch, load_split, read_metrics, save_state, write_pattern_set
 
 CLASSES = 10
 
@@ -93,10 +93,7 @@ def compare(s, cfg):
         top5 = logits.topk(5, dim=1).indices.eq(y_test.view(-1, 1)).any(1).float().mean().item()
         expected_eval = {"accuracy": logits.argmax(1).eq(y_test).float().mean().item(),
                          "top5": top5, "loss": loss.item()}
-    steps, evals = [], []
-    for line in open(cfg["metrics"]):
-        record = json.loads(line)
-        (steps if record["type"] == "step" else evals).append(record)
+    steps, evals = read_metrics(cfg["metrics"])
     report = {"steps": len(steps), "expected_steps": len(expected_steps), "evals": len(evals),
               "step_loss": max((relative(r["loss"], e) for r, e in zip(steps, expected_steps)),
                                default=1e9)}

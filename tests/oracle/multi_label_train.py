@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torchmetrics.functional.classification import multilabel_average_precision
 
-from common import Mlp, Scratch, save_state
+from common import Mlp, Scratch, read_metrics, save_state
 
 
 def images_and_targets(rng, n, cfg):
@@ -90,10 +90,7 @@ def compare(s, cfg):
         eval_loss = loss_of(logits, t_test).item()
         expected_map = multilabel_average_precision(
             logits, (t_test >= 0.5).long(), num_labels=classes, average="macro").item()
-    steps, evals = [], []
-    for line in open(cfg["metrics"]):
-        record = json.loads(line)
-        (steps if record["type"] == "step" else evals).append(record)
+    steps, evals = read_metrics(cfg["metrics"])
     report = {"steps": len(steps), "expected_steps": len(expected_steps), "evals": len(evals),
               "step_loss": max((relative(r["loss"], e) for r, e in zip(steps, expected_steps)),
                                default=1e9),

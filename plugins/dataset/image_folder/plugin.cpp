@@ -21,6 +21,7 @@ namespace kiln::image_folder {
 namespace {
 
 constexpr const char* kName = "image_folder";
+constexpr const char* kList = "image_list";
 // torchvision's IMG_EXTENSIONS: files with these endings that the options leave out are counted
 // and reported, since ImageFolder would have taken them.
 const std::vector<std::string> kImageExtensions = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
@@ -47,9 +48,11 @@ struct Dataset {
   }
 };
 
-[[noreturn]] void refuse(const std::string& what) {
-  throw Error(KILN_ERR_INVALID_ARGUMENT, std::string(kName) + ": " + what);
+[[noreturn]] void refuse_as(const char* component, const std::string& what) {
+  throw Error(KILN_ERR_INVALID_ARGUMENT, std::string(component) + ": " + what);
 }
+
+[[noreturn]] void refuse(const std::string& what) { refuse_as(kName, what); }
 
 std::string string_option(const kiln_options* options, const char* name, const char* fallback) {
   const kiln_option_value* v = find_option(options, name, KILN_OPT_STRING, kName);
@@ -132,8 +135,11 @@ const kiln_host_api* host_of(void* instance) {
 // one: nothing is reported (create leaves *out NULL).
 kiln_status* no_host_status() { return nullptr; }
 
-kiln_status* create(const kiln_host_api* host, const kiln_options* options,
-                    const kiln_dataset_open* open, void** out) {
+// What create does for both components: the contract's checks of its arguments, then `make`
+// opens the split (throwing kiln::Error), and the class names are taken from what it opened.
+template <typename Make>
+kiln_status* create_with(const kiln_host_api* host, const kiln_dataset_open* open, void** out,
+                         Make make) {
   if (host == nullptr) {
     if (out != nullptr) *out = nullptr;
     return no_host_status();
@@ -148,52 +154,65 @@ kiln_status* create(const kiln_host_api* host, const kiln_options* options,
     if (open->split != KILN_SPLIT_TRAIN && open->split != KILN_SPLIT_VAL) {
       refuse("create: unknown split " + std::to_string(open->split));
     }
-    const std::string root = string_option(options, "root", "");
-    const std::string val_root = string_option(options, "val_root", "");
-    const std::string color = string_option(options, "color", "rgb");
-    const std::vector<std::string> extensions = extensions_option(options);
-    if (root.empty())
-      refuse("option 'root' is empty: name the training folder (root/<class>/<image>)");
-    if (color != "rgb" && color != "gray" && color != "auto") {
-      refuse("option 'color': '" + color + "' is not one of rgb, gray, auto");
-    }
-    const bool val = open->split == KILN_SPLIT_VAL;
-    if (val && val_root.empty()) {
-      refuse("option 'val_root' is empty: the dataset has no validation split");
-    }
-    const std::vector<std::string> classes = list_classes(root, "root");
-    if (!val_root.empty())
-      check_same_classes(root, classes, val_root, list_classes(val_root, "val_root"));
-
-    std::vector<std::string> ignored;
-    for (const std::string& e : kImageExtensions) {
-      if (std::find(extensions.begin(), extensions.end(), e) == extensions.end()) {
-        ignored.push_back(e);
-      }
-    }
-    auto d = std::make_unique<Dataset>();
+    std::unique_ptr<Dataset> d = make(*open);
     d->host = host;
-    int64_t skipped = 0;
-    d->index = val ? Index::build(val_root, "val_root", extensions, ignored, &skipped)
-                   : Index::build(root, "root", extensions, ignored, &skipped);
-    if (skipped > 0 && host->log != nullptr) {
-      const std::string message = "left out " + std::to_string(skipped) + " image file(s) of '" +
-                                  (val ? val_root : root) +
-                                  "' whose extension option 'extensions' does not list "
-                                  "(torchvision's ImageFolder would take them)";
-      host->log(KILN_LOG_WARN, kName, message.c_str());
-    }
-    if (color == "auto") {
-      // Both splits follow the training folder's first image, so they agree.
-      const std::string first = val ? first_sample(root, classes, extensions) : d->index.path(0);
-      if (first.empty()) refuse("option 'root': '" + root + "/" + classes[0] + "' holds no image");
-      d->channels = probe_image(first).channels;
-    } else {
-      d->channels = color == "gray" ? 1 : 3;
-    }
     for (const std::string& c : d->classes()) d->class_names.push_back(c.c_str());
     *out = d.release();
   });
+}
+
+// image_folder: the split's class folders, as torchvision's ImageFolder lists them.
+std::unique_ptr<Dataset> open_folder(const kiln_host_api* host, const kiln_options* options,
+                                     const kiln_dataset_open& open) {
+  const std::string root = string_option(options, "root", "");
+  const std::string val_root = string_option(options, "val_root", "");
+  const std::string color = string_option(options, "color", "rgb");
+  const std::vector<std::string> extensions = extensions_option(options);
+  if (root.empty())
+    refuse("option 'root' is empty: name the training folder (root/<class>/<image>)");
+  if (color != "rgb" && color != "gray" && color != "auto") {
+    refuse("option 'color': '" + color + "' is not one of rgb, gray, auto");
+  }
+  const bool val = open.split == KILN_SPLIT_VAL;
+  if (val && val_root.empty()) {
+    refuse("option 'val_root' is empty: the dataset has no validation split");
+  }
+  const std::vector<std::string> classes = list_classes(root, "root");
+  if (!val_root.empty())
+    check_same_classes(root, classes, val_root, list_classes(val_root, "val_root"));
+
+  std::vector<std::string> ignored;
+  for (const std::string& e : kImageExtensions) {
+    if (std::find(extensions.begin(), extensions.end(), e) == extensions.end()) {
+      ignored.push_back(e);
+    }
+  }
+  auto d = std::make_unique<Dataset>();
+  int64_t skipped = 0;
+  d->index = val ? Index::build(val_root, "val_root", extensions, ignored, &skipped)
+                 : Index::build(root, "root", extensions, ignored, &skipped);
+  if (skipped > 0 && host->log != nullptr) {
+    const std::string message = "left out " + std::to_string(skipped) + " image file(s) of '" +
+                                (val ? val_root : root) +
+                                "' whose extension option 'extensions' does not list "
+                                "(torchvision's ImageFolder would take them)";
+    host->log(KILN_LOG_WARN, kName, message.c_str());
+  }
+  if (color == "auto") {
+    // Both splits follow the training folder's first image, so they agree.
+    const std::string first = val ? first_sample(root, classes, extensions) : d->index.path(0);
+    if (first.empty()) refuse("option 'root': '" + root + "/" + classes[0] + "' holds no image");
+    d->channels = probe_image(first).channels;
+  } else {
+    d->channels = color == "gray" ? 1 : 3;
+  }
+  return d;
+}
+
+kiln_status* create(const kiln_host_api* host, const kiln_options* options,
+                    const kiln_dataset_open* open, void** out) {
+  return create_with(host, open, out,
+                     [&](const kiln_dataset_open& o) { return open_folder(host, options, o); });
 }
 
 bool bool_option(const kiln_options* options, const char* name, bool fallback) {
@@ -203,59 +222,49 @@ bool bool_option(const kiln_options* options, const char* name, bool fallback) {
 
 // image_list: the split's CSV, paths relative to `root` (or to the list's folder); the classes
 // those of the training list, so that a column means the same class in both splits.
+std::unique_ptr<Dataset> open_list(const kiln_host_api* host, const kiln_options* options,
+                                   const kiln_dataset_open& open) {
+  // Rows need the targets slot: an older host would train on the labels alone.
+  if (host->abi_minor < 10) {
+    refuse_as(kList, "multi-label targets need a Kiln host of ABI 1.10 or later; this one is 1." +
+                         std::to_string(host->abi_minor));
+  }
+  const std::string root = string_option(options, "root", "");
+  const std::string train = string_option(options, "train", "");
+  const std::string val = string_option(options, "val", "");
+  const std::string color = string_option(options, "color", "rgb");
+  ListFormat format;
+  format.separator = string_option(options, "separator", " ");
+  format.header = bool_option(options, "header", true);
+  if (train.empty())
+    refuse_as(kList, "option 'train' is empty: name the training list (path,classes)");
+  if (color != "rgb" && color != "gray" && color != "auto") {
+    refuse_as(kList, "option 'color': '" + color + "' is not one of rgb, gray, auto");
+  }
+  const bool is_val = open.split == KILN_SPLIT_VAL;
+  if (is_val && val.empty())
+    refuse_as(kList, "option 'val' is empty: the dataset has no validation split");
+  auto d = std::make_unique<Dataset>();
+  d->listed = true;
+  d->list = ImageList::read(train, "train", root, format, {});
+  if (is_val) d->list = ImageList::read(val, "val", root, format, d->list.classes());
+  // A wrong root shows at the first image, before the run.
+  const std::string first = d->list.path(0);
+  try {
+    const Header h = probe_image(first);
+    d->channels = color == "auto" ? h.channels : color == "gray" ? 1 : 3;
+  } catch (const Error& e) {
+    refuse_as(kList, std::string("option '") +
+                         (root.empty() ? (is_val ? "val" : "train") : "root") +
+                         "': the first listed image: " + e.what());
+  }
+  return d;
+}
+
 kiln_status* create_list(const kiln_host_api* host, const kiln_options* options,
                          const kiln_dataset_open* open, void** out) {
-  if (host == nullptr) {
-    if (out != nullptr) *out = nullptr;
-    return no_host_status();
-  }
-  g_host.store(host);
-  return KILN_GUARD(host, {
-    if (out == nullptr) refuse("create: NULL out");
-    *out = nullptr;
-    if (open == nullptr || open->struct_size < KILN_SIZE_UP_TO(kiln_dataset_open, reserved)) {
-      refuse("create: kiln_dataset_open is NULL or smaller than its version 1");
-    }
-    if (open->split != KILN_SPLIT_TRAIN && open->split != KILN_SPLIT_VAL) {
-      refuse("create: unknown split " + std::to_string(open->split));
-    }
-    // Rows need the targets slot: an older host would train on the labels alone.
-    if (host->abi_minor < 10) {
-      refuse(
-          "image_list: multi-label targets need a Kiln host of ABI 1.10 or later; this one "
-          "is 1." +
-          std::to_string(host->abi_minor));
-    }
-    const std::string root = string_option(options, "root", "");
-    const std::string train = string_option(options, "train", "");
-    const std::string val = string_option(options, "val", "");
-    const std::string color = string_option(options, "color", "rgb");
-    ListFormat format;
-    format.separator = string_option(options, "separator", " ");
-    format.header = bool_option(options, "header", true);
-    if (train.empty()) refuse("option 'train' is empty: name the training list (path,classes)");
-    if (color != "rgb" && color != "gray" && color != "auto") {
-      refuse("option 'color': '" + color + "' is not one of rgb, gray, auto");
-    }
-    const bool is_val = open->split == KILN_SPLIT_VAL;
-    if (is_val && val.empty()) refuse("option 'val' is empty: the dataset has no validation split");
-    auto d = std::make_unique<Dataset>();
-    d->host = host;
-    d->listed = true;
-    d->list = ImageList::read(train, "train", root, format, {});
-    if (is_val) d->list = ImageList::read(val, "val", root, format, d->list.classes());
-    // A wrong root shows at the first image, before the run.
-    const std::string first = d->list.path(0);
-    try {
-      const Header h = probe_image(first);
-      d->channels = color == "auto" ? h.channels : color == "gray" ? 1 : 3;
-    } catch (const Error& e) {
-      refuse(std::string("option '") + (root.empty() ? (is_val ? "val" : "train") : "root") +
-             "': the first listed image: " + e.what());
-    }
-    for (const std::string& c : d->classes()) d->class_names.push_back(c.c_str());
-    *out = d.release();
-  });
+  return create_with(host, open, out,
+                     [&](const kiln_dataset_open& o) { return open_list(host, options, o); });
 }
 
 void destroy(void* instance) { delete static_cast<Dataset*>(instance); }
