@@ -181,6 +181,10 @@ def main():
     ap.add_argument("--python", default=sys.executable,
                     help="Python with torch, for the twin's initial weights")
     ap.add_argument("--data-root", default=tt.FMNIST)
+    # The bare loop runs NCHW: Kiln in the same layout measures the host's work, not a layout's.
+    ap.add_argument("--memory-format", default="contiguous",
+                    choices=["auto", "contiguous", "channels_last"],
+                    help="Kiln's model.memory_format (default contiguous, the bare loop's)")
     ap.add_argument("--keep", metavar="DIR",
                     help="keep the callgrind outputs in DIR (for callgrind_annotate)")
     args = ap.parse_args()
