@@ -149,7 +149,7 @@ int run(const PipelineArgs& args, const std::string& metrics_path, const std::st
                  r.saved_weights);
       return kStoppedByGuard;
     }
-    if (!std::isnan(r.test_map)) {
+    if (r.multi_label) {
       spdlog::info("final test mAP: {:.2f}% (loss {:.4f}) after {} steps in {:.1f} s",
                    100.0 * r.test_map, r.test_loss, r.steps, r.train_seconds);
     } else if (std::isnan(r.test_accuracy)) {
@@ -218,7 +218,7 @@ int evaluate(const PipelineArgs& given, const std::string& checkpoint, const std
   try {
     engine::Trainer trainer(pipeline, options);
     const io::EvalRecord r = trainer.evaluate();
-    const std::string metrics = std::isnan(r.map)
+    const std::string metrics = !r.multi_label
                                     ? fmt::format("test accuracy {:.2f}%, top-5 {:.2f}%",
                                                   100.0 * r.accuracy, 100.0 * r.accuracy_top5)
                                     : fmt::format("test mAP {:.2f}%", 100.0 * r.map);

@@ -43,11 +43,11 @@ void apply_mix(at::Tensor& images, const MixParams& params);
 
 // timm's mixup_target: one-hot(labels) x lambda + one-hot(labels.flip(0)) x (1 - lambda), with
 // label smoothing; float32 N x num_classes.
+at::Tensor mix_targets(const at::Tensor& labels, int64_t num_classes, double lambda,
+                       double smoothing);
+
 // The same mix of target rows already given (multi-label data): rows x lambda + rows.flip(0) x
 // (1 - lambda); float32 N x classes.
 at::Tensor mix_rows(const at::Tensor& rows, double lambda);
-
-at::Tensor mix_targets(const at::Tensor& labels, int64_t num_classes, double lambda,
-                       double smoothing);
 
 }  // namespace kiln::data

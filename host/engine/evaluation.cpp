@@ -88,6 +88,7 @@ Evaluation evaluate_model(const WindowInputs& in, dist::ProcessGroup* group) {
     const at::Tensor scores = rows(score_rows);
     const at::Tensor targets = rows(target_rows);
     e.map = mean_average_precision(scores, targets);
+    e.multi_label = true;
     e.accuracy = e.accuracy_top5 = NAN;
   }
   return e;

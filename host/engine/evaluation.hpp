@@ -21,6 +21,7 @@ struct Evaluation {
   // Multi-label data: mean average precision in [0, 1] (engine/average_precision.hpp), and the
   // accuracies NaN; NaN for data of one class per sample.
   double map = std::numeric_limits<double>::quiet_NaN();
+  bool multi_label = false;  // the split has target rows
 };
 
 // `in.loader` is the test loader, `in.loss` the run's loss; `in.updates` is not used. `group`

@@ -392,9 +392,17 @@ io::EvalRecord Trainer::Impl::evaluate() {
   const Evaluation e = evaluate_model(inputs(*data->test), ranks.group.get());
   // The epoch just trained: the open one, or the one before the next to open (0 before any).
   const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
-  const io::EvalRecord record{epoch, position.step, e.accuracy, e.loss, e.accuracy_top5, e.map};
+  io::EvalRecord record;
+  record.epoch = epoch;
+  record.step = position.step;
+  record.accuracy = e.accuracy;
+  record.loss = e.loss;
+  record.accuracy_top5 = e.accuracy_top5;
+  record.map = e.map;
+  record.multi_label = e.multi_label;
   result.test_accuracy = e.accuracy;
   result.test_map = e.map;
+  result.multi_label = e.multi_label;
   result.test_loss = e.loss;
   sinks.eval(record);
   return record;

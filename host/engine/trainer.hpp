@@ -86,7 +86,8 @@ struct RunResult {
   double test_accuracy = 0.0;  // last evaluation, fraction in [0, 1]; NaN when none ran
   double test_loss = 0.0;
   double test_map = 0.0;  // last evaluation of multi-label data: mean average precision; else NaN
-  int64_t steps = 0;      // optimizer steps attempted (applied + skipped)
+  bool multi_label = false;     // the evaluations were of multi-label data (test_map their metric)
+  int64_t steps = 0;            // optimizer steps attempted (applied + skipped)
   int64_t skipped_steps = 0;    // steps skipped for non-finite gradients
   std::string stopped;          // why a guard stopped the run early; empty when it ran to the end
   std::string saved_weights;    // the weights file written when a guard stopped the run

@@ -147,7 +147,7 @@ void MetricsWriter::write(const EvalRecord& r) {
                  "\"top5\":{}",
                  r.epoch, r.step, num(r.accuracy), num(r.loss), num(r.accuracy_top5));
   // Only multi-label evaluations have one: the lines of other runs stay as they were.
-  if (!std::isnan(r.map)) fmt::format_to(fmt::appender(file_.buffer()), ",\"map\":{}", num(r.map));
+  if (r.multi_label) fmt::format_to(fmt::appender(file_.buffer()), ",\"map\":{}", num(r.map));
   fmt::format_to(fmt::appender(file_.buffer()), "}}\n");
   file_.flush();
 }

@@ -47,6 +47,7 @@ struct EvalRecord {
   // Multi-label data: mean average precision in [0, 1] (the accuracies are then NaN); NaN for
   // data of one class per sample.
   double map = std::numeric_limits<double>::quiet_NaN();
+  bool multi_label = false;  // the split has target rows: map is its metric (NaN if it failed)
 };
 
 // Buffered: step lines go to the OS once 64 KiB or a second old, with an evaluation, on flush()

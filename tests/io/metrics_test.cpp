@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <sstream>
 #include <stdexcept>
 #include <string>
@@ -77,6 +78,21 @@ TEST(MetricsWriter, AnEvaluationIsWrittenThroughWithTheLinesBeforeIt) {
             (std::vector<std::string>{
                 step_line(1),
                 R"({"type":"eval","epoch":1,"step":1,"accuracy":0.5,"loss":1.25,"top5":0.75})"}));
+}
+
+// A multi-label evaluation: null accuracies and its mean average precision, null too when it
+// could not be computed (NaN logits, no class with a positive sample).
+TEST(MetricsWriter, AMultiLabelEvaluationCarriesItsMap) {
+  Scratch dir;
+  MetricsWriter w(dir.path("m.jsonl"));
+  const double nan = std::numeric_limits<double>::quiet_NaN();
+  w.write(EvalRecord{2, 8, nan, 0.5, nan, 0.625, true});
+  w.write(EvalRecord{3, 9, nan, 0.5, nan, nan, true});
+  EXPECT_EQ(
+      lines(dir.read_text("m.jsonl")),
+      (std::vector<std::string>{
+          R"({"type":"eval","epoch":2,"step":8,"accuracy":null,"loss":0.5,"top5":null,"map":0.625})",
+          R"({"type":"eval","epoch":3,"step":9,"accuracy":null,"loss":0.5,"top5":null,"map":null})"}));
 }
 
 TEST(MetricsWriter, AFullBufferIsWrittenWithoutAFlush) {

@@ -34,7 +34,7 @@ class LogSink final : public RunSink {
   }
 
   void eval(const io::EvalRecord& e) override {
-    if (!std::isnan(e.map)) {
+    if (e.multi_label) {
       spdlog::info("epoch {} evaluation: test mAP {:.2f}%  loss {:.4f}", e.epoch, 100.0 * e.map,
                    e.loss);
       return;

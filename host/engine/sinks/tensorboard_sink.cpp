@@ -28,7 +28,7 @@ class TensorBoardSink final : public RunSink {
   }
 
   void eval(const io::EvalRecord& e) override {
-    if (std::isnan(e.map)) {
+    if (!e.multi_label) {
       writer_.scalar("eval/accuracy", e.accuracy, e.step);
       writer_.scalar("eval/top5", e.accuracy_top5, e.step);
     } else {
