@@ -135,10 +135,9 @@ int64_t read_targets(RandomAccessFile& file, uint64_t data_start,
       }
     }
   } else if (labels.dtype == "F32") {
-    std::vector<uint8_t> raw(count * 4);
-    file.read(data_start + labels.begin, raw.data(), raw.size(), name);
+    // Straight into the floats: safetensors is little-endian, as x86 and Arm are.
     d.target_floats.resize(count);
-    std::memcpy(d.target_floats.data(), raw.data(), raw.size());  // little-endian, as x86 and Arm
+    file.read(data_start + labels.begin, d.target_floats.data(), count * 4, name);
     for (size_t i = 0; i < count; ++i) {
       const float v = d.target_floats[i];
       if (!(v >= 0.0F && v <= 1.0F)) {
