@@ -43,11 +43,13 @@ fi
 # makes its JPEG folder from; timm's VisionTransformer is the oracle of the vit model's names and
 # outputs (tests/oracle/pretrained.py). pytest runs the Python binding's suite (tests/python).
 # torchmetrics' multilabel_average_precision is the oracle of multi-label evaluation's mean
-# average precision (tests/oracle/multi_label_train.py).
+# average precision (tests/oracle/multi_label_train.py); pycocotools is what torchvision's
+# CocoDetection reads COCO annotation files with, the oracle of the coco dataset
+# (tests/oracle/coco.py).
 if ! "$VENV/bin/python" -c "import safetensors, tensorboard, torchvision, skimage, timm, pytest, \
-torchmetrics" 2>/dev/null; then
+torchmetrics, pycocotools" 2>/dev/null; then
   "$VENV/bin/pip" install -q safetensors tensorboard "torchvision==0.26.0" scikit-image \
-    "timm==1.0.31" "pytest==9.2.0" "torchmetrics==1.9.0"
+    "timm==1.0.31" "pytest==9.2.0" "torchmetrics==1.9.0" "pycocotools==2.0.11"
 fi
 # The wheel's build tool (pyproject.toml, scripts/wheel.sh, the test sdk_wheel), run from this venv
 # with --no-build-isolation.

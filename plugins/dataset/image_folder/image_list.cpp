@@ -4,6 +4,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <utility>
 
 #include "kiln/sdk.hpp"
 
@@ -41,13 +42,21 @@ std::vector<std::string> split(const std::string& text, const std::string& separ
 
 }  // namespace
 
+std::string listed_path(const std::string& file, const std::string& root, const std::string& path) {
+  const std::string base = root.empty() ? folder_of(file) : root;
+  return path.front() == '/' || base.empty() ? path : base + "/" + path;
+}
+
+ImageList::ImageList(std::vector<std::string> classes, std::vector<std::string> paths,
+                     std::vector<uint8_t> rows)
+    : classes_(std::move(classes)), paths_(std::move(paths)), rows_(std::move(rows)) {}
+
 ImageList ImageList::read(const std::string& file, const std::string& option,
                           const std::string& root, const ListFormat& format,
                           const std::vector<std::string>& classes) {
   if (format.separator.empty()) refuse("separator", "is empty");
   std::ifstream in(file);
   if (!in) refuse(option, file + ": cannot open");
-  const std::string base = root.empty() ? folder_of(file) : root;
   std::vector<std::string> paths;
   std::vector<std::vector<std::string>> names;
   std::string line;
@@ -61,7 +70,7 @@ ImageList ImageList::read(const std::string& file, const std::string& option,
     }
     const std::string path = trim(line.substr(0, comma));
     if (path.empty()) refuse(option, where + "the path is empty");
-    paths.push_back(path.front() == '/' || base.empty() ? path : base + "/" + path);
+    paths.push_back(listed_path(file, root, path));
     names.push_back(split(line.substr(comma + 1), format.separator));
   }
   if (paths.empty()) refuse(option, file + ": lists no sample");

@@ -18,8 +18,17 @@ struct ListFormat {
   bool header = true;           // the first line names the columns: skipped
 };
 
+// Where a listed `path` is: under `root`, or under the folder of the list `file` when `root` is
+// empty; an absolute path as it is.
+std::string listed_path(const std::string& file, const std::string& root, const std::string& path);
+
 class ImageList {
  public:
+  ImageList() = default;
+  // A list read elsewhere (coco.hpp): `rows` holds paths.size() x classes.size() values, 0 or 1.
+  ImageList(std::vector<std::string> classes, std::vector<std::string> paths,
+            std::vector<uint8_t> rows);
+
   // Reads `file` (`option` names the option it came from, for messages), paths relative to
   // `root` ("": the list's own folder). `classes`: the class names in order, or empty to take
   // the sorted names the list uses. Throws kiln::Error (KILN_ERR_INVALID_ARGUMENT) naming the

@@ -1,8 +1,9 @@
 // kiln_image_folder — the "image_folder" dataset: torchvision's ImageFolder (root/<class>/<image>,
 // classes the sorted sub-folder names, labels 0..C-1, samples class by class in sorted order),
-// and the "image_list" dataset: images a CSV file lists with their classes (multi-label data,
-// ABI 1.10; image_list.hpp). Both decode JPEG and PNG as PIL decodes them
-// (Image.open(path).convert("RGB") or "L").
+// the "image_list" dataset: images a CSV file lists with their classes (multi-label data,
+// ABI 1.10; image_list.hpp), and the "coco" dataset: the images of a COCO annotation file with
+// the categories of their annotations (multi-label; coco.hpp). All decode JPEG and PNG as PIL
+// decodes them (Image.open(path).convert("RGB") or "L").
 #include <algorithm>
 #include <atomic>
 #include <cstring>
@@ -11,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "coco.hpp"
 #include "image.hpp"
 #include "image_list.hpp"
 #include "index.hpp"
@@ -22,6 +24,7 @@ namespace {
 
 constexpr const char* kName = "image_folder";
 constexpr const char* kList = "image_list";
+constexpr const char* kCoco = "coco";
 // torchvision's IMG_EXTENSIONS: files with these endings that the options leave out are counted
 // and reported, since ImageFolder would have taken them.
 const std::vector<std::string> kImageExtensions = {".jpg", ".jpeg", ".png",  ".ppm", ".bmp",
@@ -220,45 +223,91 @@ bool bool_option(const kiln_options* options, const char* name, bool fallback) {
   return v != nullptr ? v->bool_value != 0 : fallback;
 }
 
+// What image_list and coco check first: rows need the targets slot (an older host would train
+// on the labels alone), `train` names a file, `color` is known, and a validation split has its
+// file. Returns the options' train, val and color.
+struct ListedOptions {
+  std::string train, val, color;
+};
+ListedOptions listed_options(const char* component, const kiln_host_api* host,
+                             const kiln_options* options, const kiln_dataset_open& open,
+                             const char* train_is) {
+  if (host->abi_minor < 10) {
+    refuse_as(component,
+              "multi-label targets need a Kiln host of ABI 1.10 or later; this one "
+              "is 1." +
+                  std::to_string(host->abi_minor));
+  }
+  ListedOptions o{string_option(options, "train", ""), string_option(options, "val", ""),
+                  string_option(options, "color", "rgb")};
+  if (o.train.empty()) refuse_as(component, std::string("option 'train' is empty: ") + train_is);
+  if (o.color != "rgb" && o.color != "gray" && o.color != "auto") {
+    refuse_as(component, "option 'color': '" + o.color + "' is not one of rgb, gray, auto");
+  }
+  if (open.split == KILN_SPLIT_VAL && o.val.empty()) {
+    refuse_as(component, "option 'val' is empty: the dataset has no validation split");
+  }
+  return o;
+}
+
+// The channels of a listed split, after its first image: a wrong image folder shows there,
+// before the run, named by `folder_option`.
+void probe_first(const char* component, Dataset& d, const std::string& color,
+                 const std::string& folder_option) {
+  try {
+    const Header h = probe_image(d.list.path(0));
+    d.channels = color == "auto" ? h.channels : color == "gray" ? 1 : 3;
+  } catch (const Error& e) {
+    refuse_as(component, "option '" + folder_option + "': the first listed image: " + e.what());
+  }
+}
+
 // image_list: the split's CSV, paths relative to `root` (or to the list's folder); the classes
 // those of the training list, so that a column means the same class in both splits.
 std::unique_ptr<Dataset> open_list(const kiln_host_api* host, const kiln_options* options,
                                    const kiln_dataset_open& open) {
-  // Rows need the targets slot: an older host would train on the labels alone.
-  if (host->abi_minor < 10) {
-    refuse_as(kList, "multi-label targets need a Kiln host of ABI 1.10 or later; this one is 1." +
-                         std::to_string(host->abi_minor));
-  }
+  const ListedOptions o =
+      listed_options(kList, host, options, open, "name the training list (path,classes)");
   const std::string root = string_option(options, "root", "");
-  const std::string train = string_option(options, "train", "");
-  const std::string val = string_option(options, "val", "");
-  const std::string color = string_option(options, "color", "rgb");
   ListFormat format;
   format.separator = string_option(options, "separator", " ");
   format.header = bool_option(options, "header", true);
-  if (train.empty())
-    refuse_as(kList, "option 'train' is empty: name the training list (path,classes)");
-  if (color != "rgb" && color != "gray" && color != "auto") {
-    refuse_as(kList, "option 'color': '" + color + "' is not one of rgb, gray, auto");
-  }
   const bool is_val = open.split == KILN_SPLIT_VAL;
-  if (is_val && val.empty())
-    refuse_as(kList, "option 'val' is empty: the dataset has no validation split");
   auto d = std::make_unique<Dataset>();
   d->listed = true;
-  d->list = ImageList::read(train, "train", root, format, {});
-  if (is_val) d->list = ImageList::read(val, "val", root, format, d->list.classes());
-  // A wrong root shows at the first image, before the run.
-  const std::string first = d->list.path(0);
-  try {
-    const Header h = probe_image(first);
-    d->channels = color == "auto" ? h.channels : color == "gray" ? 1 : 3;
-  } catch (const Error& e) {
-    refuse_as(kList, std::string("option '") +
-                         (root.empty() ? (is_val ? "val" : "train") : "root") +
-                         "': the first listed image: " + e.what());
-  }
+  d->list = ImageList::read(o.train, "train", root, format, {});
+  if (is_val) d->list = ImageList::read(o.val, "val", root, format, d->list.classes());
+  probe_first(kList, *d, o.color, root.empty() ? (is_val ? "val" : "train") : "root");
   return d;
+}
+
+// coco: the split's annotation file, image paths relative to its images option (or to the
+// file's folder); a validation file must have the training file's categories.
+std::unique_ptr<Dataset> open_coco(const kiln_host_api* host, const kiln_options* options,
+                                   const kiln_dataset_open& open) {
+  const ListedOptions o = listed_options(kCoco, host, options, open,
+                                         "name the training annotation file (instances_*.json)");
+  const std::string unannotated = string_option(options, "unannotated", "keep");
+  if (unannotated != "keep" && unannotated != "skip") {
+    refuse_as(kCoco, "option 'unannotated': '" + unannotated + "' is not one of keep, skip");
+  }
+  CocoFormat format;
+  format.skip_unannotated = unannotated == "skip";
+  const bool is_val = open.split == KILN_SPLIT_VAL;
+  const std::string images = string_option(options, is_val ? "val_images" : "train_images", "");
+  auto d = std::make_unique<Dataset>();
+  d->listed = true;
+  d->list = is_val ? read_coco(o.val, "val", images, format, read_coco_categories(o.train, "train"))
+                   : read_coco(o.train, "train", images, format, {});
+  const std::string file_option = is_val ? "val" : "train";
+  probe_first(kCoco, *d, o.color, images.empty() ? file_option : file_option + "_images");
+  return d;
+}
+
+kiln_status* create_coco(const kiln_host_api* host, const kiln_options* options,
+                         const kiln_dataset_open* open, void** out) {
+  return create_with(host, open, out,
+                     [&](const kiln_dataset_open& o) { return open_coco(host, options, o); });
 }
 
 kiln_status* create_list(const kiln_host_api* host, const kiln_options* options,
@@ -386,6 +435,30 @@ const kiln_option_spec kListOptions[] = {
                              "listed image), as image_folder's"),
 };
 
+const kiln_dataset_vtable kCocoVtable =
+    KILN_DATASET_VTABLE_TARGETS_INIT(create_coco, destroy, info, probe, decode, targets);
+
+const kiln_option_spec kCocoOptions[] = {
+    KILN_OPTION_INIT("train", KILN_OPT_STRING, nullptr,
+                     "COCO annotation file of the training split (instances_train2017.json or an "
+                     "export in its format): a sample per image in ascending id, its classes "
+                     "those of its annotations; classes are the categories in ascending id"),
+    KILN_OPTION_INIT("val", KILN_OPT_STRING, "\"\"",
+                     "COCO annotation file of the validation split, with train's categories; "
+                     "empty: none"),
+    KILN_OPTION_INIT(
+        "train_images", KILN_OPT_STRING, "\"\"",
+        "folder train's file_name paths are relative to; empty: the file's own folder"),
+    KILN_OPTION_INIT("val_images", KILN_OPT_STRING, "\"\"",
+                     "folder val's file_name paths are relative to; empty: the file's own folder"),
+    KILN_OPTION_CHOICES_INIT("unannotated", "keep,skip", "\"keep\"",
+                             "images no annotation names: keep (a row of zeros, as torchvision's "
+                             "CocoDetection lists every image) or skip"),
+    KILN_OPTION_CHOICES_INIT("color", "rgb,gray,auto", "\"rgb\"",
+                             "channels decoded: rgb (3), gray (1), auto (those of the first "
+                             "image), as image_folder's"),
+};
+
 const kiln_capabilities kCapabilities = KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU);
 
 const kiln_component_descriptor kComponent =
@@ -398,7 +471,14 @@ const kiln_component_descriptor kListComponent = KILN_COMPONENT_OPTIONS_INIT(
     "images a CSV lists with their classes, several per image (multi-label), JPEG and PNG",
     &kCapabilities, kListOptions, &kListVtable);
 
-const kiln_component_descriptor* const kComponents[] = {&kComponent, &kListComponent};
+const kiln_component_descriptor kCocoComponent = KILN_COMPONENT_OPTIONS_INIT(
+    KILN_COMPONENT_DATASET, "coco", KILN_VERSION_INIT(1, 0, 0),
+    "images a COCO annotation file lists, classes those of their annotations (multi-label), JPEG "
+    "and PNG",
+    &kCapabilities, kCocoOptions, &kCocoVtable);
+
+const kiln_component_descriptor* const kComponents[] = {&kComponent, &kListComponent,
+                                                        &kCocoComponent};
 
 const kiln_plugin_descriptor kDescriptor = KILN_PLUGIN_DESCRIPTOR_INIT(
     "kiln-image-folder", KILN_VERSION_INIT(1, 0, 0), kComponents, nullptr);
