@@ -1,6 +1,5 @@
 #include "engine/gradients.hpp"
 
-#include <ATen/Parallel.h>
 #include <ATen/ops/_amp_foreach_non_finite_check_and_unscale.h>
 #include <ATen/ops/_foreach_clamp_max.h>
 #include <ATen/ops/_foreach_clamp_min.h>
@@ -22,45 +21,10 @@
 #include <stdexcept>
 #include <utility>
 
-#include "engine/sum_of_squares.hpp"
+#include "engine/cpu_grad_norm.hpp"
 
 namespace kiln::engine {
 namespace {
-
-// The global 2-norm of dense float32 CPU gradients in one pass over their memory, without a
-// kernel launch per tensor: _foreach_norm has no multi-tensor CPU kernel, and on a model of
-// many small layers its per-tensor dispatch costs more than the arithmetic. Chunks are summed in
-// parallel and combined in a fixed order, so the result does not depend on the thread count.
-// A NaN or inf in any element makes the norm non-finite, which is the check the caller needs.
-double cpu_float_norm2(const std::vector<at::Tensor>& grads) {
-  constexpr int64_t kChunk = 1 << 14;  // elements per task
-  std::vector<std::pair<const float*, int64_t>> chunks;
-  int64_t total_elements = 0;
-  for (const auto& g : grads) {
-    const float* data = g.const_data_ptr<float>();
-    const int64_t n = g.numel();
-    total_elements += n;
-    for (int64_t start = 0; start < n; start += kChunk) {
-      chunks.emplace_back(data + start, std::min(kChunk, n - start));
-    }
-  }
-  std::vector<double> partial(chunks.size(), 0.0);
-  auto sum_chunks = [&](int64_t begin, int64_t end) {
-    for (int64_t c = begin; c < end; ++c) {
-      partial[c] = sum_of_squares(chunks[c].first, chunks[c].second);
-    }
-  };
-  // Below a few chunks' worth, waking the other threads costs more than the pass.
-  const auto count = static_cast<int64_t>(chunks.size());
-  if (total_elements < 2 * kChunk) {
-    sum_chunks(0, count);
-  } else {
-    at::parallel_for(0, count, 1, sum_chunks);
-  }
-  double total = 0.0;
-  for (double p : partial) total += p;
-  return std::sqrt(total);
-}
 
 // Gradients of one device and dtype: the unit of a multi-tensor kernel call.
 struct Bucket {
