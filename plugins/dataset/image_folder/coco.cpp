@@ -1,8 +1,15 @@
 #include "coco.hpp"
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
-#include <fstream>
+#include <cstdint>
+#include <limits>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <unordered_map>
 
 #include "kiln/sdk.hpp"
@@ -17,83 +24,221 @@ using json = nlohmann::json;
   throw Error(KILN_ERR_INVALID_ARGUMENT, "coco: option '" + option + "': " + file + ": " + what);
 }
 
-// What a file is parsed for: the keys whose values are kept (at any depth).
-const std::vector<std::string> kSampleKeys = {"images",    "annotations", "categories",  "id",
-                                              "file_name", "image_id",    "category_id", "name"};
-const std::vector<std::string> kCategoryKeys = {"categories", "id", "name"};
-
-// Parses `file` keeping only the values under `keep`'s keys: the rest (segmentation polygons,
-// boxes, captions, licences: most of a COCO file) is read past without being stored.
-json parse_keeping(const std::string& file, const std::string& option,
-                   const std::vector<std::string>& keep) {
-  std::ifstream in(file, std::ios::binary);
-  if (!in) refuse(option, file, "cannot open");
-  const json::parser_callback_t filter = [&keep](int, json::parse_event_t event, json& parsed) {
-    if (event != json::parse_event_t::key) return true;
-    return std::find(keep.begin(), keep.end(), parsed.get_ref<const std::string&>()) != keep.end();
-  };
-  json doc;
-  try {
-    doc = json::parse(in, filter);
-  } catch (const json::parse_error& e) {
-    // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: ...".
-    const std::string what = e.what();
-    const size_t start = what.find("] ");
-    refuse(option, file, start == std::string::npos ? what : what.substr(start + 2));
+// A file mapped read-only for one parse: no copy of a file of hundreds of megabytes.
+class MappedFile {
+ public:
+  MappedFile(const std::string& file, const std::string& option) {
+    fd_ = ::open(file.c_str(), O_RDONLY | O_CLOEXEC);
+    struct stat st {};
+    if (fd_ < 0 || ::fstat(fd_, &st) != 0 || !S_ISREG(st.st_mode)) {
+      close_fd();
+      refuse(option, file, "cannot open");
+    }
+    size_ = static_cast<size_t>(st.st_size);
+    if (size_ == 0) return;  // parsed as empty: "unexpected end of input"
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd_, 0);
+    if (p == MAP_FAILED) {
+      close_fd();
+      refuse(option, file, "cannot map it into memory");
+    }
+    ::madvise(p, size_, MADV_SEQUENTIAL);
+    data_ = static_cast<const char*>(p);
   }
-  if (!doc.is_object()) {
+  ~MappedFile() {
+    if (data_ != nullptr) ::munmap(const_cast<char*>(data_), size_);
+    close_fd();
+  }
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const char* begin() const { return data_; }
+  const char* end() const { return data_ + size_; }
+
+ private:
+  void close_fd() {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = -1;
+  }
+  int fd_ = -1;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+// The three arrays of a COCO file the index reads.
+enum Section : int { kImages = 0, kAnnotations = 1, kCategories = 2, kSections = 3, kOther = 4 };
+constexpr const char* kSectionKeys[kSections] = {"images", "annotations", "categories"};
+
+// One element of a section, with the fields the index needs (unset: missing or mistyped).
+struct Element {
+  bool object = true;
+  std::optional<int64_t> id, image_id, category_id;
+  std::optional<std::string> file_name, name;
+};
+
+struct Parsed {
+  bool object = false;                            // the top-level value is an object
+  bool array[kSections] = {false, false, false};  // each section is present as an array
+  std::vector<Element> elements[kSections];
+};
+
+// A SAX handler that keeps the elements of the sections asked for and reads past the rest
+// (polygons, boxes, captions, licences): no DOM of a file that is mostly segmentation.
+// Depth 1: the top object's keys; 2: a section array's elements; 3: an element's fields.
+class CocoSax {
+ public:
+  CocoSax(Parsed& out, bool samples) : out_(out), samples_(samples) {}
+
+  bool null() { return scalar(); }
+  bool boolean(bool) { return scalar(); }
+  bool number_integer(int64_t v) { return integer(v); }
+  bool number_unsigned(uint64_t v) {
+    return v <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max())
+               ? integer(static_cast<int64_t>(v))
+               : scalar();
+  }
+  bool number_float(double, const std::string&) { return scalar(); }
+  bool string(std::string& v) {
+    if (field_target_string() != nullptr) *field_target_string() = std::move(v);
+    return scalar();
+  }
+  bool binary(json::binary_t&) { return scalar(); }
+  bool start_object(size_t) { return open(true); }
+  bool start_array(size_t) { return open(false); }
+  bool end_object() { return close(); }
+  bool end_array() { return close(); }
+  bool key(std::string& k) {
+    if (depth_ == 1) {
+      section_ = kOther;
+      for (int s = 0; s < kSections; ++s) {
+        if (k == kSectionKeys[s] && (samples_ || s == kCategories))
+          section_ = static_cast<Section>(s);
+      }
+    } else if (depth_ == 3) {
+      field_ = k;
+    }
+    return true;
+  }
+  bool parse_error(size_t, const std::string&, const nlohmann::detail::exception& e) {
+    // e.what() is "[json.exception.parse_error.101] parse error at line L, column C: ...".
+    error_ = e.what();
+    const size_t start = error_.find("] ");
+    if (start != std::string::npos) error_ = error_.substr(start + 2);
+    return false;
+  }
+
+  const std::string& error() const { return error_; }
+
+ private:
+  bool in_section() const { return section_ < kSections && out_.array[section_]; }
+
+  // What an element field's value at depth 3 goes into, by its key and type.
+  std::optional<int64_t>* field_target_int() {
+    if (depth_ != 3 || !in_section() || !element_.object) return nullptr;
+    if (field_ == "id") return &element_.id;
+    if (field_ == "image_id") return &element_.image_id;
+    if (field_ == "category_id") return &element_.category_id;
+    return nullptr;
+  }
+  std::optional<std::string>* field_target_string() {
+    if (depth_ != 3 || !in_section() || !element_.object) return nullptr;
+    if (field_ == "file_name") return &element_.file_name;
+    if (field_ == "name") return &element_.name;
+    return nullptr;
+  }
+
+  // Any value arriving at the current depth, before a container opens.
+  void arrive(bool container, bool is_object) {
+    if (depth_ == 0) out_.object = container && is_object;
+    if (depth_ == 1 && section_ < kSections) out_.array[section_] = container && !is_object;
+    if (depth_ == 2 && in_section()) {
+      element_ = Element{};
+      element_.object = container && is_object;
+      if (!element_.object) out_.elements[section_].push_back(element_);
+    }
+  }
+  bool integer(int64_t v) {
+    if (field_target_int() != nullptr) *field_target_int() = v;
+    return scalar();
+  }
+  bool scalar() {
+    arrive(false, false);
+    return true;
+  }
+  bool open(bool is_object) {
+    arrive(true, is_object);
+    ++depth_;
+    return true;
+  }
+  bool close() {
+    --depth_;
+    if (depth_ == 2 && in_section() && element_.object) {
+      out_.elements[section_].push_back(std::move(element_));
+      element_ = Element{};
+    }
+    if (depth_ == 1) section_ = kOther;
+    return true;
+  }
+
+  Parsed& out_;
+  bool samples_;
+  int depth_ = 0;
+  Section section_ = kOther;
+  std::string field_;
+  Element element_;
+  std::string error_;
+};
+
+// Parses `file`: the three sections (`samples`) or the categories alone.
+Parsed parse(const std::string& file, const std::string& option, bool samples) {
+  const MappedFile mapped(file, option);
+  Parsed out;
+  CocoSax sax(out, samples);
+  if (!json::sax_parse(mapped.begin(), mapped.end(), &sax)) refuse(option, file, sax.error());
+  if (!out.object) {
     refuse(option, file,
            "is not a JSON object (a COCO file holds images, annotations, categories)");
   }
-  return doc;
+  return out;
 }
 
-// Reading one file's values, each refusal naming the option and file.
+// Checking one file's elements, each refusal naming the option and file.
 struct Reader {
   const std::string& option;
   const std::string& file;
 
   [[noreturn]] void fail(const std::string& what) const { refuse(option, file, what); }
 
-  const json& array(const json& doc, const char* key) const {
-    const auto it = doc.find(key);
-    if (it == doc.end() || !it->is_array()) {
-      fail(std::string("no '") + key +
-           "' array (a COCO file holds images, annotations and "
-           "categories)");
+  const std::vector<Element>& section(const Parsed& p, Section s) const {
+    if (!p.array[s]) {
+      fail(std::string("no '") + kSectionKeys[s] +
+           "' array (a COCO file holds images, annotations and categories)");
     }
-    return *it;
+    const std::vector<Element>& list = p.elements[s];
+    static constexpr const char* kWhat[kSections] = {"image", "annotation", "category"};
+    for (size_t i = 0; i < list.size(); ++i) {
+      if (!list[i].object)
+        fail(std::string(kWhat[s]) + " " + std::to_string(i) + " is not an object");
+    }
+    return list;
   }
 
-  const json& object(const json& list, size_t i, const std::string& what) const {
-    if (!list[i].is_object()) fail(what + " " + std::to_string(i) + " is not an object");
-    return list[i];
+  int64_t integer(const std::optional<int64_t>& v, const char* key, const std::string& what) const {
+    if (!v) fail(what + ": '" + key + "' is missing or not an integer");
+    return *v;
   }
 
-  int64_t integer(const json& o, const char* key, const std::string& what) const {
-    const auto it = o.find(key);
-    if (it == o.end() || !it->is_number_integer()) {
-      fail(what + ": '" + key + "' is missing or not an integer");
-    }
-    return it->get<int64_t>();
-  }
-
-  const std::string& text(const json& o, const char* key, const std::string& what) const {
-    const auto it = o.find(key);
-    if (it == o.end() || !it->is_string() || it->get_ref<const std::string&>().empty()) {
-      fail(what + ": '" + key + "' is missing, empty or not a string");
-    }
-    return it->get_ref<const std::string&>();
+  const std::string& text(const std::optional<std::string>& v, const char* key,
+                          const std::string& what) const {
+    if (!v || v->empty()) fail(what + ": '" + key + "' is missing, empty or not a string");
+    return *v;
   }
 
   // The categories in ascending id.
-  std::vector<CocoCategory> categories(const json& doc) const {
-    const json& list = array(doc, "categories");
+  std::vector<CocoCategory> categories(const Parsed& p) const {
+    const std::vector<Element>& list = section(p, kCategories);
     std::vector<CocoCategory> out;
     for (size_t i = 0; i < list.size(); ++i) {
       const std::string what = "category " + std::to_string(i);
-      const json& c = object(list, i, "category");
-      out.emplace_back(integer(c, "id", what), text(c, "name", what));
+      out.emplace_back(integer(list[i].id, "id", what), text(list[i].name, "name", what));
     }
     if (out.empty()) fail("lists no category");
     std::sort(out.begin(), out.end());
@@ -124,13 +269,13 @@ std::string difference(const std::vector<CocoCategory>& want,
 }  // namespace
 
 std::vector<CocoCategory> read_coco_categories(const std::string& file, const std::string& option) {
-  return Reader{option, file}.categories(parse_keeping(file, option, kCategoryKeys));
+  return Reader{option, file}.categories(parse(file, option, false));
 }
 
 ImageList read_coco(const std::string& file, const std::string& option, const std::string& images,
                     const CocoFormat& format, const std::vector<CocoCategory>& expected) {
   const Reader read{option, file};
-  const json doc = parse_keeping(file, option, kSampleKeys);
+  const Parsed doc = parse(file, option, true);
   const std::vector<CocoCategory> categories = read.categories(doc);
   if (!expected.empty() && categories != expected) {
     read.fail("its categories are not the training file's: " + difference(expected, categories));
@@ -139,12 +284,12 @@ ImageList read_coco(const std::string& file, const std::string& option, const st
   for (size_t k = 0; k < categories.size(); ++k) column[categories[k].first] = k;
 
   // Images in ascending id, as torchvision's CocoDetection takes them.
-  const json& image_list = read.array(doc, "images");
+  const std::vector<Element>& image_list = read.section(doc, kImages);
   std::vector<std::pair<int64_t, const std::string*>> by_id;
   for (size_t i = 0; i < image_list.size(); ++i) {
     const std::string what = "image " + std::to_string(i);
-    const json& image = read.object(image_list, i, "image");
-    by_id.emplace_back(read.integer(image, "id", what), &read.text(image, "file_name", what));
+    by_id.emplace_back(read.integer(image_list[i].id, "id", what),
+                       &read.text(image_list[i].file_name, "file_name", what));
   }
   if (by_id.empty()) read.fail("lists no image");
   std::sort(by_id.begin(), by_id.end(),
@@ -159,12 +304,11 @@ ImageList read_coco(const std::string& file, const std::string& option, const st
   const size_t width = categories.size();
   std::vector<uint8_t> rows(by_id.size() * width, 0);
   std::vector<bool> annotated(by_id.size(), false);
-  const json& annotations = read.array(doc, "annotations");
+  const std::vector<Element>& annotations = read.section(doc, kAnnotations);
   for (size_t a = 0; a < annotations.size(); ++a) {
     const std::string what = "annotation " + std::to_string(a);
-    const json& annotation = read.object(annotations, a, "annotation");
-    const int64_t image_id = read.integer(annotation, "image_id", what);
-    const int64_t category_id = read.integer(annotation, "category_id", what);
+    const int64_t image_id = read.integer(annotations[a].image_id, "image_id", what);
+    const int64_t category_id = read.integer(annotations[a].category_id, "category_id", what);
     const auto j = sample.find(image_id);
     if (j == sample.end()) {
       read.fail(what + ": image_id " + std::to_string(image_id) + " is not among the images");

@@ -2,8 +2,8 @@
 // multi-label data: a sample per image, its row the categories of the image's annotations
 // (crowd ones included, as pycocotools' getAnnIds). Samples in ascending image id, as
 // torchvision's CocoDetection lists them; classes the categories in ascending id, named by their
-// "name". Only the keys these need are kept while parsing: a file's segmentations, boxes and
-// captions are read past, not held.
+// "name". The file is mapped and read by a SAX parser that keeps only these fields: a file's
+// segmentations, boxes and captions are read past, not held.
 #pragma once
 
 #include <cstdint>
