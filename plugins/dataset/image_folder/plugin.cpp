@@ -233,10 +233,9 @@ ListedOptions listed_options(const char* component, const kiln_host_api* host,
                              const kiln_options* options, const kiln_dataset_open& open,
                              const char* train_is) {
   if (host->abi_minor < 10) {
+    const std::string minor = std::to_string(host->abi_minor);
     refuse_as(component,
-              "multi-label targets need a Kiln host of ABI 1.10 or later; this one "
-              "is 1." +
-                  std::to_string(host->abi_minor));
+              "multi-label targets need a Kiln host of ABI 1.10 or later; this one is 1." + minor);
   }
   ListedOptions o{string_option(options, "train", ""), string_option(options, "val", ""),
                   string_option(options, "color", "rgb")};
