@@ -134,11 +134,15 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
       args.running_var = nullptr;
       args.batch_stats = &report;
     }
+    // What the plugin keeps for its backward (ABI 1.11), owned here from the moment it returns.
+    DLManagedTensor* reserve_out = nullptr;
+    args.reserve_result = &reserve_out;
     kiln_call_context call;
     call.group = layer->group();  // synced norm layers reduce over the run's ranks
     kiln_status* status =
         call_plugin([&] { return layer->where("forward"); },
                     [&] { return layer->vtable()->forward(layer->instance(), &call, &args); });
+    const at::Tensor reserve = reserve_out != nullptr ? at::fromDLPack(reserve_out) : at::Tensor();
     if (status != nullptr) {
       check(status, "norm '" + layer->plugin_name() + "' forward");  // the context only on errors
     }
@@ -154,7 +158,7 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
                       : saves == KILN_NORM_SAVE_NOTHING ? at::Tensor()
                                                         : input;
     if (overwrite) ctx->mark_dirty({input});
-    ctx->save_for_backward({kept, weight, bias, save_mean, save_invstd});
+    ctx->save_for_backward({kept, weight, bias, save_mean, save_invstd, reserve});
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->saved_data["training"] = training;
     return output;
@@ -190,6 +194,8 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     DLTensor w = view_or_empty(weight), b = view_or_empty(bias);
     DLTensor rm = view_or_empty(layer->running_mean), rv = view_or_empty(layer->running_var);
     DLTensor sm = kiln::as_dltensor(saved[3]), si = kiln::as_dltensor(saved[4]);
+    const at::Tensor& reserve = saved[5];
+    DLTensor r = reserve.defined() ? kiln::as_dltensor(reserve) : DLTensor{};
     DLTensor gi = slot(grad_input, grad_output);
     DLTensor gw = want_weight ? slot(grad_weight, weight) : DLTensor{};
     DLTensor gb = want_bias ? slot(grad_bias, bias) : DLTensor{};
@@ -209,6 +215,7 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     args.grad_weight = want_weight ? &gw : nullptr;
     args.grad_bias = want_bias ? &gb : nullptr;
     args.stream = host_api()->current_stream(go.device);
+    args.reserve = reserve.defined() ? &r : nullptr;
     if (hand_over) {
       args.grad_input_result = &results[0];
       args.grad_weight_result = want_weight ? &results[1] : nullptr;

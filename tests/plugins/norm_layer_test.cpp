@@ -5,6 +5,8 @@
 
 #include <ATen/DLConvertor.h>
 #include <ATen/Functions.h>
+#include <ATen/native/Normalization.h>
+#include <dlfcn.h>
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 
 #include "config/pipeline.hpp"
 #include "engine/model_build.hpp"
+#include "kiln/torch.hpp"
 #include "kiln_test_paths.h"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
@@ -286,6 +289,230 @@ TEST(NormLayer, AHandedOverGradientOfTheWrongShapeIsRefusedAndReleased) {
     EXPECT_NE(what.find("[3]"), std::string::npos) << what;
   }
   EXPECT_EQ(g_released, 1) << "the refused tensor must be released once";
+}
+
+// ---- what a forward keeps for its backward (ABI 1.11) ------------------------------------------
+
+// batchnorm's vtable whose backward records whether it was lent a reserve (and, when the forward
+// stored its own, what it holds). With g_store_reserve, the forward stores a counted reserve of 4
+// floats 10..13 over whatever batchnorm stored (the cuDNN route's is only on CUDA); with
+// g_reserve_fails, it then fails.
+bool g_store_reserve = true;
+bool g_reserve_fails = false;
+bool g_backward_lent = false;
+std::vector<float> g_lent;
+
+kiln_status* reserving_forward(void* instance, kiln_call_context* ctx,
+                               const kiln_norm_forward_args* args) {
+  kiln_status* status = g_batchnorm->forward(instance, ctx, args);
+  if (status != nullptr || !g_store_reserve) return status;
+  EXPECT_TRUE(KILN_HAS_FIELD(args, kiln_norm_forward_args, reserve_result));
+  EXPECT_NE(args->reserve_result, nullptr);
+  EXPECT_EQ(*args->reserve_result, nullptr) << "the host's slot must start empty";
+  auto* counted = new Counted{{}, at::toDLPack(at::arange(4, at::kFloat) + 10)};
+  counted->outer.dl_tensor = counted->inner->dl_tensor;
+  counted->outer.deleter = &release_counted;
+  *args->reserve_result = &counted->outer;
+  return g_reserve_fails ? kiln::plugin::host_api()->make_status(KILN_ERR_INTERNAL, "forward broke")
+                         : nullptr;
+}
+
+kiln_status* lent_backward(void* instance, kiln_call_context* ctx,
+                           const kiln_norm_backward_args* args) {
+  EXPECT_TRUE(KILN_HAS_FIELD(args, kiln_norm_backward_args, reserve));
+  g_lent.clear();
+  g_backward_lent = args->reserve != nullptr;
+  if (g_store_reserve && args->reserve != nullptr) {
+    const at::Tensor lent = kiln::as_tensor(*args->reserve);
+    g_lent.assign(lent.data_ptr<float>(), lent.data_ptr<float>() + lent.numel());
+  }
+  return g_batchnorm->backward(instance, ctx, args);
+}
+
+struct ReservingBatchNorm {
+  ReservingBatchNorm() : real(batchnorm()), vtable(*vtable_of(real)), descriptor(*real.descriptor) {
+    g_batchnorm = vtable_of(real);
+    vtable.forward = &reserving_forward;
+    vtable.backward = &lent_backward;
+    descriptor.vtable = &vtable;
+    component = real;
+    component.descriptor = &descriptor;
+  }
+  static const kiln_norm_vtable* vtable_of(const kiln::plugin::Component& c) {
+    return static_cast<const kiln_norm_vtable*>(c.descriptor->vtable);
+  }
+  const kiln::plugin::Component& real;
+  kiln_norm_vtable vtable;
+  kiln_component_descriptor descriptor;
+  kiln::plugin::Component component;
+};
+
+TEST(NormLayer, TheForwardsReserveIsLentToItsBackwardAndReleasedOnce) {
+  ReservingBatchNorm wrapped;
+  kiln_norm_request request{sizeof(kiln_norm_request), 3, KILN_ACT_NONE, 0, 0.0};
+  kiln::plugin::PluginNormLayer layer(wrapped.component, options(0.1, 1e-5), request);
+  kiln::plugin::PluginNormLayer plain(batchnorm(), options(0.1, 1e-5), request);
+  at::manual_seed(5);
+  const at::Tensor x = at::randn({4, 3, 2, 2});
+  const at::Tensor g = at::randn({4, 3, 2, 2});
+  g_store_reserve = true;
+  g_reserve_fails = false;
+  g_released = 0;
+  g_lent.clear();
+  at::Tensor xa = x.clone().requires_grad_(true);
+  at::Tensor y = layer.forward(xa);
+  EXPECT_EQ(g_released, 0) << "the host must keep the reserve until the backward";
+  (y * g).sum().backward();
+  EXPECT_EQ(g_lent, (std::vector<float>{10, 11, 12, 13}));
+  y = at::Tensor();  // the graph, and what it saved, goes with the last reference to its output
+  EXPECT_EQ(g_released, 1) << "released once, when autograd is done with it";
+  // Keeping it changes nothing else: the same gradients as the layer without it.
+  at::Tensor xb = x.clone().requires_grad_(true);
+  (plain.forward(xb) * g).sum().backward();
+  EXPECT_TRUE(at::equal(xa.grad(), xb.grad()));
+
+  // A forward that fails after storing one: refused by name, the reserve released at once.
+  g_reserve_fails = true;
+  g_released = 0;
+  try {
+    (void)layer.forward(x.clone().requires_grad_(true));
+    FAIL() << "a failed forward was accepted";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("forward broke"), std::string::npos) << e.what();
+  }
+  EXPECT_EQ(g_released, 1);
+  g_reserve_fails = false;
+}
+
+// On CUDA the batchnorm plugin runs a training layer on cuDNN where ATen's batch_norm does
+// (AMP's half channels-last input with float parameters, and float32): the same output, gradients
+// and running statistics as ATen's batch_norm, and the backward is lent the forward's reserve.
+struct CudaCase {
+  const char* name;
+  std::vector<int64_t> shape;
+  at::ScalarType dtype;
+  bool channels_last;
+};
+
+class NormLayerOnCuda : public ::testing::TestWithParam<CudaCase> {};
+
+TEST_P(NormLayerOnCuda, TakesTorchsBackendAndMatchesIt) {
+  if (!at::hasCUDA()) GTEST_SKIP() << "no CUDA device";
+  const CudaCase& c = GetParam();
+  const at::Device cuda(at::kCUDA);
+  const int64_t channels = c.shape[1];
+  ReservingBatchNorm wrapped;
+  g_store_reserve = false;
+  g_reserve_fails = false;
+  kiln_norm_request request{sizeof(kiln_norm_request), channels, KILN_ACT_NONE, 0, 0.0};
+  kiln::plugin::PluginNormLayer layer(wrapped.component, options(0.1, 1e-5), request, 1, nullptr,
+                                      nullptr, c10::kCUDA);
+  layer.to(cuda);
+  at::manual_seed(11);
+  const auto f32 = at::TensorOptions().device(cuda).dtype(at::kFloat);
+  at::Tensor w_ref = (at::rand({channels}, f32) + 0.5).requires_grad_();
+  at::Tensor b_ref = at::randn({channels}, f32).requires_grad_();
+  auto params = layer.named_parameters();
+  {
+    at::NoGradGuard no_grad;
+    params["weight"].copy_(w_ref);
+    params["bias"].copy_(b_ref);
+  }
+  at::Tensor rm_ref = at::zeros({channels}, f32), rv_ref = at::ones({channels}, f32);
+  // Half data: both sides round the same float results to half; 2e-3 of the largest value.
+  const double tol = c.dtype == at::kHalf ? 2e-3 : 1e-5;
+  for (int step = 0; step < 2; ++step) {
+    at::Tensor x = (at::randn(c.shape, f32) * 3 + 1).to(c.dtype);
+    if (c.channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    const at::Tensor g = at::randn(c.shape, f32).to(c.dtype).contiguous(x.suggest_memory_format());
+    EXPECT_EQ(at::native::_select_batch_norm_backend(x, w_ref, b_ref, rm_ref, rv_ref, true, 1e-5),
+              at::native::BatchNormBackend::Cudnn);
+    at::Tensor x_ref = x.clone().requires_grad_();
+    at::Tensor x_k = x.clone().requires_grad_();
+    at::Tensor y_ref = at::batch_norm(x_ref, w_ref, b_ref, rm_ref, rv_ref, true, 0.1, 1e-5, true);
+    at::Tensor y_k = layer.forward(x_k);
+    EXPECT_EQ(y_k.scalar_type(), c.dtype);
+    EXPECT_EQ(y_k.strides(), x.strides());
+    expect_close(y_k.to(at::kFloat).cpu(), y_ref.to(at::kFloat).cpu(), tol, "output");
+    g_backward_lent = false;
+    y_ref.backward(g);
+    y_k.backward(g);
+    EXPECT_TRUE(g_backward_lent) << "the forward took cuDNN and handed its reserve over";
+    expect_close(x_k.grad().to(at::kFloat).cpu(), x_ref.grad().to(at::kFloat).cpu(), tol,
+                 "grad input");
+    expect_close(params["weight"].grad().cpu(), w_ref.grad().cpu(), tol, "grad weight");
+    expect_close(params["bias"].grad().cpu(), b_ref.grad().cpu(), tol, "grad bias");
+    expect_close(layer.running_mean.cpu(), rm_ref.cpu(), 1e-5, "running mean");
+    expect_close(layer.running_var.cpu(), rv_ref.cpu(), 1e-5, "running var");
+    for (at::Tensor t : {params["weight"], params["bias"], w_ref, b_ref})
+      t.mutable_grad() = at::Tensor();
+  }
+  g_store_reserve = true;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Layouts, NormLayerOnCuda,
+    ::testing::Values(CudaCase{"half_channels_last", {16, 32, 7, 7}, at::kHalf, true},
+                      CudaCase{"float_nchw", {8, 4, 5, 5}, at::kFloat, false}),
+    [](const auto& info) { return std::string(info.param.name); });
+
+// ---- a norm layer in plain C that keeps x-hat in its forward's reserve (ABI 1.11) ---------------
+
+// tests/plugins/good_c_norm.c ("c_bn") asks the host to save nothing and reads x-hat back from the
+// reserve its forward handed over: through the host's autograd function it equals ATen's batch norm
+// (output, gradients, running statistics; any strides), and every reserve is released.
+TEST(NormLayer, APlainCLayerKeepingItsOwnSavedTensorMatchesTorch) {
+  static kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
+  static kiln::plugin::Registry registry;
+  const std::string path = std::string(KILN_TEST_PLUGIN_DIR) + "/good/libgood_c_norm.so";
+  if (registry.find(KILN_COMPONENT_NORM, "c_bn") == nullptr) loader.load_library(path, registry);
+  const kiln::plugin::Component& c_bn = *registry.find(KILN_COMPONENT_NORM, "c_bn");
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr);
+  auto live = reinterpret_cast<int (*)()>(dlsym(library, "c_bn_live_reserves"));
+  ASSERT_NE(live, nullptr);
+
+  at::manual_seed(17);
+  const int64_t channels = 3;
+  kiln_norm_request request{sizeof(kiln_norm_request), channels, KILN_ACT_NONE, 0, 0.0};
+  kiln::plugin::PluginNormLayer layer(c_bn, options(0.1, 1e-5), request);
+  EXPECT_EQ(layer.layout().saves, KILN_NORM_SAVE_NOTHING);
+  at::Tensor w_ref = (at::rand({channels}) + 0.5).requires_grad_();
+  at::Tensor b_ref = at::randn({channels}).requires_grad_();
+  auto params = layer.named_parameters();
+  {
+    at::NoGradGuard no_grad;
+    params["weight"].copy_(w_ref);
+    params["bias"].copy_(b_ref);
+  }
+  at::Tensor rm_ref = at::zeros({channels}), rv_ref = at::ones({channels});
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const bool training = step < 2;
+    layer.train(training);
+    // The second step's input is channels-last: the plugin walks any strides.
+    at::Tensor x = at::randn({6, channels, 4, 5}) * 2 + 1;
+    if (step == 1) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    const at::Tensor g = at::randn({6, channels, 4, 5});
+    at::Tensor x_ref = x.clone().requires_grad_(), x_k = x.clone().requires_grad_();
+    at::Tensor y_ref =
+        at::batch_norm(x_ref, w_ref, b_ref, rm_ref, rv_ref, training, 0.1, 1e-5, false);
+    at::Tensor y_k = layer.forward(x_k);
+    EXPECT_EQ(live(), 1) << "the host keeps the forward's reserve for the backward";
+    expect_close(y_k, y_ref, 1e-5, "output");
+    (y_ref * g).sum().backward();
+    (y_k * g).sum().backward();
+    expect_close(x_k.grad(), x_ref.grad(), 1e-5, "grad input");
+    expect_close(params["weight"].grad(), w_ref.grad(), 1e-5, "grad weight");
+    expect_close(params["bias"].grad(), b_ref.grad(), 1e-5, "grad bias");
+    expect_close(layer.running_mean, rm_ref, 1e-5, "running mean");
+    expect_close(layer.running_var, rv_ref, 1e-5, "running var");
+    for (at::Tensor t : {params["weight"], params["bias"], w_ref, b_ref}) {
+      t.mutable_grad() = at::Tensor();
+    }
+    EXPECT_EQ(live(), 0) << "released once the backward is done with it";
+  }
+  dlclose(library);
 }
 
 // ---- the device the run trains on (ABI 1.9) ---------------------------------------------------

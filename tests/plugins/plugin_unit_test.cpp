@@ -483,8 +483,8 @@ TEST(BatchNorm, HalfInputsMatchFloat) {
     DLTensor d[8] = {kiln::as_dltensor(in), kiln::as_dltensor(out), kiln::as_dltensor(wt),
                      kiln::as_dltensor(bt), kiln::as_dltensor(rm),  kiln::as_dltensor(rv),
                      kiln::as_dltensor(sm), kiln::as_dltensor(si)};
-    kiln_norm_forward_args fwd{sizeof(fwd), 1,     0,     &d[0], &d[1],   &d[2],  &d[3],
-                               &d[4],       &d[5], &d[6], &d[7], nullptr, nullptr};
+    kiln_norm_forward_args fwd{sizeof(fwd), 1,     0,     &d[0], &d[1],   &d[2],   &d[3],
+                               &d[4],       &d[5], &d[6], &d[7], nullptr, nullptr, nullptr};
     EXPECT_KILN_OK(vt.forward(instance, nullptr, &fwd));
     return out.to(at::kFloat);
   };

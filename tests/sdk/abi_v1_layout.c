@@ -66,16 +66,20 @@ _Static_assert(KILN_NORM_LAYOUT_V1_0_SIZE == 24, "norm layout v1.0 size");
 PIN_OFFSET(kiln_norm_layout, in_place, 24);
 PIN_OFFSET(kiln_norm_layout, frozen, 28);
 PIN_OFFSET(kiln_norm_layout, hands_over_gradients, 32);
-PIN_SIZE(kiln_norm_forward_args, 96); /* 1.5: batch_stats appended */
+PIN_SIZE(kiln_norm_forward_args, 104); /* 1.5: batch_stats; 1.11: reserve_result appended */
 _Static_assert(KILN_NORM_FORWARD_ARGS_V1_4_SIZE == 88, "norm forward args v1.4 size");
 PIN_OFFSET(kiln_norm_forward_args, batch_stats, 88);
+_Static_assert(KILN_NORM_FORWARD_ARGS_V1_5_SIZE == 96, "norm forward args v1.5 size");
+PIN_OFFSET(kiln_norm_forward_args, reserve_result, 96);
 PIN_SIZE(kiln_norm_batch_stats, 48); /* 1.5 */
 PIN_OFFSET(kiln_norm_batch_stats, count, 24);
 PIN_OFFSET(kiln_norm_batch_stats, reported, 40);
-PIN_SIZE(kiln_norm_backward_args, 136); /* 1.3: grad_*_result appended */
+PIN_SIZE(kiln_norm_backward_args, 144); /* 1.3: grad_*_result; 1.11: reserve appended */
 _Static_assert(KILN_NORM_BACKWARD_ARGS_V1_2_SIZE == 112, "norm backward args v1.2 size");
 PIN_OFFSET(kiln_norm_backward_args, grad_input_result, 112);
 PIN_OFFSET(kiln_norm_backward_args, grad_bias_result, 128);
+_Static_assert(KILN_NORM_BACKWARD_ARGS_V1_3_SIZE == 136, "norm backward args v1.3 size");
+PIN_OFFSET(kiln_norm_backward_args, reserve, 136);
 PIN_SIZE(kiln_norm_vtable, 40);
 _Static_assert(KILN_NORM_VTABLE_V1_SIZE == 40, "norm vtable v1 size");
 PIN_SIZE(kiln_precision_policy, 56); /* 1.1: min_scale, at_min_scale appended */

@@ -1,7 +1,8 @@
 // kiln_batchnorm — the "batchnorm" norm component: torch.nn.BatchNorm{1,2,3}d's forward and
 // backward on the host's tensors. Float32 CPU data goes through the fused kernels of
 // plugins/norm/common (statistics, normalisation and the model's activation in two passes,
-// backward in two); everything else through ATen's native batch-norm kernels.
+// backward in two); a training layer on CUDA through cuDNN where ATen's batch_norm would take it
+// (cudnn_route.hpp); everything else through ATen's native batch-norm kernels.
 #include <ATen/AccumulateType.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
@@ -12,6 +13,7 @@
 #include <string>
 #include <tuple>
 
+#include "cudnn_route.hpp"
 #include "fused_bn.hpp"
 #include "kiln/sdk.hpp"
 #include "kiln/torch.hpp"
@@ -142,6 +144,15 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
     }
     at::Tensor output = kiln::as_tensor(*args->output);
     const at::Tensor weight = optional_view(args->weight);
+    if (batch_stats &&
+        kiln::norm::cudnn::forward(args, x, output, weight, optional_view(args->bias), running_mean,
+                                   running_var, momentum, bn.eps)) {
+      if (report != nullptr) {
+        kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
+      }
+      kiln::norm::fused::activate_(bn.settings.slope, output);
+      return;
+    }
     // Batch statistics: ATen's out kernel writes straight into the host's output and saved
     // statistics, with no copy at the boundary. On the CPU it wants a contiguous output and
     // every tensor in the input's dtype; on CUDA it is what the functional kernel itself calls,
@@ -195,11 +206,16 @@ kiln_status* bn_backward(void* instance, kiln_call_context* ctx,
     }
     const std::array<bool, 3> mask = {args->grad_input != nullptr, args->grad_weight != nullptr,
                                       args->grad_bias != nullptr};
-    auto [grad_input, grad_weight, grad_bias] = at::native_batch_norm_backward(
-        kiln::norm::fused::through_activation(bn.settings.slope,
-                                              kiln::as_tensor(*args->grad_output), x, args),
-        x, optional_view(args->weight), running_mean, running_var, optional_view(args->save_mean),
-        optional_view(args->save_invstd), batch_stats, bn.eps, mask);
+    const at::Tensor grad_output = kiln::norm::fused::through_activation(
+        bn.settings.slope, kiln::as_tensor(*args->grad_output), x, args);
+    const at::Tensor weight = optional_view(args->weight);
+    std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
+    if (!kiln::norm::cudnn::backward(args, x, grad_output, weight, bn.eps, grads)) {
+      grads = at::native_batch_norm_backward(
+          grad_output, x, weight, running_mean, running_var, optional_view(args->save_mean),
+          optional_view(args->save_invstd), batch_stats, bn.eps, mask);
+    }
+    const auto& [grad_input, grad_weight, grad_bias] = grads;
     // Handed over where the host gave a result slot (ABI 1.3), else copied into its buffer; a
     // slot is only read from arguments that have the field.
     const bool slots =

@@ -94,6 +94,12 @@ typedef struct kiln_norm_forward_args {
    * every rank that shared the statistics). A host passes it only to plugins built for 1.5 or
    * later, and refuses a forward that leaves batch_stats->reported zero. */
   kiln_norm_batch_stats* batch_stats;
+  /* Since ABI 1.11; NULL from an older host. A host slot holding NULL where forward may store a
+   * tensor it allocated for its own backward, such as cuDNN's reserve space (any shape, dtype and
+   * device). Ownership passes to the host, which keeps it untouched with the saved tensors, lends
+   * it back as kiln_norm_backward_args.reserve, and calls the deleter once, on any thread, when
+   * autograd frees them; also at once when forward fails. Leave it NULL to keep nothing. */
+  DLManagedTensor** reserve_result;
 } kiln_norm_forward_args;
 
 /* Backward arguments. Tensors borrowed for the call; optional ones NULL when not wanted. */
@@ -122,6 +128,9 @@ typedef struct kiln_norm_backward_args {
   DLManagedTensor** grad_input_result;
   DLManagedTensor** grad_weight_result;
   DLManagedTensor** grad_bias_result;
+  /* Since ABI 1.11; what this layer's forward stored in *reserve_result, borrowed for the call;
+   * NULL when it stored nothing, and from an older host. */
+  const DLTensor* reserve;
 } kiln_norm_backward_args;
 
 /* The norm vtable (kiln_component_descriptor.vtable for KILN_COMPONENT_NORM). */
@@ -158,6 +167,8 @@ typedef struct kiln_norm_vtable {
 #define KILN_NORM_BACKWARD_ARGS_V1_2_SIZE KILN_SIZE_UP_TO(kiln_norm_backward_args, stream)
 #define KILN_NORM_FORWARD_ARGS_V1_4_SIZE KILN_SIZE_UP_TO(kiln_norm_forward_args, stream)
 #define KILN_NORM_SETUP_V1_8_SIZE KILN_SIZE_UP_TO(kiln_norm_setup, activation_param)
+#define KILN_NORM_FORWARD_ARGS_V1_5_SIZE KILN_SIZE_UP_TO(kiln_norm_forward_args, batch_stats)
+#define KILN_NORM_BACKWARD_ARGS_V1_3_SIZE KILN_SIZE_UP_TO(kiln_norm_backward_args, grad_bias_result)
 
 #ifdef __cplusplus
 } /* extern "C" */
