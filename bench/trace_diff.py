@@ -24,7 +24,10 @@ def load(path):
 
 
 def summary(events):
-    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")]
+    # On a GPU the profiler writes each step twice, as the host's span and as the device's
+    # (gpu_user_annotation): count the host's.
+    steps = [e for e in events if str(e.get("name", "")).startswith("ProfilerStep#")
+             and e.get("cat") != "gpu_user_annotation"]
     if not steps:
         raise SystemExit("no ProfilerStep#N span in the trace")
     n = len(steps)
