@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -134,6 +135,64 @@ TEST(ImageList, ListedImagesDecodeAsPilWithTheRowsTheirLinesName) {
   }
 }
 
+// A list written by Python's csv module, whose paths and class names hold commas, quotes and a
+// line break (tests/oracle/image_list_csv.py): each record reads as csv.reader reads it, its image
+// decodes to PIL's pixels, and its row holds the classes its second field names.
+TEST(ImageList, AQuotedListReadsAsPythonsCsvReader) {
+  kiln::test::Scratch dir;
+  const json& s = oracle().manifest["splits"]["train"];
+  const std::string root = s["root"];
+  json files = json::array();
+  for (const json& e : s["samples"])
+    files.push_back(e["path"].get<std::string>().substr(root.size() + 1));
+  dir.write_text("config.json", json{{"root", root}, {"files", files}}.dump());
+  dir.run("image_list_csv.py");
+  const json expected = json::parse(dir.read_text("expected.json"));
+  ASSERT_EQ(expected.size(), files.size());
+
+  const auto list = open(options(dir.path("list.csv"), dir.path("images"), "", ";"));
+  ASSERT_EQ(list->status, nullptr) << describe(list->status.get());
+  kiln_dataset_info info{};
+  info.struct_size = sizeof info;
+  ASSERT_EQ(Status(vtable().info(list->instance, &info)), nullptr);
+  ASSERT_EQ(info.num_samples, static_cast<int64_t>(expected.size()));
+  std::set<std::string> used;
+  for (const json& e : expected) {
+    for (const std::string c : e["classes"]) used.insert(c);
+  }
+  const std::vector<std::string> classes(used.begin(), used.end());
+  ASSERT_EQ(info.num_classes, static_cast<int64_t>(classes.size()));
+  for (size_t c = 0; c < classes.size(); ++c) EXPECT_EQ(info.class_names[c], classes[c]);
+  EXPECT_NE(used.count("big, dog"), 0U) << "a class name holding a comma";
+  for (size_t k = 0; k < expected.size(); ++k) {
+    const json& e = expected[k];
+    SCOPED_TRACE(e["path"].get<std::string>());
+    std::vector<float> row(classes.size(), -1.0F), want(classes.size(), 0.0F);
+    for (const std::string c : e["classes"]) {
+      want[std::find(classes.begin(), classes.end(), c) - classes.begin()] = 1.0F;
+    }
+    ASSERT_EQ(Status(vtable().targets(list->instance, static_cast<int64_t>(k), row.data(),
+                                      static_cast<int64_t>(row.size()))),
+              nullptr);
+    EXPECT_EQ(row, want);
+    int64_t h = 0, w = 0;
+    for (const json& o : s["samples"]) {
+      if (o["path"] == root + "/" + e["source"].get<std::string>()) h = o["height"], w = o["width"];
+    }
+    std::vector<uint8_t> pixels(static_cast<size_t>(h * w * 3));
+    kiln_decode_request request{sizeof request, 1, 0, pixels.data(), pixels.size()};
+    kiln_decoded_sample out{};
+    out.struct_size = sizeof out;
+    ASSERT_EQ(Status(vtable().decode(list->instance, static_cast<int64_t>(k), &request, &out)),
+              nullptr);
+    for (const json& o : s["samples"]) {
+      if (o["path"] == root + "/" + e["source"].get<std::string>()) {
+        EXPECT_EQ(pixels, oracle().pixels(o["RGB"]));
+      }
+    }
+  }
+}
+
 TEST(ImageList, TheValidationListTakesTheTrainingClasses) {
   kiln::test::Scratch dir;
   const json& s = oracle().manifest["splits"]["train"];
@@ -172,6 +231,15 @@ TEST(ImageList, RefusalsNameTheOptionFileAndLine) {
             std::string::npos);
   dir.write_text("empty.csv", "path,classes\n");
   EXPECT_NE(refusal(*open(options(dir.path("empty.csv"), root))).find("lists no sample"),
+            std::string::npos);
+  // Quoting as RFC 4180: the line a broken record starts on.
+  dir.write_text("open.csv", "path,classes\na.jpg,cat\n\"b.jpg,cat\nc.jpg,dog\n");
+  EXPECT_NE(refusal(*open(options(dir.path("open.csv"), root)))
+                .find("open.csv:3: a quoted field is not closed before the end of the file"),
+            std::string::npos);
+  dir.write_text("after.csv", "path,classes\n\"a.jpg\"x,cat\n");
+  EXPECT_NE(refusal(*open(options(dir.path("after.csv"), root)))
+                .find("after.csv:2: text after a quoted field's closing quote"),
             std::string::npos);
   // A root that is not the images' is found at the first image, before the run.
   EXPECT_NE(refusal(*open(options(train, "/no/such/root"))).find("option 'root': the first"),

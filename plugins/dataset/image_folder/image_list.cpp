@@ -6,6 +6,7 @@
 #include <set>
 #include <utility>
 
+#include "csv.hpp"
 #include "kiln/sdk.hpp"
 
 namespace kiln::image_folder {
@@ -59,19 +60,27 @@ ImageList ImageList::read(const std::string& file, const std::string& option,
   if (!in) refuse(option, file + ": cannot open");
   std::vector<std::string> paths;
   std::vector<std::vector<std::string>> names;
-  std::string line;
-  for (int64_t number = 1; std::getline(in, line); ++number) {
-    if (number == 1 && format.header) continue;
-    if (trim(line).empty()) continue;
-    const size_t comma = line.find(',');
-    const std::string where = file + ":" + std::to_string(number) + ": ";
-    if (comma == std::string::npos) {
-      refuse(option, where + "no comma: each line is path,classes");
+  CsvReader csv(in);
+  std::vector<std::string> fields;
+  int64_t number = 0;
+  for (bool first = true;; first = false) {
+    try {
+      if (!csv.next(fields, number)) break;
+    } catch (const CsvError& e) {
+      refuse(option, file + ":" + std::to_string(e.line()) + ": " + e.what());
     }
-    const std::string path = trim(line.substr(0, comma));
+    if (first && format.header) continue;
+    if (fields.size() == 1 && trim(fields[0]).empty()) continue;
+    const std::string where = file + ":" + std::to_string(number) + ": ";
+    if (fields.size() < 2) refuse(option, where + "no comma: each line is path,classes");
+    const std::string path = trim(fields[0]);
     if (path.empty()) refuse(option, where + "the path is empty");
     paths.push_back(listed_path(file, root, path));
-    names.push_back(split(line.substr(comma + 1), format.separator));
+    // The classes: the rest of the record, its fields joined again by the commas between them,
+    // so that a separator of "," spreads them over several fields.
+    std::string rest = fields[1];
+    for (size_t f = 2; f < fields.size(); ++f) rest += "," + fields[f];
+    names.push_back(split(rest, format.separator));
   }
   if (paths.empty()) refuse(option, file + ": lists no sample");
 

@@ -419,9 +419,10 @@ const kiln_option_spec kOptions[] = {
 
 const kiln_option_spec kListOptions[] = {
     KILN_OPTION_INIT("train", KILN_OPT_STRING, nullptr,
-                     "CSV file of the training split: a line per image, path,classes (classes "
-                     "split by separator; none is allowed), the first line a header unless "
-                     "header = false; classes are the sorted names it uses"),
+                     "CSV file of the training split: a record per image, path,classes (classes "
+                     "split by separator; none is allowed; a field in double quotes may hold "
+                     "commas), the first record a header unless header = false; classes are the "
+                     "sorted names it uses"),
     KILN_OPTION_INIT("val", KILN_OPT_STRING, "\"\"",
                      "CSV file of the validation split, as train, classes among train's; empty: "
                      "none"),
