@@ -75,6 +75,41 @@ struct Case {
   double param;
 };
 
+// ATen's batch norm beside a layer: its own weight, bias and running statistics (momentum 0.1,
+// eps 1e-5), the layer's parameters set to the same initial values.
+struct TorchTwin {
+  TorchTwin(kiln::plugin::PluginNormLayer& layer, int64_t channels,
+            const at::TensorOptions& options = at::TensorOptions())
+      : w((at::rand({channels}, options) + 0.5).requires_grad_()),
+        b(at::randn({channels}, options).requires_grad_()),
+        rm(at::zeros({channels}, options)),
+        rv(at::ones({channels}, options)),
+        layer(layer),
+        params(layer.named_parameters()) {
+    at::NoGradGuard no_grad;
+    params["weight"].copy_(w);
+    params["bias"].copy_(b);
+  }
+
+  at::Tensor forward(const at::Tensor& x, bool training, bool cudnn = false) {
+    return at::batch_norm(x, w, b, rm, rv, training, 0.1, 1e-5, cudnn);
+  }
+
+  // The layer's parameter gradients and running statistics against the twin's (on the CPU), then
+  // both sides' gradients cleared for the next step.
+  void expect_same_state(double tol) {
+    expect_close(params["weight"].grad().cpu(), w.grad().cpu(), tol, "grad weight");
+    expect_close(params["bias"].grad().cpu(), b.grad().cpu(), tol, "grad bias");
+    expect_close(layer.running_mean.cpu(), rm.cpu(), 1e-5, "running mean");
+    expect_close(layer.running_var.cpu(), rv.cpu(), 1e-5, "running var");
+    for (at::Tensor t : {params["weight"], params["bias"], w, b}) t.mutable_grad() = at::Tensor();
+  }
+
+  at::Tensor w, b, rm, rv;
+  kiln::plugin::PluginNormLayer& layer;
+  torch::OrderedDict<std::string, at::Tensor> params;
+};
+
 class NormLayerVsTorch : public ::testing::TestWithParam<Case> {};
 
 TEST_P(NormLayerVsTorch, ForwardBackwardAndRunningStatsMatch) {
@@ -84,16 +119,7 @@ TEST_P(NormLayerVsTorch, ForwardBackwardAndRunningStatsMatch) {
   kiln_norm_request request{sizeof(kiln_norm_request), channels, c.activation, 0, c.param};
   kiln::plugin::PluginNormLayer layer(batchnorm(), options(0.1, 1e-5), request);
 
-  // The reference: ATen batch norm with its own parameters and buffers, same initial values.
-  at::Tensor w_ref = (at::rand({channels}) + 0.5).requires_grad_();
-  at::Tensor b_ref = at::randn({channels}).requires_grad_();
-  auto params = layer.named_parameters();
-  {
-    at::NoGradGuard no_grad;
-    params["weight"].copy_(w_ref);
-    params["bias"].copy_(b_ref);
-  }
-  at::Tensor rm_ref = at::zeros({channels}), rv_ref = at::ones({channels});
+  TorchTwin twin(layer, channels);
 
   for (int step = 0; step < 3; ++step) {
     at::Tensor x = at::randn(c.shape) * 3 + 1;
@@ -101,7 +127,7 @@ TEST_P(NormLayerVsTorch, ForwardBackwardAndRunningStatsMatch) {
     at::Tensor x_k = x.clone().requires_grad_();
     at::Tensor g = at::randn(c.shape);
 
-    at::Tensor y_ref = at::batch_norm(x_ref, w_ref, b_ref, rm_ref, rv_ref, true, 0.1, 1e-5, false);
+    at::Tensor y_ref = twin.forward(x_ref, true);
     if (c.activation == KILN_ACT_RELU) y_ref = at::relu(y_ref);
     if (c.activation == KILN_ACT_LEAKY_RELU) y_ref = at::leaky_relu(y_ref, c.param);
     at::Tensor y_k = layer.forward(x_k);
@@ -110,21 +136,14 @@ TEST_P(NormLayerVsTorch, ForwardBackwardAndRunningStatsMatch) {
     (y_ref * g).sum().backward();
     (y_k * g).sum().backward();
     expect_close(x_k.grad(), x_ref.grad(), 1e-5, "grad input");
-    expect_close(params["weight"].grad(), w_ref.grad(), 1e-5, "grad weight");
-    expect_close(params["bias"].grad(), b_ref.grad(), 1e-5, "grad bias");
-    expect_close(layer.running_mean, rm_ref, 1e-5, "running mean");
-    expect_close(layer.running_var, rv_ref, 1e-5, "running var");
-    params["weight"].mutable_grad() = at::Tensor();
-    params["bias"].mutable_grad() = at::Tensor();
-    w_ref.mutable_grad() = at::Tensor();
-    b_ref.mutable_grad() = at::Tensor();
+    twin.expect_same_state(1e-5);
   }
 
   // Evaluation mode normalises with the running statistics.
   layer.eval();
   at::Tensor x = at::randn(c.shape);
-  at::Tensor y_ref =
-      at::batch_norm(x, w_ref.detach(), b_ref.detach(), rm_ref, rv_ref, false, 0.1, 1e-5, false);
+  at::Tensor y_ref = at::batch_norm(x, twin.w.detach(), twin.b.detach(), twin.rm, twin.rv, false,
+                                    0.1, 1e-5, false);
   if (c.activation == KILN_ACT_RELU) y_ref = at::relu(y_ref);
   if (c.activation == KILN_ACT_LEAKY_RELU) y_ref = at::leaky_relu(y_ref, c.param);
   at::NoGradGuard no_grad;
@@ -350,8 +369,15 @@ struct ReservingBatchNorm {
 TEST(NormLayer, TheForwardsReserveIsLentToItsBackwardAndReleasedOnce) {
   ReservingBatchNorm wrapped;
   kiln_norm_request request{sizeof(kiln_norm_request), 3, KILN_ACT_NONE, 0, 0.0};
-  kiln::plugin::PluginNormLayer layer(wrapped.component, options(0.1, 1e-5), request);
-  kiln::plugin::PluginNormLayer plain(batchnorm(), options(0.1, 1e-5), request);
+  // ATen's kernels (fused = false), the path beside batchnorm's cuDNN route: a reserve lent to a
+  // CPU layer must not send its backward to cuDNN.
+  OptionSet aten = options(0.1, 1e-5);
+  Value no;
+  no.type = KILN_OPT_BOOL;
+  no.bool_value = false;
+  aten.set("fused", no);
+  kiln::plugin::PluginNormLayer layer(wrapped.component, aten, request);
+  kiln::plugin::PluginNormLayer plain(batchnorm(), aten, request);
   at::manual_seed(5);
   const at::Tensor x = at::randn({4, 3, 2, 2});
   const at::Tensor g = at::randn({4, 3, 2, 2});
@@ -410,26 +436,19 @@ TEST_P(NormLayerOnCuda, TakesTorchsBackendAndMatchesIt) {
   layer.to(cuda);
   at::manual_seed(11);
   const auto f32 = at::TensorOptions().device(cuda).dtype(at::kFloat);
-  at::Tensor w_ref = (at::rand({channels}, f32) + 0.5).requires_grad_();
-  at::Tensor b_ref = at::randn({channels}, f32).requires_grad_();
-  auto params = layer.named_parameters();
-  {
-    at::NoGradGuard no_grad;
-    params["weight"].copy_(w_ref);
-    params["bias"].copy_(b_ref);
-  }
-  at::Tensor rm_ref = at::zeros({channels}, f32), rv_ref = at::ones({channels}, f32);
+  TorchTwin twin(layer, channels, f32);
   // Half data: both sides round the same float results to half; 2e-3 of the largest value.
   const double tol = c.dtype == at::kHalf ? 2e-3 : 1e-5;
   for (int step = 0; step < 2; ++step) {
     at::Tensor x = (at::randn(c.shape, f32) * 3 + 1).to(c.dtype);
     if (c.channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
     const at::Tensor g = at::randn(c.shape, f32).to(c.dtype).contiguous(x.suggest_memory_format());
-    EXPECT_EQ(at::native::_select_batch_norm_backend(x, w_ref, b_ref, rm_ref, rv_ref, true, 1e-5),
-              at::native::BatchNormBackend::Cudnn);
+    EXPECT_EQ(
+        at::native::_select_batch_norm_backend(x, twin.w, twin.b, twin.rm, twin.rv, true, 1e-5),
+        at::native::BatchNormBackend::Cudnn);
     at::Tensor x_ref = x.clone().requires_grad_();
     at::Tensor x_k = x.clone().requires_grad_();
-    at::Tensor y_ref = at::batch_norm(x_ref, w_ref, b_ref, rm_ref, rv_ref, true, 0.1, 1e-5, true);
+    at::Tensor y_ref = twin.forward(x_ref, true, /*cudnn=*/true);
     at::Tensor y_k = layer.forward(x_k);
     EXPECT_EQ(y_k.scalar_type(), c.dtype);
     EXPECT_EQ(y_k.strides(), x.strides());
@@ -440,12 +459,7 @@ TEST_P(NormLayerOnCuda, TakesTorchsBackendAndMatchesIt) {
     EXPECT_TRUE(g_backward_lent) << "the forward took cuDNN and handed its reserve over";
     expect_close(x_k.grad().to(at::kFloat).cpu(), x_ref.grad().to(at::kFloat).cpu(), tol,
                  "grad input");
-    expect_close(params["weight"].grad().cpu(), w_ref.grad().cpu(), tol, "grad weight");
-    expect_close(params["bias"].grad().cpu(), b_ref.grad().cpu(), tol, "grad bias");
-    expect_close(layer.running_mean.cpu(), rm_ref.cpu(), 1e-5, "running mean");
-    expect_close(layer.running_var.cpu(), rv_ref.cpu(), 1e-5, "running var");
-    for (at::Tensor t : {params["weight"], params["bias"], w_ref, b_ref})
-      t.mutable_grad() = at::Tensor();
+    twin.expect_same_state(tol);
   }
   g_store_reserve = true;
 }
@@ -477,15 +491,7 @@ TEST(NormLayer, APlainCLayerKeepingItsOwnSavedTensorMatchesTorch) {
   kiln_norm_request request{sizeof(kiln_norm_request), channels, KILN_ACT_NONE, 0, 0.0};
   kiln::plugin::PluginNormLayer layer(c_bn, options(0.1, 1e-5), request);
   EXPECT_EQ(layer.layout().saves, KILN_NORM_SAVE_NOTHING);
-  at::Tensor w_ref = (at::rand({channels}) + 0.5).requires_grad_();
-  at::Tensor b_ref = at::randn({channels}).requires_grad_();
-  auto params = layer.named_parameters();
-  {
-    at::NoGradGuard no_grad;
-    params["weight"].copy_(w_ref);
-    params["bias"].copy_(b_ref);
-  }
-  at::Tensor rm_ref = at::zeros({channels}), rv_ref = at::ones({channels});
+  TorchTwin twin(layer, channels);
   for (int step = 0; step < 3; ++step) {
     SCOPED_TRACE("step " + std::to_string(step));
     const bool training = step < 2;
@@ -495,21 +501,14 @@ TEST(NormLayer, APlainCLayerKeepingItsOwnSavedTensorMatchesTorch) {
     if (step == 1) x = x.contiguous(at::MemoryFormat::ChannelsLast);
     const at::Tensor g = at::randn({6, channels, 4, 5});
     at::Tensor x_ref = x.clone().requires_grad_(), x_k = x.clone().requires_grad_();
-    at::Tensor y_ref =
-        at::batch_norm(x_ref, w_ref, b_ref, rm_ref, rv_ref, training, 0.1, 1e-5, false);
+    at::Tensor y_ref = twin.forward(x_ref, training);
     at::Tensor y_k = layer.forward(x_k);
     EXPECT_EQ(live(), 1) << "the host keeps the forward's reserve for the backward";
     expect_close(y_k, y_ref, 1e-5, "output");
     (y_ref * g).sum().backward();
     (y_k * g).sum().backward();
     expect_close(x_k.grad(), x_ref.grad(), 1e-5, "grad input");
-    expect_close(params["weight"].grad(), w_ref.grad(), 1e-5, "grad weight");
-    expect_close(params["bias"].grad(), b_ref.grad(), 1e-5, "grad bias");
-    expect_close(layer.running_mean, rm_ref, 1e-5, "running mean");
-    expect_close(layer.running_var, rv_ref, 1e-5, "running var");
-    for (at::Tensor t : {params["weight"], params["bias"], w_ref, b_ref}) {
-      t.mutable_grad() = at::Tensor();
-    }
+    twin.expect_same_state(1e-5);
     EXPECT_EQ(live(), 0) << "released once the backward is done with it";
   }
   dlclose(library);

@@ -52,7 +52,9 @@ bool forward(const kiln_norm_forward_args* args, const at::Tensor& x, const at::
 bool backward(const kiln_norm_backward_args* args, const at::Tensor& x,
               const at::Tensor& grad_output, const at::Tensor& weight, double eps,
               std::tuple<at::Tensor, at::Tensor, at::Tensor>& grads) {
-  if (!KILN_HAS_FIELD(args, kiln_norm_backward_args, reserve) || args->reserve == nullptr) {
+  // Only this route's forward stores a reserve, and only on CUDA; a CPU layer never takes it.
+  if (!KILN_HAS_FIELD(args, kiln_norm_backward_args, reserve) || args->reserve == nullptr ||
+      !x.is_cuda()) {
     return false;
   }
   const auto optional = [](const DLTensor* t) {
