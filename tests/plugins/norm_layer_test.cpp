@@ -439,6 +439,9 @@ TEST_P(NormLayerOnCuda, TakesTorchsBackendAndMatchesIt) {
   TorchTwin twin(layer, channels, f32);
   // Half data: both sides round the same float results to half; 2e-3 of the largest value.
   const double tol = c.dtype == at::kHalf ? 2e-3 : 1e-5;
+  // Both sides run cuDNN: the running statistics are also held to the definition (momentum 0.1,
+  // the batch's unbiased variance, in double from the same input).
+  at::Tensor rm = at::zeros({channels}, at::kDouble), rv = at::ones({channels}, at::kDouble);
   for (int step = 0; step < 2; ++step) {
     at::Tensor x = (at::randn(c.shape, f32) * 3 + 1).to(c.dtype);
     if (c.channels_last) x = x.contiguous(at::MemoryFormat::ChannelsLast);
@@ -459,6 +462,11 @@ TEST_P(NormLayerOnCuda, TakesTorchsBackendAndMatchesIt) {
     EXPECT_TRUE(g_backward_lent) << "the forward took cuDNN and handed its reserve over";
     expect_close(x_k.grad().to(at::kFloat).cpu(), x_ref.grad().to(at::kFloat).cpu(), tol,
                  "grad input");
+    const at::Tensor per_channel = x.to(at::kDouble).cpu().transpose(0, 1).reshape({channels, -1});
+    rm = 0.9 * rm + 0.1 * per_channel.mean(1);
+    rv = 0.9 * rv + 0.1 * per_channel.var(1, /*unbiased=*/true);
+    expect_close(layer.running_mean.cpu().to(at::kDouble), rm, 1e-5, "running mean, defined");
+    expect_close(layer.running_var.cpu().to(at::kDouble), rv, 1e-5, "running var, defined");
     twin.expect_same_state(tol);
   }
   g_store_reserve = true;
