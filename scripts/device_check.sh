@@ -36,6 +36,10 @@
 #             torch.profiler, 3 steps each, into $OUT/traces as .json.gz), then bench/trace_diff.py:
 #             the kernels whose time differs most, per step (where Kiln's longer step goes)
 #   suite     the whole suite, ctest -j16 (over 7 minutes on an H200 machine's 16 cores)
+# An autotune phase cut off by the call's limit also leaves its inductor cache in
+# $OUT/inductor-<phase>.tgz (when it packs into 16 MiB, what a call can carry beside .devkit). Moved here into .devkit/, the next session's
+# call carries it, and the phase resumes the compile from it on a card of the same kind (inductor
+# keys its autotuning results by device), instead of starting cold again.
 # KILN_CHECK_PHASES="build cuda gpu256 ..." runs only those, in that order (a session with less
 # device time puts first what has not been measured yet). KILN_CHECK_FORCE=1 starts a phase even
 # when its estimate exceeds what is left: for an autotune phase cut off once, whose compile resumes
@@ -132,6 +136,10 @@ for entry in "${PHASES[@]}"; do
     echo "== $name: needs ~${estimate}s, ${left}s left: stopping here; call again to go on"
     exit 3
   fi
+  cache="$B/inductor-$name" kept="$ROOT/.devkit/inductor-$name.tgz"
+  if [[ $name == autotune* && -f $kept && ! -d $cache ]]; then
+    mkdir -p "$B" && tar xzf "$kept" -C "$B" && echo "== $name: resuming inductor's cache from $kept"
+  fi
   echo "== $name ($((SECONDS - START))s in): $cmd"
   t0=$SECONDS
   timeout --signal=INT --kill-after=10 "$((left > 20 ? left - 10 : 10))" bash -c "$cmd" >"$OUTDIR/$name.log" 2>&1
@@ -141,6 +149,17 @@ for entry in "${PHASES[@]}"; do
   # A test phase is done once it ran: its failures are in its log, and running it again would
   # not change them.
   if [ $rc -eq 0 ] || [ "$name" = cuda ] || [ "$name" = suite ]; then touch "$DONE/$name"; fi
+  if [[ $name == autotune* && $rc -ne 0 && -d $cache ]]; then
+    saved="$OUTDIR/inductor-$name.tgz"
+    tar czf "$saved" -C "$B" "inductor-$name"
+    # The tree a call carries is at most 64 MiB, and .devkit already holds about 40.
+    if [ "$(du -m "$saved" | cut -f1)" -le 16 ]; then
+      echo "== $name: its inductor cache is in \$OUT/inductor-$name.tgz; put it in .devkit/ for the next GPU"
+    else
+      echo "== $name: its inductor cache, $(du -m "$saved" | cut -f1) MiB packed, is too big to carry"
+      rm -f "$saved"
+    fi
+  fi
   if [ "$name" = build ] && [ $rc -ne 0 ]; then echo "== the build failed; stopping"; exit 1; fi
 done
 echo "== all phases done in $((SECONDS - START))s"
