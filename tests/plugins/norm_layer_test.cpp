@@ -62,6 +62,15 @@ OptionSet options(double momentum, double eps) {
   return o;
 }
 
+// `o` with the bool option `key` set to false.
+OptionSet without(OptionSet o, const char* key) {
+  Value no;
+  no.type = KILN_OPT_BOOL;
+  no.bool_value = false;
+  o.set(key, no);
+  return o;
+}
+
 void expect_close(const at::Tensor& a, const at::Tensor& b, double tol, const char* what) {
   ASSERT_EQ(a.sizes(), b.sizes()) << what;
   double diff = (a - b).abs().max().item<double>();
@@ -161,12 +170,7 @@ INSTANTIATE_TEST_SUITE_P(Shapes, NormLayerVsTorch,
 TEST(NormLayer, WithoutAffineMatchesTorch) {
   at::manual_seed(3);
   kiln_norm_request request{sizeof(kiln_norm_request), 4, KILN_ACT_NONE, 0, 0.0};
-  OptionSet o = options(0.1, 1e-5);
-  Value no;
-  no.type = KILN_OPT_BOOL;
-  no.bool_value = false;
-  o.set("affine", no);
-  kiln::plugin::PluginNormLayer layer(batchnorm(), o, request);
+  kiln::plugin::PluginNormLayer layer(batchnorm(), without(options(0.1, 1e-5), "affine"), request);
   EXPECT_TRUE(layer.named_parameters().is_empty());
   at::Tensor rm_ref = at::zeros({4}), rv_ref = at::ones({4});
   for (int step = 0; step < 2; ++step) {
@@ -371,11 +375,7 @@ TEST(NormLayer, TheForwardsReserveIsLentToItsBackwardAndReleasedOnce) {
   kiln_norm_request request{sizeof(kiln_norm_request), 3, KILN_ACT_NONE, 0, 0.0};
   // ATen's kernels (fused = false), the path beside batchnorm's cuDNN route: a reserve lent to a
   // CPU layer must not send its backward to cuDNN.
-  OptionSet aten = options(0.1, 1e-5);
-  Value no;
-  no.type = KILN_OPT_BOOL;
-  no.bool_value = false;
-  aten.set("fused", no);
+  const OptionSet aten = without(options(0.1, 1e-5), "fused");
   kiln::plugin::PluginNormLayer layer(wrapped.component, aten, request);
   kiln::plugin::PluginNormLayer plain(batchnorm(), aten, request);
   at::manual_seed(5);

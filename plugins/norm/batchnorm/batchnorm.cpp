@@ -144,13 +144,17 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
     }
     at::Tensor output = kiln::as_tensor(*args->output);
     const at::Tensor weight = optional_view(args->weight);
-    if (batch_stats &&
-        kiln::norm::cudnn::forward(args, x, output, weight, optional_view(args->bias), running_mean,
-                                   running_var, momentum, bn.eps)) {
+    const at::Tensor bias = optional_view(args->bias);
+    // After the kernel: the model's activation, and the report when the host asked for one.
+    const auto finish = [&] {
+      kiln::norm::fused::activate_(bn.settings.slope, output);
       if (report != nullptr) {
         kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
       }
-      kiln::norm::fused::activate_(bn.settings.slope, output);
+    };
+    if (batch_stats && kiln::norm::cudnn::forward(args, x, output, weight, bias, running_mean,
+                                                  running_var, momentum, bn.eps)) {
+      finish();
       return;
     }
     // Batch statistics: ATen's out kernel writes straight into the host's output and saved
@@ -161,25 +165,17 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
       at::Tensor save_mean = kiln::as_tensor(*args->save_mean);
       at::Tensor save_invstd = kiln::as_tensor(*args->save_invstd);
       if (out_kernel_fits(x, output, weight, save_mean, save_invstd)) {
-        at::native_batch_norm_out(output, save_mean, save_invstd, x, weight,
-                                  optional_view(args->bias), running_mean, running_var, true,
-                                  momentum, bn.eps);
-        if (report != nullptr) {
-          kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
-        }
-        kiln::norm::fused::activate_(bn.settings.slope, output);
+        at::native_batch_norm_out(output, save_mean, save_invstd, x, weight, bias, running_mean,
+                                  running_var, true, momentum, bn.eps);
+        finish();
         return;
       }
     }
     // Updates running_mean/running_var in place (unbiased variance) when training with them.
-    auto [y, mean, invstd] =
-        at::native_batch_norm(x, weight, optional_view(args->bias), running_mean, running_var,
-                              batch_stats, momentum, bn.eps);
+    auto [y, mean, invstd] = at::native_batch_norm(x, weight, bias, running_mean, running_var,
+                                                   batch_stats, momentum, bn.eps);
     output.copy_(y);
-    kiln::norm::fused::activate_(bn.settings.slope, output);
-    if (report != nullptr) {
-      kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
-    }
+    finish();
     if (!batch_stats) {
       // Eval with running statistics: record the statistics that were actually applied.
       mean = running_mean;
