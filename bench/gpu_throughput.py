@@ -79,10 +79,11 @@ the trial workspaces of cuDNN's benchmark search in the first steps; the whole-r
 printed beside them.
 
 Runs. Every run is a fresh process. For each repetition, batch and mode the arms run back to
-back (Kiln, PyTorch, then the compiled arms under amp), in that order in even repetitions and in
-the reverse order in odd ones (--warmup-runs discarded runs per arm come first). Kiln ÷ PyTorch
-is computed per pair (same repetition, batch and mode) and AMP ÷ TF32 per arm and repetition;
-the table gives median (min–max) over the --repeats pairs.
+back (Kiln, PyTorch, then the compiled arms under amp; --compiled-first puts the compiled arms
+first), in that order in even repetitions and in the reverse order in odd ones (--warmup-runs
+discarded runs per arm come first). Kiln ÷ PyTorch is computed per pair (same repetition, batch
+and mode) and AMP ÷ TF32 per arm and repetition; the table gives median (min–max) over the
+--repeats pairs.
 
 Twin check. The first step's loss comes before any update: with the same weights and batch it
 must agree between Kiln and each PyTorch arm (a compiled arm against Kiln's amp) to 1e-3
@@ -591,6 +592,10 @@ def main():
                          "(AMP channels_last, what the issue compares; --modes must hold amp), "
                          "and a table of Kiln amp (and amp_graph) against eager and compiled "
                          "PyTorch; empty (default): no compiled arm")
+    ap.add_argument("--compiled-first", action="store_true",
+                    help="run the compiled arms before Kiln and PyTorch in even repetitions (still "
+                         "reversed in odd ones): a cold max-autotune compile that a time limit may "
+                         "cut off then starts at once instead of after the eager arms")
     ap.add_argument("--build-dir", default=os.path.join(REPO, "build", "release"),
                     help="build tree holding bin/kiln")
     ap.add_argument("--kiln", help="the kiln binary (default: BUILD_DIR/bin/kiln)")
@@ -668,7 +673,9 @@ def main():
             for batch in args.batches:
                 for mode in args.modes:
                     cfg = pipeline(batch, mode, args)
-                    sides = ["kiln", "torch"] + (compiled_sides(args) if mode == "amp" else [])
+                    compiled = compiled_sides(args) if mode == "amp" else []
+                    sides = (compiled + ["kiln", "torch"] if args.compiled_first
+                             else ["kiln", "torch"] + compiled)
                     order = sides if r % 2 == 0 else sides[::-1]
                     for side in order:
                         work = os.path.join(tmp, f"{kind}{r}-b{batch}-{mode}-{side}")
