@@ -23,6 +23,10 @@ compile time. The JSON then also carries, per step, the number of graphs Dynamo 
 far ("compiles": a recompile after the warm-up shows as a rise), the graph breaks and Dynamo's
 own compile-time account (torch._dynamo.utils.calculate_time_spent, seconds).
 
+A pipeline with an [ema] table (train_throughput.py --ema) also keeps timm's ModelEmaV3 of the
+twin, made before the compile, and calls update(model, step=k) after the k-th optimizer step,
+inside the timed step, as timm's train.py does and as Kiln's trainer does with [ema].
+
 --profile DIR --warmup N (any arm) runs the steps after the first N under torch.profiler (CPU
 activities) and writes the op table, sorted by self CPU time, to DIR/profile.txt.
 
@@ -176,6 +180,19 @@ def save_init(pipe, path):
     save_file({k: v.detach().contiguous().clone() for k, v in model.state_dict().items()}, path)
 
 
+def make_ema(model, spec):
+    """timm's ModelEmaV3 with the [ema] table's settings, or None without one."""
+    if not spec or spec.get("decay", 0.0) <= 0:
+        return None
+    from timm.utils.model_ema import ModelEmaV3
+
+    return ModelEmaV3(model, decay=spec["decay"], update_after_step=spec.get("start_step", 0),
+                      use_warmup=spec.get("warmup", False),
+                      warmup_gamma=spec.get("warmup_gamma", 1.0),
+                      warmup_power=spec.get("warmup_power", 2 / 3),
+                      exclude_buffers=spec.get("buffers", "average") == "copy")
+
+
 def train(pipe, args):
     from safetensors.torch import load_file
 
@@ -194,6 +211,7 @@ def train(pipe, args):
     layout = torch.channels_last if args.layout == "channels_last" else torch.contiguous_format
     model = model.to(memory_format=layout)
     model.train()
+    ema = make_ema(model, pipe.get("ema"))
     if args.compile != "none":
         model.compile(mode=None if args.compile == "default" else args.compile)
     opt = make_optimizer(param_groups(model, pipe["optimizer"]), pipe["optimizer"],
@@ -221,6 +239,8 @@ def train(pipe, args):
         loss = F.cross_entropy(model(x), y)
         loss.backward()
         opt.step()
+        if ema is not None:
+            ema.update(model, step=step + 1)
         value = loss.item()
         t2 = clock()
         data_times.append(t1 - t0)

@@ -129,6 +129,8 @@ in call order -- what a fused Kiln kernel would have to cover.
   ~/.cache/kiln/venv/bin/python bench/train_throughput.py
   # Kiln vs eager only, as before the compiled arm (about 10 minutes; 11 with --bare):
   ~/.cache/kiln/venv/bin/python bench/train_throughput.py --arms kiln,eager
+  # with a moving average of the weights in every arm (Kiln's [ema], timm's ModelEmaV3):
+  ~/.cache/kiln/venv/bin/python bench/train_throughput.py --arms kiln,eager --ema 0.9998
   # the compiled arm in another mode (max-autotune also benchmarks inductor's C++ GEMM templates):
   ~/.cache/kiln/venv/bin/python bench/train_throughput.py --compile-mode max-autotune
   # smoke run (1 repeat, few steps, no warm-up runs; a few minutes):
@@ -224,6 +226,7 @@ def pipeline(case, steps, args):
         "optimizer": dict(spec["optimizer"]),
         "lr_policy": {"name": "constant", "warmup": "none"},
         "precision": {"name": "fp32"},
+        **({"ema": {"decay": args.ema, "warmup": True}} if args.ema > 0 else {}),
     }
 
 
@@ -517,6 +520,8 @@ def report(done, args):
           f"{optim}, {heap}"
           + (f"; compiled = model.compile(mode={args.compile_mode!r}), loss and optimizer step "
              f"eager" if "compiled" in arms else "")
+          + (f"; every arm keeps a moving average of the weights (decay {args.ema}, warm-up: "
+             f"Kiln's [ema], timm's ModelEmaV3 in the PyTorch arms)" if args.ema > 0 else "")
           + f". Load average at start {args.load_start:.2f}, at end {os.getloadavg()[0]:.2f}.\n")
     print(f"Reproduce: `{args.command}`\n")
     head = ["case", "batch", "steps (warm-up)", "layout (Kiln, twins)"]
@@ -611,6 +616,10 @@ def main():
                                                           "(default: per case)")
     ap.add_argument("--quick", action="store_true",
                     help="smoke run: 1 repeat, few steps, no warm-up runs")
+    ap.add_argument("--ema", type=float, default=0.0, metavar="DECAY",
+                    help="a moving average of the weights in every arm: Kiln's [ema] (decay, "
+                         "warmup = true), timm's ModelEmaV3 updated after each optimizer step in "
+                         "the PyTorch arms (docs/ema.md); 0 (default): none")
     ap.add_argument("--bare", action="store_true",
                     help="third arm for cnn and tiny: the bare C++ loop (bench_bare_loop)")
     ap.add_argument("--arms", default=",".join(ARMS),
@@ -665,6 +674,8 @@ def main():
             ap.error(f"unknown arm '{a}' (known: {', '.join(ARMS)})")
     if not args.arms or len(set(args.arms)) != len(args.arms):
         ap.error("--arms: name each arm once, at least one")
+    if args.ema > 0 and (args.bare or "bare" in args.arms):
+        ap.error("--ema: the bare loop keeps no moving average")
     if args.bare and "bare" not in args.arms:
         args.arms.append("bare")
     if args.quick:

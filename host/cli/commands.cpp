@@ -222,7 +222,7 @@ int evaluate(const PipelineArgs& given, const std::string& checkpoint, const std
                                     ? fmt::format("test accuracy {:.2f}%, top-5 {:.2f}%",
                                                   100.0 * r.accuracy, 100.0 * r.accuracy_top5)
                                     : fmt::format("test mAP {:.2f}%", 100.0 * r.map);
-    fmt::print("{}, loss {:.4f} ({})\n", metrics, r.loss,
+    fmt::print("{}, loss {:.4f} ({}{})\n", metrics, r.loss, r.averaged ? "the EMA weights of " : "",
                options.resume.empty() ? "model.init " + pipeline.settings.model.init
                : checkpoint == "auto" ? fmt::format("the newest checkpoint, step {}", r.step)
                                       : fmt::format("{}, step {}", options.resume, r.step));
@@ -243,7 +243,8 @@ int plot(const std::string& metrics, const std::string& png) {
   return 0;
 }
 
-int export_weights(const std::string& from, const std::string& to, const std::string& dtype) {
+int export_weights(const std::string& from, const std::string& to, const std::string& dtype,
+                   bool ema) {
   try {
     // A checkpoint folder, or the newest checkpoint of a run folder or an output folder.
     const std::string checkpoint = io::newest_checkpoint_in(from);
@@ -256,17 +257,32 @@ int export_weights(const std::string& from, const std::string& to, const std::st
       spdlog::info("exporting {}, the newest checkpoint in {}", checkpoint, from);
     // The whole checkpoint is verified, so a corrupt one is refused rather than exported.
     io::CheckpointData data = io::read_checkpoint(checkpoint);
+    if (ema) {
+      // The weights' moving average, under the model's names (engine/model_ema).
+      data.model.clear();
+      for (auto& [name, t] : data.trainer) {
+        if (name.rfind("ema/", 0) == 0) data.model.emplace_back(name.substr(4), t);
+      }
+      if (data.model.empty()) {
+        throw std::runtime_error(checkpoint +
+                                 ": --ema: the checkpoint holds no moving average of the weights "
+                                 "(its run had ema.decay = 0)");
+      }
+    }
     const at::ScalarType target = dtype == "fp16"   ? at::kHalf
                                   : dtype == "bf16" ? at::kBFloat16
                                                     : at::kFloat;
     for (auto& [name, t] : data.model) {
       if (dtype != "keep" && t.is_floating_point()) t = t.to(target);
     }
-    io::write_safetensors(
-        to, data.model,
-        {{"format", "pt"}, {"source", checkpoint}, {"step", std::to_string(data.info.step)}});
-    fmt::print("{}: {} tensors from {} (step {}), {}\n", to, data.model.size(), checkpoint,
-               data.info.step, dtype == "keep" ? "dtypes as trained" : dtype);
+    io::write_safetensors(to, data.model,
+                          {{"format", "pt"},
+                           {"source", checkpoint},
+                           {"step", std::to_string(data.info.step)},
+                           {"weights", ema ? "ema" : "trained"}});
+    fmt::print("{}: {} {}tensors from {} (step {}), {}\n", to, data.model.size(),
+               ema ? "moving-average " : "", checkpoint, data.info.step,
+               dtype == "keep" ? "dtypes as trained" : dtype);
     return 0;
   } catch (const std::exception& e) {
     fmt::print(stderr, "error: {}\n", e.what());

@@ -18,10 +18,12 @@ struct PipelineArgs {
 };
 
 // Exit code 4 when a guard stopped training, 128 + signal after SIGINT/SIGTERM.
-// `kiln export CHECKPOINT --to FILE [--dtype fp32|fp16|bf16|keep]`: the checkpoint's model
-// weights (verified first) as one safetensors file, floating tensors cast to `dtype`. `from`
-// may also be a run folder or an output folder: its newest checkpoint (io/run_folder).
-int export_weights(const std::string& from, const std::string& to, const std::string& dtype);
+// `kiln export CHECKPOINT --to FILE [--dtype fp32|fp16|bf16|keep] [--ema]`: the checkpoint's
+// model weights (verified first), or with `ema` their moving average, as one safetensors file,
+// floating tensors cast to `dtype`. `from` may also be a run folder or an output folder: its
+// newest checkpoint (io/run_folder).
+int export_weights(const std::string& from, const std::string& to, const std::string& dtype,
+                   bool ema = false);
 
 // `kiln plot METRICS -o PNG`: loss, accuracy, lr and loss-scale curves.
 int plot(const std::string& metrics, const std::string& png);

@@ -126,6 +126,9 @@ int dispatch(int argc, char** argv) {
   export_cmd->add_option("--to", export_to, "output .safetensors file")->required();
   export_cmd->add_option("--dtype", export_dtype, "floating dtype of the file (default fp32)")
       ->check(CLI::IsMember({"fp32", "fp16", "bf16", "keep"}));
+  bool export_ema = false;
+  export_cmd->add_flag("--ema", export_ema,
+                       "the moving average of the weights ([ema]) instead of the trained weights");
   CLI::App* plot_cmd =
       app.add_subcommand("plot", "draw loss, accuracy and lr curves from a metrics file");
   std::string plot_metrics_file, plot_png = "curves.png";
@@ -229,7 +232,8 @@ int dispatch(int argc, char** argv) {
   if (*run) return kiln::cli::run(args, metrics, resume, terminal);
   if (*evaluate) return kiln::cli::evaluate(args, eval_checkpoint, eval_weights, metrics);
   if (*plot_cmd) return kiln::cli::plot(plot_metrics_file, plot_png);
-  if (*export_cmd) return kiln::cli::export_weights(export_from, export_to, export_dtype);
+  if (*export_cmd)
+    return kiln::cli::export_weights(export_from, export_to, export_dtype, export_ema);
   if (*validate) return kiln::cli::validate(args, validate_world);
   if (*plan) return kiln::cli::plan(args);
   if (*bench) return kiln::cli::loader_bench(args, bench_batches, bench_warmup);

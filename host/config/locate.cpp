@@ -19,6 +19,7 @@ const OptionSet* table_with(const Pipeline& p, const std::string& section,
                            : section == "dist"       ? &p.dist
                            : section == "memory"     ? &p.memory
                            : section == "loss"       ? &p.loss
+                           : section == "ema"        ? &p.ema
                                                      : nullptr;
   return plain != nullptr && plain->has(name) ? plain : nullptr;
 }

@@ -345,6 +345,7 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
   p.dist = plain_section(doc, "dist", diagnostics);
   p.memory = plain_section(doc, "memory", diagnostics);
   p.loss = plain_section(doc, "loss", diagnostics);
+  p.ema = plain_section(doc, "ema", diagnostics);
   const OptionSet plugins = plain_section(doc, "plugins", diagnostics);
   if (plugins.has("paths")) p.plugin_paths = plugins.get_string_list("paths");
   diagnostics.throw_if_any();
@@ -421,6 +422,7 @@ std::string to_toml(const Pipeline& pipeline) {
   component(pipeline.precision);
   plain("dist", pipeline.dist);
   plain("loss", pipeline.loss);
+  plain("ema", pipeline.ema);
   Value paths;
   paths.type = KILN_OPT_STRING_LIST;
   paths.string_list = pipeline.plugin_paths;

@@ -44,6 +44,7 @@ struct Pipeline {
   OptionSet dist;                              // [dist]: data-parallel settings
   OptionSet memory;                            // [memory]: activation checkpointing
   OptionSet loss;                              // [loss]: the training and evaluation loss
+  OptionSet ema;                               // [ema]: the weights' moving average
   std::vector<ParamRule> param_rules;          // [optimizer.custom_keys], in file order
   std::vector<std::string> plugin_paths;       // [plugins] paths: extra plugin folders
   std::map<std::string, SourcePos> table_pos;  // where each [section] the file has begins
@@ -70,7 +71,7 @@ Pipeline load_pipeline_text(const std::string& text, const std::string& name,
 
 // The core schema of each section, as option specs (the same shape plugins use), for docs and
 // `kiln plan`. Sections: run, data, model, norm, optimizer, lr_policy, lr_scaling, precision,
-// dist, memory, loss, plugins.
+// dist, memory, loss, ema, plugins.
 const std::vector<kiln_option_spec>& core_schema(const std::string& section);
 const std::vector<std::string>& core_sections();
 

@@ -55,6 +55,64 @@ std::string library_name(const std::string& path) {
   return slash == std::string::npos ? path : path.substr(slash + 1);
 }
 
+// What a section's table alone cannot say, after it.
+std::string section_note(const std::string& section) {
+  std::string out;
+  if (section == "optimizer") {
+    out +=
+        "\n`[optimizer.custom_keys]`: parameter-group rules, `\"<regular expression>\" = { "
+        "lr_mult = 1.0, decay_mult = 1.0 }`. A parameter whose name the expression matches "
+        "(searched, ECMAScript syntax) gets lr × lr_mult and weight decay × decay_mult; when "
+        "several match, the longest matched text wins, then the longer expression. Custom "
+        "keys take precedence over the bias and norm rules.\n";
+  }
+  if (section == "loss") {
+    out +=
+        "\nA model whose plugin computes its own loss (the model vtable's `loss` slot, ABI "
+        "1.8) trains and evaluates with it; a `[loss]` key other than its default is then a "
+        "configuration error. Evaluation reports this loss over the test split (the mean "
+        "over all its samples, as one batch would give), top-1 and top-5 accuracy (top-k with "
+        "k = min(5, classes)), or for multi-label data (a dataset of target rows, which "
+        "needs bce_with_logits) the mean average precision instead of the accuracies; "
+        "docs/loss.md.\n";
+  }
+  if (section == "ema") {
+    out +=
+        "\nThe average holds one fp32 copy of every parameter and buffer, on the model's "
+        "device; an evaluation of it swaps it into the model and the trained weights back "
+        "after. Checkpoints keep it (trainer.safetensors, `ema/<name>`), so a resumed run "
+        "continues it; `kiln export --ema` writes it as a weights file (for model.init or "
+        "`kiln evaluate --weights`). The `[ema]` keys may change on resume: the trained "
+        "weights do not depend on them, and a checkpoint without an average starts one from "
+        "its weights. docs/ema.md.\n";
+  }
+  if (section == "lr_policy") {
+    out +=
+        "\nIterations are optimizer steps numbered from 1: the run's first step trains at the "
+        "rate of iteration 1, and a step skipped for non-finite gradients keeps its number for "
+        "the next step under `count = \"applied\"`. An epoch has ceil(batches / "
+        "run.accumulation_steps) iterations. Warm-up gives the rate of iterations 1..W; from "
+        "W + 1 on the policy component gives it, for the same iteration number: `step`, "
+        "`multistep` and `exp` count from the start of the run, warm-up included, and "
+        "`cosine` and `poly` start their decay at W + 1. The rate is the base lr (optimizer.lr, "
+        "times the effective batch / lr_scaling.base_batch when that is set) times each "
+        "group's scale. Each component below names the reference it equals at every "
+        "iteration (tests/lr/lr_reference_test.cpp checks them against PyTorch's schedulers "
+        "and Pet's formulas); `kiln lr-schedule` prints the run's rates, `kiln plan` its "
+        "length. PyTorch trains the k-th optimizer step at last_epoch = k - 1, so where Pet "
+        "and PyTorch differ by one iteration both are here by name: `step` with `steps` is "
+        "Pet's STEP (iteration s is the first decayed) and `multistep` is MultiStepLR (s + 1); "
+        "warm-up `linear` is Pet's (which is LinearLR(start_factor = F + (1 - F) / W, "
+        "total_iters = W - 1) for W >= 2) and `torch_linear` is LinearLR(start_factor = F, "
+        "total_iters = W). Changed in 2.0 of the policies' library (libkiln_lr_schedules, "
+        "named kiln_step before ABI 1.6): `multistep`, `exp` and `step` with "
+        "`step_size` were one iteration ahead of the PyTorch schedulers they name; a 1.x "
+        "`multistep` pipeline gets its old rates from `step` with the same list as `steps` "
+        "(without repeats).\n";
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string reference_markdown(const plugin::Registry& registry) {
@@ -70,48 +128,7 @@ std::string reference_markdown(const plugin::Registry& registry) {
   for (const auto& section : core_sections()) {
     const auto& specs = core_schema(section);
     out += "\n### [" + section + "]\n\n" + table(specs.data(), specs.size());
-    if (section == "optimizer") {
-      out +=
-          "\n`[optimizer.custom_keys]`: parameter-group rules, `\"<regular expression>\" = { "
-          "lr_mult = 1.0, decay_mult = 1.0 }`. A parameter whose name the expression matches "
-          "(searched, ECMAScript syntax) gets lr × lr_mult and weight decay × decay_mult; when "
-          "several match, the longest matched text wins, then the longer expression. Custom "
-          "keys take precedence over the bias and norm rules.\n";
-    }
-    if (section == "loss") {
-      out +=
-          "\nA model whose plugin computes its own loss (the model vtable's `loss` slot, ABI "
-          "1.8) trains and evaluates with it; a `[loss]` key other than its default is then a "
-          "configuration error. Evaluation reports this loss over the test split (the mean "
-          "over all its samples, as one batch would give), top-1 and top-5 accuracy (top-k with "
-          "k = min(5, classes)), or for multi-label data (a dataset of target rows, which "
-          "needs bce_with_logits) the mean average precision instead of the accuracies; "
-          "docs/loss.md.\n";
-    }
-    if (section == "lr_policy") {
-      out +=
-          "\nIterations are optimizer steps numbered from 1: the run's first step trains at the "
-          "rate of iteration 1, and a step skipped for non-finite gradients keeps its number for "
-          "the next step under `count = \"applied\"`. An epoch has ceil(batches / "
-          "run.accumulation_steps) iterations. Warm-up gives the rate of iterations 1..W; from "
-          "W + 1 on the policy component gives it, for the same iteration number: `step`, "
-          "`multistep` and `exp` count from the start of the run, warm-up included, and "
-          "`cosine` and `poly` start their decay at W + 1. The rate is the base lr (optimizer.lr, "
-          "times the effective batch / lr_scaling.base_batch when that is set) times each "
-          "group's scale. Each component below names the reference it equals at every "
-          "iteration (tests/lr/lr_reference_test.cpp checks them against PyTorch's schedulers "
-          "and Pet's formulas); `kiln lr-schedule` prints the run's rates, `kiln plan` its "
-          "length. PyTorch trains the k-th optimizer step at last_epoch = k - 1, so where Pet "
-          "and PyTorch differ by one iteration both are here by name: `step` with `steps` is "
-          "Pet's STEP (iteration s is the first decayed) and `multistep` is MultiStepLR (s + 1); "
-          "warm-up `linear` is Pet's (which is LinearLR(start_factor = F + (1 - F) / W, "
-          "total_iters = W - 1) for W >= 2) and `torch_linear` is LinearLR(start_factor = F, "
-          "total_iters = W). Changed in 2.0 of the policies' library (libkiln_lr_schedules, "
-          "named kiln_step before ABI 1.6): `multistep`, `exp` and `step` with "
-          "`step_size` were one iteration ahead of the PyTorch schedulers they name; a 1.x "
-          "`multistep` pipeline gets its old rates from `step` with the same list as `steps` "
-          "(without repeats).\n";
-    }
+    out += section_note(section);
   }
   out += "\n## Components\n";
   for (int32_t kind :

@@ -327,6 +327,33 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                 "pos_weight); [] = none",
                 0),
        }},
+      {"ema",
+       {
+           spec("decay", KILN_OPT_FLOAT, "0.0",
+                "an exponential moving average of the model's weights (timm ModelEmaV3), updated "
+                "after every optimizer step: ema = decay x ema + (1 - decay) x weights, from "
+                "the fp32 master weights where the model is half; below 1, 0 = off (timm's "
+                "default decay is 0.9998)",
+                0, 1),
+           spec("warmup", KILN_OPT_BOOL, "false",
+                "timm's use_warmup: the decay at step t is min(decay, 1 - (1 + t / "
+                "warmup_gamma)^-warmup_power), so that the average forgets its start early"),
+           spec("warmup_gamma", KILN_OPT_FLOAT, "1.0", "warmup: timm's warmup_gamma", kPositive),
+           spec("warmup_power", KILN_OPT_FLOAT, "0.6666666666666666",
+                "warmup: timm's warmup_power (2/3; 3/4 for a short run)", kPositive),
+           spec("start_step", KILN_OPT_INT, "0",
+                "timm's update_after_step: the average is a copy of the weights up to step "
+                "start_step + 1 and averages from the next",
+                0),
+           choice("buffers", "average,copy", "\"average\"",
+                  "the model's floating buffers (BN running statistics): averaged as the "
+                  "weights (timm's default) or copied (timm's exclude_buffers); integer buffers "
+                  "are copied"),
+           spec("evaluate", KILN_OPT_BOOL, "true",
+                "evaluations (run.eval, kiln evaluate, checkpoint_best, early stopping) measure "
+                "the averaged weights, as timm's train.py does with --model-ema; false: the "
+                "trained ones"),
+       }},
       {"plugins",
        {spec("paths", KILN_OPT_STRING_LIST, "[]", "extra folders to search for plugin libraries")}},
   };
@@ -344,8 +371,8 @@ const std::vector<kiln_option_spec>& core_schema(const std::string& section) {
 
 const std::vector<std::string>& core_sections() {
   static const std::vector<std::string> sections = {
-      "run",        "data",      "model", "norm",   "optimizer", "lr_policy",
-      "lr_scaling", "precision", "dist",  "memory", "loss",      "plugins"};
+      "run",       "data", "model",  "norm", "optimizer", "lr_policy", "lr_scaling",
+      "precision", "dist", "memory", "loss", "ema",       "plugins"};
   return sections;
 }
 

@@ -122,6 +122,13 @@ Settings read_settings(const Pipeline& p) {
   s.loss.label_smoothing = p.loss.get_float("label_smoothing");
   s.loss.class_weights = p.loss.get_float_list("class_weights");
   s.loss.pos_weight = p.loss.get_float_list("pos_weight");
+  s.ema.decay = p.ema.get_float("decay");
+  s.ema.warmup = p.ema.get_bool("warmup");
+  s.ema.warmup_gamma = p.ema.get_float("warmup_gamma");
+  s.ema.warmup_power = p.ema.get_float("warmup_power");
+  s.ema.start_step = p.ema.get_int("start_step");
+  s.ema.average_buffers = p.ema.get_string("buffers") == "average";
+  s.ema.evaluate = p.ema.get_bool("evaluate");
   return s;
 }
 

@@ -120,6 +120,17 @@ struct LossSettings {
   std::vector<double> pos_weight;     // bce_with_logits; empty: none
 };
 
+// [ema]: timm ModelEmaV3's settings.
+struct EmaSettings {
+  double decay = 0.0;  // 0: off
+  bool warmup = false;
+  double warmup_gamma = 1.0;
+  double warmup_power = 2.0 / 3.0;
+  int64_t start_step = 0;
+  bool average_buffers = true;  // buffers = "average" (else "copy")
+  bool evaluate = true;
+};
+
 struct Settings {
   RunSettings run;
   DataSettings data;
@@ -131,6 +142,7 @@ struct Settings {
   DistSettings dist;
   MemorySettings memory;
   LossSettings loss;
+  EmaSettings ema;
 };
 
 // Reads every host key of `pipeline`'s tables (validated, defaults filled). Throws

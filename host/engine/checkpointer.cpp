@@ -30,18 +30,21 @@ void tidy_run_folder(const io::RunFolder& folder) {
 }
 
 Checkpointer::Checkpointer(const config::Pipeline& pipeline, io::RunFolder folder, bool writer,
-                           torch::nn::Module& model, const OptimizerSide& optimizer)
+                           torch::nn::Module& model, const OptimizerSide& optimizer,
+                           const ModelEma* ema)
     : p_(pipeline),
       folder_(std::move(folder)),
       writer_(writer),
       model_(model),
-      optimizer_(optimizer) {}
+      optimizer_(optimizer),
+      ema_(ema) {}
 
 void Checkpointer::save(const RunPosition& at, bool even_if_off) {
   if (!writer_ || (!even_if_off && !p_.settings.run.checkpoints) || at.step == saved_step_) return;
   if (flush_) flush_();
-  last_ = io::write_checkpoint(run_dir() + "/checkpoints", capture(at, model_, optimizer_, p_),
-                               p_.settings.run.checkpoint_keep, best_step_);
+  last_ =
+      io::write_checkpoint(run_dir() + "/checkpoints", capture(at, model_, optimizer_, p_, ema_),
+                           p_.settings.run.checkpoint_keep, best_step_);
   saved_step_ = at.step;
   spdlog::info("checkpoint {}", last_);
 }

@@ -12,6 +12,7 @@
 #include <string>
 
 #include "config/pipeline.hpp"
+#include "engine/model_ema.hpp"
 #include "engine/optimizer_side.hpp"
 #include "engine/run_position.hpp"
 #include "io/checkpoint.hpp"
@@ -28,9 +29,11 @@ void tidy_run_folder(const io::RunFolder& folder);
 
 class Checkpointer {
  public:
-  // `model` and `optimizer` must outlive this object. `writer`: this rank writes.
+  // `model`, `optimizer` and `ema` (the weights' average; null: none) must outlive this object.
+  // `writer`: this rank writes.
   Checkpointer(const config::Pipeline& pipeline, io::RunFolder folder, bool writer,
-               torch::nn::Module& model, const OptimizerSide& optimizer);
+               torch::nn::Module& model, const OptimizerSide& optimizer,
+               const ModelEma* ema = nullptr);
 
   // Called before a checkpoint is written, so that every step it covers has its metrics line
   // and TensorBoard events on disk (a resumed run starts after them).
@@ -65,6 +68,7 @@ class Checkpointer {
   bool writer_;
   torch::nn::Module& model_;
   const OptimizerSide& optimizer_;
+  const ModelEma* ema_;
   std::function<void()> flush_;
   int64_t saved_step_ = -1;
   int64_t best_step_ = -1;  // kept out of the pruning

@@ -49,6 +49,10 @@ void check_pipeline(const config::Pipeline& p, c10::Device device, int64_t world
   } catch (const std::invalid_argument& e) {
     throw PipelineError("lr_policy.warmup_epochs", e.what());
   }
+  if (p.settings.ema.decay >= 1.0) {
+    throw PipelineError("ema.decay",
+                        "must be below 1: at 1 the average never leaves the initial weights");
+  }
   if (p.settings.run.early_stop_patience > 0 && p.settings.run.checkpoint_best == "none") {
     throw PipelineError(
         "run.early_stop_patience",

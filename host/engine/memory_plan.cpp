@@ -59,7 +59,8 @@ OptimizerStateCost measure_optimizer_state(const config::Pipeline& p) {
 }
 
 MemoryEstimate estimate_memory(torch::nn::Module& model, const std::vector<ParamGroup>& groups,
-                               const PrecisionPlan& plan, const OptimizerStateCost& state) {
+                               const PrecisionPlan& plan, const OptimizerStateCost& state,
+                               bool ema) {
   MemoryEstimate e;
   e.mode = plan.name;
   const std::set<std::string> norm = norm_tensor_names(model);
@@ -74,6 +75,11 @@ MemoryEstimate estimate_memory(torch::nn::Module& model, const std::vector<Param
   for (const auto& item : model.named_buffers()) {
     const at::Tensor& b = item.value();
     e.weights += b.numel() * bytes_of(b.is_floating_point() ? stored(item.key()) : b.scalar_type());
+  }
+  if (ema) {
+    // The average of the model as built (fp32): the same whatever the plan (engine/model_ema).
+    for (const auto& item : model.named_parameters()) e.ema += item.value().nbytes();
+    for (const auto& item : model.named_buffers()) e.ema += item.value().nbytes();
   }
   for (const auto& group : groups) {
     for (size_t i = 0; i < group.params.size(); ++i) {

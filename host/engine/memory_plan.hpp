@@ -27,12 +27,14 @@ OptimizerStateCost measure_optimizer_state(const config::Pipeline& pipeline);
 struct MemoryEstimate {
   std::string mode;  // the plan's name: the precision plugin's, or a shape ("float32", "half")
   int64_t weights = 0, gradients = 0, master_weights = 0, optimizer_state = 0;
-  int64_t total() const { return weights + gradients + master_weights + optimizer_state; }
+  int64_t ema = 0;  // [ema]'s average: every parameter and buffer, floating ones at least fp32
+  int64_t total() const { return weights + gradients + master_weights + optimizer_state + ema; }
 };
 
 // The estimate for `model` (fp32, as built) trained with `plan`, the optimizer stepping the
-// parameters in `groups`.
+// parameters in `groups`; with `ema`, the weights' moving average too.
 MemoryEstimate estimate_memory(torch::nn::Module& model, const std::vector<ParamGroup>& groups,
-                               const PrecisionPlan& plan, const OptimizerStateCost& state);
+                               const PrecisionPlan& plan, const OptimizerStateCost& state,
+                               bool ema = false);
 
 }  // namespace kiln::engine

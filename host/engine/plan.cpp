@@ -56,16 +56,19 @@ std::string memory_table(const config::Pipeline& p, torch::nn::Module& model,
   shape("half+master", true, true);
   shape("half", true, false);
   const OptimizerStateCost state = measure_optimizer_state(p);
+  const bool ema = p.settings.ema.decay > 0;
+  // The ema column only where [ema] is on: the table of other pipelines stays as it was.
   std::string out = fmt::format(
       "# static memory in MiB with optimizer {} (activations, and under autocast the half "
-      "copies of weights, come on top)\n#   {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}\n",
+      "copies of weights, come on top)\n#   {:<12} {:>9} {:>9} {:>9} {:>9} {}{:>9}\n",
       p.optimizer.component->name(), "precision", "weights", "grads", "masters", "optimizer",
-      "total");
+      ema ? fmt::format("{:>9} ", "ema") : "", "total");
   for (size_t i = 0; i < plans.size(); ++i) {
-    const MemoryEstimate e = estimate_memory(model, groups, plans[i], state);
-    out += fmt::format("# {} {:<12} {:>9} {:>9} {:>9} {:>9} {:>9}\n", i == 0 ? '*' : ' ', e.mode,
-                       mib(e.weights), mib(e.gradients), mib(e.master_weights),
-                       mib(e.optimizer_state), mib(e.total()));
+    const MemoryEstimate e = estimate_memory(model, groups, plans[i], state, ema);
+    out +=
+        fmt::format("# {} {:<12} {:>9} {:>9} {:>9} {:>9} {}{:>9}\n", i == 0 ? '*' : ' ', e.mode,
+                    mib(e.weights), mib(e.gradients), mib(e.master_weights), mib(e.optimizer_state),
+                    ema ? fmt::format("{:>9} ", mib(e.ema)) : "", mib(e.total()));
   }
   return out;
 }

@@ -19,7 +19,8 @@ std::map<std::string, std::string> plugin_versions(const config::Pipeline& p) {
 }
 
 io::CheckpointData capture(const RunPosition& position, torch::nn::Module& model,
-                           const OptimizerSide& optimizer, const config::Pipeline& pipeline) {
+                           const OptimizerSide& optimizer, const config::Pipeline& pipeline,
+                           const ModelEma* ema) {
   io::CheckpointData data;
   io::CheckpointInfo& i = data.info;
   i.step = position.step;
@@ -32,6 +33,7 @@ io::CheckpointData capture(const RunPosition& position, torch::nn::Module& model
     data.model.emplace_back(item.key(), item.value());
   for (const auto& item : model.named_buffers()) data.model.emplace_back(item.key(), item.value());
   optimizer.state(data);
+  if (ema != nullptr) ema->state(data);
   data.trainer.emplace_back("rng/cpu", at::detail::getDefaultCPUGenerator().get_state());
   if (at::hasCUDA()) {
     data.trainer.emplace_back(

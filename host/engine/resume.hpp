@@ -13,6 +13,7 @@
 #include "config/pipeline.hpp"
 #include "engine/config_identity.hpp"
 #include "engine/init_weights.hpp"  // load_weights, declared here before it moved
+#include "engine/model_ema.hpp"
 #include "engine/optimizer_side.hpp"
 #include "engine/run_position.hpp"
 #include "io/checkpoint.hpp"
@@ -22,10 +23,12 @@ namespace kiln::engine {
 // "name version (library)" of each component slot.
 std::map<std::string, std::string> plugin_versions(const config::Pipeline& pipeline);
 
-// The state after a step: the model's tensors, the optimizer side's, the RNGs and the position,
-// with the configuration's keys and the plugins' versions.
+// The state after a step: the model's tensors, the optimizer side's, the weights' average (when
+// `ema` is not null), the RNGs and the position, with the configuration's keys and the plugins'
+// versions.
 io::CheckpointData capture(const RunPosition& position, torch::nn::Module& model,
-                           const OptimizerSide& optimizer, const config::Pipeline& pipeline);
+                           const OptimizerSide& optimizer, const config::Pipeline& pipeline,
+                           const ModelEma* ema = nullptr);
 
 // Puts `data` back into the run's objects and returns the position to continue from. Throws
 // io::CheckpointError when the checkpoint does not fit the model (names, shapes).

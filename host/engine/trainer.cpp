@@ -17,6 +17,7 @@
 #include "engine/evaluation.hpp"
 #include "engine/loss.hpp"
 #include "engine/lr_driver.hpp"
+#include "engine/model_ema.hpp"
 #include "engine/optimizer_side.hpp"
 #include "engine/resume.hpp"
 #include "engine/run_setup.hpp"
@@ -56,6 +57,7 @@ struct Trainer::Impl {
   std::unique_ptr<Loss> loss;  // [loss], or the model's own
   ScheduleFrame frame;
   std::unique_ptr<OptimizerSide> optimizer;
+  std::unique_ptr<ModelEma> ema;  // [ema], when ema.decay > 0
   std::unique_ptr<dist::DataParallel> ddp;
   std::unique_ptr<GraphedStep> graph;  // run.cuda_graph, where the run allows it
   std::unique_ptr<WindowPass> window;  // forward and backward: eager or graphed
@@ -152,11 +154,14 @@ void Trainer::Impl::build() {
   frame = schedule_frame(p, data->batches_per_epoch);
   optimizer =
       std::make_unique<OptimizerSide>(p, *model.model, plan, *precision, frame, ranks.group.get());
+  if (s.ema.decay > 0) {
+    ema = std::make_unique<ModelEma>(*model.model, optimizer->updates().stepped(), s.ema);
+  }
 
   const io::RunFolder folder = io::choose_run_folder(output_dir(p), options.resume);
   if (ranks.rank == 0) tidy_run_folder(folder);
-  checkpointer =
-      std::make_unique<Checkpointer>(p, folder, ranks.rank == 0, *model.model, *optimizer);
+  checkpointer = std::make_unique<Checkpointer>(p, folder, ranks.rank == 0, *model.model,
+                                                *optimizer, ema.get());
   last = position = resume(folder);
   checkpointer->saved_at(position.step > 0 ? position.step : -1);
   // Ranks draw different dropout masks; the weights above were drawn alike (and are broadcast
@@ -194,6 +199,7 @@ RunPosition Trainer::Impl::resume(const io::RunFolder& folder) {
       options.resume, folder.path + "/checkpoints", p, s.run.resume_fallback_previous, &chosen);
   if (!saved) return {};
   const RunPosition at = restore(*saved, *model.model, *optimizer, device);
+  if (ema) ema->restore(*saved);
   spdlog::info("resumed from {}: step {}, epoch {}, batch {}", chosen, at.step, at.epoch,
                at.batches_in_epoch);
   return at;
@@ -272,6 +278,7 @@ void Trainer::Impl::step() {
   step_epoch = position.epoch;
 
   StepOutcome outcome = optimizer->step(step, w, check_every_step || logged(step));
+  if (ema && outcome.verdict != StepVerdict::kStop) ema->update(step);
   const double loss = w.micro_batches == 1 ? outcome.check.loss * w.samples : outcome.check.loss;
   const int signal = options.signals != nullptr ? options.signals->received() : 0;
   const double samples = static_cast<double>(w.samples);
@@ -389,7 +396,9 @@ io::EvalRecord Trainer::Impl::evaluate() {
   if (!data->test) {
     throw std::logic_error("run.eval = false: the run opened no evaluation split to evaluate on");
   }
-  const Evaluation e = evaluate_model(inputs(*data->test), ranks.group.get());
+  const bool averaged = ema && s.ema.evaluate;
+  const auto measure = [&] { return evaluate_model(inputs(*data->test), ranks.group.get()); };
+  const Evaluation e = averaged ? ema->with_average(measure) : measure();
   // The epoch just trained: the open one, or the one before the next to open (0 before any).
   const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
   io::EvalRecord record;
@@ -400,6 +409,7 @@ io::EvalRecord Trainer::Impl::evaluate() {
   record.accuracy_top5 = e.accuracy_top5;
   record.map = e.map;
   record.multi_label = e.multi_label;
+  record.averaged = averaged;
   result.test_accuracy = e.accuracy;
   result.test_map = e.map;
   result.multi_label = e.multi_label;

@@ -148,6 +148,7 @@ void MetricsWriter::write(const EvalRecord& r) {
                  r.epoch, r.step, num(r.accuracy), num(r.loss), num(r.accuracy_top5));
   // Only multi-label evaluations have one: the lines of other runs stay as they were.
   if (r.multi_label) fmt::format_to(fmt::appender(file_.buffer()), ",\"map\":{}", num(r.map));
+  if (r.averaged) fmt::format_to(fmt::appender(file_.buffer()), ",\"weights\":\"ema\"");
   fmt::format_to(fmt::appender(file_.buffer()), "}}\n");
   file_.flush();
 }

@@ -48,6 +48,7 @@ struct EvalRecord {
   // data of one class per sample.
   double map = std::numeric_limits<double>::quiet_NaN();
   bool multi_label = false;  // the split has target rows: map is its metric (NaN if it failed)
+  bool averaged = false;     // of the weights' moving average ([ema]), not the trained weights
 };
 
 // Buffered: step lines go to the OS once 64 KiB or a second old, with an evaluation, on flush()

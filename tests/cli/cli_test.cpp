@@ -830,6 +830,19 @@ TEST(CliPrecision, PlanShowsStaticMemoryPerPrecisionMode) {
   EXPECT_TRUE(std::regex_search(
       r.output, std::regex(R"(#   half +0\.097 +0\.097 +0\.000 +0\.097 +0\.291\n)")))
       << r.output;
+
+  // [ema]'s average is an fp32 copy of every parameter in every mode: one more column.
+  r = kiln_cli("plan " + pipeline("synthetic_mlp.toml") +
+               " --set precision.name=o2 --set ema.decay=0.999");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_TRUE(std::regex_search(r.output, std::regex(R"(masters +optimizer +ema +total\n)")))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(# \* o2 +0\.097 +0\.097 +0\.194 +0\.194 +0\.194 +0\.777\n)")))
+      << r.output;
+  EXPECT_TRUE(std::regex_search(
+      r.output, std::regex(R"(#   half +0\.097 +0\.097 +0\.000 +0\.097 +0\.194 +0\.485\n)")))
+      << r.output;
 }
 
 TEST(CliPrecision, AccumulationWindowsAreRemainderAware) {

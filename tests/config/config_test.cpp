@@ -278,9 +278,10 @@ TEST_F(ConfigTest, CViewPointsIntoTheOptionSet) {
 }
 
 TEST_F(ConfigTest, CoreSchemaIsDocumented) {
-  EXPECT_EQ(core_sections(), (std::vector<std::string>{"run", "data", "model", "norm", "optimizer",
-                                                       "lr_policy", "lr_scaling", "precision",
-                                                       "dist", "memory", "loss", "plugins"}));
+  EXPECT_EQ(core_sections(),
+            (std::vector<std::string>{"run", "data", "model", "norm", "optimizer", "lr_policy",
+                                      "lr_scaling", "precision", "dist", "memory", "loss", "ema",
+                                      "plugins"}));
   for (const auto& section : core_sections()) {
     for (const auto& spec : core_schema(section)) {
       EXPECT_EQ(spec.struct_size, sizeof(kiln_option_spec));
@@ -310,7 +311,7 @@ TEST_F(ConfigTest, UnknownSection) {
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n\n[zzzzzzzz]\nx = 1\n"),
             at(4, 2) +
                 ": zzzzzzzz: unknown section; valid sections: run, data, model, norm, optimizer, "
-                "lr_policy, lr_scaling, precision, dist, memory, loss, plugins");
+                "lr_policy, lr_scaling, precision, dist, memory, loss, ema, plugins");
 }
 
 TEST_F(ConfigTest, LossSectionIsTypedCheckedAndSuggested) {

@@ -34,13 +34,14 @@ class LogSink final : public RunSink {
   }
 
   void eval(const io::EvalRecord& e) override {
+    const char* of = e.averaged ? " of the EMA weights" : "";
     if (e.multi_label) {
-      spdlog::info("epoch {} evaluation: test mAP {:.2f}%  loss {:.4f}", e.epoch, 100.0 * e.map,
-                   e.loss);
+      spdlog::info("epoch {} evaluation{}: test mAP {:.2f}%  loss {:.4f}", e.epoch, of,
+                   100.0 * e.map, e.loss);
       return;
     }
-    spdlog::info("epoch {} evaluation: test accuracy {:.2f}%  top-5 {:.2f}%  loss {:.4f}", e.epoch,
-                 100.0 * e.accuracy, 100.0 * e.accuracy_top5, e.loss);
+    spdlog::info("epoch {} evaluation{}: test accuracy {:.2f}%  top-5 {:.2f}%  loss {:.4f}",
+                 e.epoch, of, 100.0 * e.accuracy, 100.0 * e.accuracy_top5, e.loss);
   }
 
  private:
