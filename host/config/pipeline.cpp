@@ -421,6 +421,7 @@ std::string to_toml(const Pipeline& pipeline) {
   plain("lr_scaling", pipeline.lr_scaling);
   component(pipeline.precision);
   plain("dist", pipeline.dist);
+  plain("memory", pipeline.memory);
   plain("loss", pipeline.loss);
   plain("ema", pipeline.ema);
   Value paths;

@@ -66,10 +66,11 @@ IdentityLines identity_lines(const config::Pipeline& p) {
       section = line;
       // [loss] came with ABI 1.8: its defaults are what every earlier checkpoint trained with,
       // so only keys set otherwise join the identity, and those checkpoints keep their hash.
-      if (section == "[loss]" || section == "[ema]") continue;
-    } else if (section == "[ema]") {
-      // [ema] is read, never trained from: the trained weights do not depend on it, so its
-      // keys may change on resume (and checkpoints from before it keep their hash).
+      if (section == "[loss]" || section == "[memory]" || section == "[ema]") continue;
+    } else if (section == "[memory]" || section == "[ema]") {
+      // What is recomputed and what is averaged: the trained weights depend on neither, so
+      // their keys may change on resume (and checkpoints keep their hash: neither section was
+      // ever hashed).
       continue;
     } else if (section == "[loss]") {
       if (line.empty() || default_loss_line(line)) continue;
@@ -154,6 +155,7 @@ std::string keys_free_on_resume() {
   for (const std::string& key : kFreeRunKeys) keys.push_back("run." + key);
   for (const std::string& key : kFreeDataKeys) keys.push_back("data." + key);
   keys.emplace_back("plugins.paths");
+  keys.emplace_back("memory.checkpoint");
   keys.emplace_back("ema.*");
   return fmt::format("{}", fmt::join(keys, ", "));
 }

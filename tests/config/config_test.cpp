@@ -649,6 +649,7 @@ TEST_F(ConfigTest, ToTomlRoundTrips) {
       "[optimizer]\nname = \"adamw\"\nlr = 1e-3\nweight_decay = 5e-4\neps = 1e-300\n"
       "betas = [0.8, 0.95]\ntags = [\"a b\", \"\"]\n"
       "[lr_policy]\nsteps = [30, 60]\ngamma = 0.3333333333333333\nwarmup = \"linear\"\n"
+      "[memory]\ncheckpoint = [\"layers.0\"]\n[ema]\ndecay = 0.999\nbuffers = \"copy\"\n"
       "[plugins]\npaths = [\"/p\"]\n",
       "a.toml", {}, registry_);
   const std::string text = to_toml(a);
@@ -663,6 +664,9 @@ TEST_F(ConfigTest, ToTomlRoundTrips) {
   const Pipeline b = load_pipeline_text(text, "plan.toml", {}, registry_);
   expect_same(a.run, b.run, "run");
   expect_same(a.data, b.data, "data");
+  expect_same(a.memory, b.memory, "memory");
+  expect_same(a.ema, b.ema, "ema");
+  EXPECT_NE(text.find("[memory]\ncheckpoint = [\"layers.0\"]\n"), std::string::npos) << text;
   for (const auto* pair : {&a.model, &a.norm, &a.optimizer, &a.lr_policy, &a.precision}) {
     const ComponentChoice& ca = *pair;
     const ComponentChoice& cb = ca.section == "model"       ? b.model
