@@ -24,6 +24,9 @@ const std::set<std::string> kFreeRunKeys = {
     "profile_start",   "checkpoint_best", "early_stop_patience"};
 const std::set<std::string> kFreeDataKeys = {
     "workers", "prefetch", "eval_batch_size", "synthetic_cache_mib", "root", "val_root"};
+// Whole sections the trained weights do not depend on: what is recomputed, what is averaged.
+// Neither was ever hashed, so checkpoints keep their hash.
+const std::set<std::string> kFreeSections = {"[memory]", "[ema]"};
 
 // Splits a `key = value` line of config::to_toml's output after its key, which may be quoted
 // (and then hold " = " itself).
@@ -66,11 +69,8 @@ IdentityLines identity_lines(const config::Pipeline& p) {
       section = line;
       // [loss] came with ABI 1.8: its defaults are what every earlier checkpoint trained with,
       // so only keys set otherwise join the identity, and those checkpoints keep their hash.
-      if (section == "[loss]" || section == "[memory]" || section == "[ema]") continue;
-    } else if (section == "[memory]" || section == "[ema]") {
-      // What is recomputed and what is averaged: the trained weights depend on neither, so
-      // their keys may change on resume (and checkpoints keep their hash: neither section was
-      // ever hashed).
+      if (section == "[loss]" || kFreeSections.count(section)) continue;
+    } else if (kFreeSections.count(section)) {
       continue;
     } else if (section == "[loss]") {
       if (line.empty() || default_loss_line(line)) continue;

@@ -24,7 +24,8 @@ import safetensors.torch
 import torch
 import torch.nn.functional as F
 
-from common import Mlp, Scratch, load_split, read_metrics, save_state, write_pattern_set
+from common import (Mlp, Scratch, load_split, max_difference, read_metrics, save_state,
+                    write_pattern_set)
 
 # This folder's inplace_abn.py (another oracle) would shadow the package timm tries to import.
 HERE = pathlib.Path(__file__).resolve().parent
@@ -87,9 +88,8 @@ def average(s, cfg):
         want = {k: v for k, v in ema.module.state_dict().items()
                 if not k.endswith("num_batches_tracked")}
         report["missing"] += sorted(set(want) ^ set(got))
-        for name in set(want) & set(got):
-            gap = (got[name].double() - want[name].double()).abs().max().item()
-            report["max_abs"] = max(report["max_abs"], gap)
+        report["max_abs"] = max(report["max_abs"],
+                                max_difference(got, want, set(want) & set(got)))
         report["tensors"] = len(got)
         report["steps"] += 1
         if step in evals:
@@ -116,8 +116,8 @@ def equal(s, cfg):
         a, b = (pick(checkpoint(run["checkpoints"], cfg["step"], part)) for run in runs)
         key = "weights" if part == "model.safetensors" else "ema"
         report[key + "_tensors"] = [len(a), len(b)]
-        report[key + "_gap"] = max(((a[k].double() - b[k].double()).abs().max().item()
-                                    for k in set(a) & set(b)), default=1e9)
+        common_names = set(a) & set(b)
+        report[key + "_gap"] = max_difference(a, b, common_names) if common_names else 1e9
     (s.dir / "report.json").write_text(json.dumps(report))
 
 
