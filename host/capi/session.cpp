@@ -103,6 +103,7 @@ kiln_metrics to_metrics(const io::EvalRecord& r) {
   m.accuracy = r.accuracy;
   m.accuracy_top5 = r.accuracy_top5;
   m.map = r.map;
+  m.weights = r.averaged ? KILN_WEIGHTS_AVERAGE : KILN_WEIGHTS_TRAINED;
   return m;
 }
 

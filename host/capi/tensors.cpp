@@ -15,6 +15,7 @@
 
 #include "capi/guard.hpp"
 #include "capi/session.hpp"
+#include "engine/model_ema.hpp"
 #include "engine/optimizer_side.hpp"
 #include "engine/trainer.hpp"
 
@@ -27,7 +28,8 @@ namespace kiln::capi {
 namespace {
 
 constexpr uint32_t kAllKinds =
-    KILN_TENSORS_PARAMETERS | KILN_TENSORS_BUFFERS | KILN_TENSORS_OPTIMIZER;
+    KILN_TENSORS_PARAMETERS | KILN_TENSORS_BUFFERS | KILN_TENSORS_OPTIMIZER | KILN_TENSORS_AVERAGE;
+constexpr const char* kAveragePrefix = "ema/";  // as a checkpoint's trainer part names them
 constexpr uint32_t kAllLoadFlags = KILN_LOAD_ALLOW_MISSING | KILN_LOAD_ALLOW_UNEXPECTED;
 
 // The model's parameters then buffers, by state_dict name, as a checkpoint saves them.
@@ -62,6 +64,23 @@ void add_optimizer_state(engine::Trainer& trainer, kiln_tensor_list& list) {
   for (const auto& [param, slots] : store) {
     if (done.count(param) == 0) add(param, slots);
   }
+}
+
+// What session_load_tensors may write, by name: the model's parameters and buffers (their
+// names also in `order`: a strict load needs them all), and [ema]'s average as "ema/<name>",
+// which may be given but need not be.
+std::map<std::string, at::Tensor> load_targets(engine::Trainer& trainer,
+                                               std::vector<std::string>& order) {
+  std::map<std::string, at::Tensor> targets;
+  for (auto& [name, tensor] : model_tensors(trainer.model(), KILN_TENSORS_MODEL)) {
+    targets.emplace(name, tensor);
+    order.push_back(name);
+  }
+  if (const engine::ModelEma* ema = trainer.ema()) {
+    for (size_t i = 0; i < ema->names().size(); ++i)
+      targets.emplace(kAveragePrefix + ema->names()[i], ema->average()[i]);
+  }
+  return targets;
 }
 
 // A borrowed view of a caller's DLPack tensor (its deleter is never called), with its
@@ -110,8 +129,8 @@ kiln_status* session_tensors(kiln_session* s, uint32_t kinds, kiln_tensor_list**
     *out = nullptr;
     if (kinds == 0 || (kinds & ~kAllKinds) != 0) {
       return make_status(KILN_ERR_INVALID_ARGUMENT,
-                         fmt::format("session_tensors: kinds must be KILN_TENSORS_* bits (1 to 7), "
-                                     "not {}",
+                         fmt::format("session_tensors: kinds must be KILN_TENSORS_* bits (1 to "
+                                     "15), not {}",
                                      kinds));
     }
     return with_trainer(s, "session_tensors", [&](engine::Trainer& trainer) -> kiln_status* {
@@ -121,6 +140,18 @@ kiln_status* session_tensors(kiln_session* s, uint32_t kinds, kiln_tensor_list**
         list->tensors.push_back(tensor);
       }
       if ((kinds & KILN_TENSORS_OPTIMIZER) != 0) add_optimizer_state(trainer, *list);
+      if ((kinds & KILN_TENSORS_AVERAGE) != 0) {
+        const engine::ModelEma* ema = trainer.ema();
+        if (ema == nullptr) {
+          return make_status(KILN_ERR_FAILED_PRECONDITION,
+                             "session_tensors: KILN_TENSORS_AVERAGE, but the pipeline keeps no "
+                             "average ([ema] decay is 0)");
+        }
+        for (size_t i = 0; i < ema->names().size(); ++i) {
+          list->names.push_back(kAveragePrefix + ema->names()[i]);
+          list->tensors.push_back(ema->average()[i]);
+        }
+      }
       *out = list.release();
       return nullptr;
     });
@@ -166,12 +197,8 @@ kiln_status* session_load_tensors(kiln_session* s, const char* const* names,
       return invalid("names or tensors is NULL");
     if ((flags & ~kAllLoadFlags) != 0) return invalid(fmt::format("unknown flags {}", flags));
     return with_trainer(s, "session_load_tensors", [&](engine::Trainer& trainer) -> kiln_status* {
-      std::map<std::string, at::Tensor> targets;
       std::vector<std::string> order;
-      for (auto& [name, tensor] : model_tensors(trainer.model(), KILN_TENSORS_MODEL)) {
-        targets.emplace(name, tensor);
-        order.push_back(name);
-      }
+      std::map<std::string, at::Tensor> targets = load_targets(trainer, order);
       // Every check first: a refused load changes nothing.
       std::map<std::string, at::Tensor> given;
       std::vector<std::string> unexpected, missing;

@@ -482,6 +482,7 @@ const RunResult& Trainer::result() const { return impl_->result; }
 
 torch::nn::Module& Trainer::model() { return *impl_->model.model; }
 OptimizerSide& Trainer::optimizer() { return *impl_->optimizer; }
+ModelEma* Trainer::ema() { return impl_->ema.get(); }
 
 RunResult train(const config::Pipeline& p, const RunOptions& options) {
   return Trainer(p, options).run();

@@ -25,6 +25,7 @@ namespace kiln::engine {
 
 class StopSignals;
 class OptimizerSide;
+class ModelEma;
 
 // Where a trainer stands.
 enum class TrainerState {
@@ -129,6 +130,8 @@ class Trainer {
   // session_load_tensors): their tensors are the ones the next step trains.
   torch::nn::Module& model();
   OptimizerSide& optimizer();
+  // [ema]'s average; null when ema.decay = 0.
+  ModelEma* ema();
 
  private:
   struct Impl;

@@ -1,8 +1,8 @@
 /* The C API's version-2 slots from plain C: where a configuration error points
  * (status_location), the session's tensors as DLPack views without copies (session_tensors,
  * tensor_list_*), weights loaded from DLPack tensors (session_load_tensors) with its refusals,
- * and a version-1 caller, who gets version 1's table and trains as before.
- * Usage: capi_v2_test <work dir> */
+ * [ema]'s average (KILN_TENSORS_AVERAGE, kiln_metrics.weights), and a version-1 caller, who gets
+ * version 1's table and trains as before. Usage: capi_v2_test <work dir> */
 #include <dlpack/dlpack.h>
 #include <kiln/kiln.h>
 #include <math.h>
@@ -148,7 +148,7 @@ static void tensor_checks(void) {
   kiln_status* st = api->session_tensors(s, 0, &list);
   CHECK(api->status_code(st) == KILN_ERR_INVALID_ARGUMENT && list == NULL);
   api->status_release(st);
-  st = api->session_tensors(s, 8, &list);
+  st = api->session_tensors(s, 16, &list);
   CHECK(api->status_code(st) == KILN_ERR_INVALID_ARGUMENT);
   api->status_release(st);
 
@@ -280,6 +280,116 @@ static void tensor_checks(void) {
   release(a);
 }
 
+/* Element 0 of the tensor `name` now (its list is taken afresh). */
+static float first_value(kiln_session* s, uint32_t kinds, const char* name) {
+  kiln_tensor_list* list = NULL;
+  ok(api->session_tensors(s, kinds, &list), "session_tensors");
+  const long i = find(list, name);
+  CHECK(i >= 0);
+  float v = NAN;
+  DLManagedTensor* m = NULL;
+  if (i >= 0 && api->tensor_list_get(list, (size_t)i, &m) == NULL)
+    v = ((float*)m->dl_tensor.data)[0];
+  release(m);
+  api->tensor_list_release(list);
+  return v;
+}
+
+/* [ema]'s average (KILN_TENSORS_AVERAGE, kiln_metrics.weights, "ema/" loads). */
+static void average_checks(void) {
+  kiln_session_options o = quiet();
+  kiln_session* s = NULL;
+  kiln_tensor_list* list = NULL;
+
+  /* Without [ema]: the bit is refused as a precondition, an unknown bit as an argument, and an
+   * evaluation measured the trained weights. A V3-sized struct keeps its own weights field. */
+  ok(api->session_create_from_string(pipeline, "no-ema", &o, &s), "create");
+  kiln_status* st = api->session_tensors(s, KILN_TENSORS_AVERAGE, &list);
+  CHECK(api->status_code(st) == KILN_ERR_FAILED_PRECONDITION && list == NULL);
+  CHECK(st != NULL && strstr(api->status_message(st), "[ema]") != NULL);
+  api->status_release(st);
+  st = api->session_tensors(s, 16, &list);
+  CHECK(api->status_code(st) == KILN_ERR_INVALID_ARGUMENT);
+  api->status_release(st);
+  kiln_metrics m;
+  memset(&m, 0, sizeof m);
+  m.struct_size = sizeof m;
+  ok(api->session_evaluate(s, &m), "evaluate");
+  CHECK(m.weights == KILN_WEIGHTS_TRAINED);
+  memset(&m, 0, sizeof m);
+  m.struct_size = KILN_METRICS_V3_SIZE;
+  m.weights = -7;
+  ok(api->session_evaluate(s, &m), "evaluate, V3 struct");
+  CHECK(m.weights == -7 && isfinite(m.loss));
+  api->session_destroy(s);
+
+  /* With decay 0.5: step 1 copies the weights, step 2 moves halfway to them (timm's lerp). */
+  char with_ema[sizeof pipeline + 64];
+  snprintf(with_ema, sizeof with_ema, "%s[ema]\ndecay = 0.5\n", pipeline);
+  ok(api->session_create_from_string(with_ema, "ema", &o, &s), "create with [ema]");
+  ok(api->session_tensors(s, KILN_TENSORS_PARAMETERS | KILN_TENSORS_AVERAGE, &list), "both");
+  const size_t n = api->tensor_list_count(list);
+  CHECK(n == 8); /* 4 parameters, then their averages */
+  char name[256], averaged[300];
+  snprintf(name, sizeof name, "%s", api->tensor_list_name(list, 3)); /* head.bias: it moves */
+  snprintf(averaged, sizeof averaged, "ema/%s", name);
+  CHECK(find(list, averaged) == 7);
+  api->tensor_list_release(list);
+  ok(api->session_step(s), "step 1");
+  const float w1 = first_value(s, KILN_TENSORS_PARAMETERS, name);
+  CHECK(first_value(s, KILN_TENSORS_AVERAGE, averaged) == w1);
+  ok(api->session_step(s), "step 2");
+  const float w2 = first_value(s, KILN_TENSORS_PARAMETERS, name);
+  CHECK(w2 != w1);
+  CHECK(fabsf(first_value(s, KILN_TENSORS_AVERAGE, averaged) - (w1 + 0.5f * (w2 - w1))) < 1e-6f);
+  memset(&m, 0, sizeof m);
+  m.struct_size = sizeof m;
+  ok(api->session_evaluate(s, &m), "evaluate the average");
+  CHECK(m.weights == KILN_WEIGHTS_AVERAGE);
+  CHECK(first_value(s, KILN_TENSORS_PARAMETERS, name) == w2); /* trained weights put back */
+
+  /* Loading a zero average (names given only as "ema/..."): the evaluation measures it, ln(4);
+   * the trained weights stay. Model tensors alone load strictly without the average. */
+  ok(api->session_tensors(s, KILN_TENSORS_AVERAGE, &list), "average");
+  const size_t count = api->tensor_list_count(list);
+  const char* names[8];
+  DLManagedTensor zeros[8];
+  const DLManagedTensor* given[8];
+  float* buffers[8];
+  CHECK(count == 4);
+  for (size_t i = 0; i < count && i < 8; ++i) {
+    DLManagedTensor* t = NULL;
+    ok(api->tensor_list_get(list, i, &t), "get");
+    names[i] = api->tensor_list_name(list, i);
+    zeros[i] = *t;
+    zeros[i].deleter = NULL;
+    buffers[i] = calloc((size_t)numel(&t->dl_tensor), sizeof(float));
+    zeros[i].dl_tensor.data = buffers[i];
+    zeros[i].dl_tensor.byte_offset = 0;
+    given[i] = &zeros[i];
+    ok(api->session_load_tensors(s, &names[i], &given[i], 1, KILN_LOAD_ALLOW_MISSING), "one");
+    release(t); /* after the load: zeros[i] borrowed its shape */
+  }
+  CHECK(fabs(eval_loss(s) - log(4.0)) < 1e-5);
+  CHECK(first_value(s, KILN_TENSORS_PARAMETERS, name) == w2);
+  CHECK(first_value(s, KILN_TENSORS_AVERAGE, averaged) == 0.0f);
+  for (size_t i = 0; i < count && i < 8; ++i) free(buffers[i]);
+  api->tensor_list_release(list);
+  ok(api->session_tensors(s, KILN_TENSORS_MODEL, &list), "model");
+  const size_t model_count = api->tensor_list_count(list);
+  DLManagedTensor* views[8];
+  const DLManagedTensor* model[8];
+  for (size_t i = 0; i < model_count && i < 8; ++i) {
+    ok(api->tensor_list_get(list, i, &views[i]), "get");
+    names[i] = api->tensor_list_name(list, i);
+    model[i] = views[i];
+  }
+  ok(api->session_load_tensors(s, names, model, model_count, 0), "strict without the average");
+  for (size_t i = 0; i < model_count && i < 8; ++i) release(views[i]);
+  api->tensor_list_release(list);
+  api->session_destroy(s);
+}
+
 static void v1_caller(void) {
   const kiln_api* v1 = kiln_get_api(1);
   CHECK(v1 != NULL && v1->version == 1 && v1->struct_size == KILN_API_V1_SIZE);
@@ -315,6 +425,7 @@ int main(int argc, char** argv) {
   make_pipeline(argv[1]);
   location_checks(argv[1]);
   tensor_checks();
+  average_checks();
   v1_caller();
   if (failures == 0) printf("capi_v2_test: all checks passed\n");
   return failures == 0 ? 0 : 1;

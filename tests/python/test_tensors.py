@@ -1,6 +1,6 @@
 """The session's tensors through DLPack: live views without copies (state_dict, parameters,
-buffers, optimizer_state), and load_state_dict checked against torch: a twin model's weights
-give the twin's test loss, a checkpoint's weights give the saved session's."""
+buffers, optimizer_state, average), and load_state_dict checked against torch: a twin model's
+weights give the twin's test loss, a checkpoint's weights give the saved session's."""
 import math
 import subprocess
 import sys
@@ -152,6 +152,47 @@ def test_a_checkpoints_weights_load_into_a_new_session(pipeline):
         assert fresh.evaluate().loss != pytest.approx(want, rel=1e-3)
         fresh.load_state_dict(saved)
         assert fresh.evaluate().loss == pytest.approx(want, rel=1e-6)
+
+
+def test_without_ema_there_is_no_average_and_evaluations_measure_the_weights(session):
+    with pytest.raises(kiln.KilnError, match=r"\[ema\]") as info:
+        session.average()
+    assert info.value.code == kiln.KilnError.FAILED_PRECONDITION
+    assert not session.evaluate().averaged
+
+
+def test_the_average_is_the_checkpoints_and_evaluates_as_torch(tmp_path, idx_data):
+    """[ema]'s average through the C API: the same tensors a checkpoint keeps (which
+    tests/engine/ema_run_test.cpp checks against timm), what evaluations measure (a torch twin
+    holding it), and loadable back by its "ema/" names."""
+    safetensors = pytest.importorskip("safetensors.torch")
+    root, (x, y) = idx_data
+    d = idx_pipeline(tmp_path / "runs", root, ema={"decay": 0.9})
+    with kiln.Session.from_dict(d, log_level="warn") as s:
+        list(s.steps(6))
+        average = s.average()
+        assert list(average) == [f"ema/{k}" for k in s.state_dict()]
+        saved = safetensors.load_file(f"{s.save_checkpoint()}/trainer.safetensors")
+        for name, t in average.items():
+            assert torch.equal(t, saved[name]), name
+        assert not torch.equal(average["ema/head.weight"], s.state_dict()["head.weight"])
+        ev = s.evaluate()
+        assert ev.averaged
+        twin = Twin([16])
+        twin.load_state_dict({k[len("ema/"):]: v for k, v in average.items()})
+        with torch.no_grad():
+            logits = twin(x)
+        assert ev.loss == pytest.approx(F.cross_entropy(logits, y).item(), rel=1e-5)
+        snapshot = {k: v.clone() for k, v in average.items()}
+    # Into another session: the average by its names, leaving its trained weights alone.
+    with kiln.Session.from_dict(d, log_level="warn") as other:
+        weights = {k: v.clone() for k, v in other.state_dict().items()}
+        assert other.load_state_dict(snapshot, strict=False).unexpected_keys == []
+        for name, t in other.average().items():
+            assert torch.equal(t, snapshot[name]), name
+        for name, t in other.state_dict().items():
+            assert torch.equal(t, weights[name]), name
+        assert other.evaluate().loss == pytest.approx(ev.loss, rel=1e-6)
 
 
 def test_optimizer_state_keeps_its_parameters_layout_and_resumes_in_it(tmp_path):

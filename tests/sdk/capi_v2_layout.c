@@ -8,6 +8,8 @@ _Static_assert(KILN_CAPI_VERSION >= 2, "C API version");
 _Static_assert(KILN_TENSORS_PARAMETERS == 1 && KILN_TENSORS_BUFFERS == 2 &&
                    KILN_TENSORS_MODEL == 3 && KILN_TENSORS_OPTIMIZER == 4,
                "tensor kinds");
+_Static_assert(KILN_TENSORS_AVERAGE == 8, "the average's bit");
+_Static_assert(KILN_WEIGHTS_TRAINED == 1 && KILN_WEIGHTS_AVERAGE == 2, "kiln_metrics.weights");
 _Static_assert(KILN_LOAD_ALLOW_MISSING == 1 && KILN_LOAD_ALLOW_UNEXPECTED == 2, "load flags");
 _Static_assert(sizeof(kiln_status_location) == 40, "sizeof kiln_status_location");
 _Static_assert(KILN_STATUS_LOCATION_V1_SIZE == 40, "kiln_status_location first size");

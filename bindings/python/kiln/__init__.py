@@ -196,6 +196,7 @@ class Metrics:
     activation_mb: float
     accuracy_top5: float = float("nan")
     map: float = float("nan")  # evaluations of multi-label data: mean average precision
+    averaged: bool = False  # evaluations: of [ema]'s moving average, not the trained weights
 
     @classmethod
     def _from_c(cls, m):
@@ -205,7 +206,8 @@ class Metrics:
             loss_scale=m.loss_scale, step_seconds=m.step_seconds, data_seconds=m.data_seconds,
             samples_per_second=m.samples_per_second, tensor_mb=m.tensor_mb,
             tensor_peak_mb=m.tensor_peak_mb, activation_mb=m.activation_mb,
-            accuracy_top5=m.accuracy_top5, map=m.map)
+            accuracy_top5=m.accuracy_top5, map=m.map,
+            averaged=m.weights == _capi.WEIGHTS_AVERAGE)
 
     def as_dict(self, drop_nan: bool = False) -> Dict[str, Any]:
         """The record as a plain dict (field name -> value), e.g. for a logger or a DataFrame
@@ -760,11 +762,19 @@ class Session:
         the first step for optimizers that create their state then."""
         return self._tensors(_capi.TENSORS_OPTIMIZER)
 
+    def average(self) -> Dict[str, Any]:
+        """[ema]'s moving average of the parameters and buffers as {"ema/<name>": torch.Tensor}
+        (named as a checkpoint's trainer.safetensors; floating ones at least float32), live as
+        state_dict(): every step moves it. Raises KilnError (FAILED_PRECONDITION) when the
+        pipeline keeps no average. load_state_dict takes these names back."""
+        return self._tensors(_capi.TENSORS_AVERAGE)
+
     def load_state_dict(self, state_dict: Mapping[str, Any], strict: bool = True
                         ) -> IncompatibleKeys:
         """Copies `state_dict` ({name: tensor}: torch tensors, or anything with __dlpack__,
         e.g. numpy arrays) into the model's parameters and buffers of the same names, as
-        torch's Module.load_state_dict does; the optimizer's state is left as it is.
+        torch's Module.load_state_dict does; the optimizer's state is left as it is. With
+        [ema], "ema/<name>" tensors (average()'s) load the average; they are optional.
 
         strict (the default): every model tensor must be given and every name must be the
         model's. Shapes must match; floating-point dtypes are cast to the model's, others must
@@ -780,6 +790,11 @@ class Session:
             return IncompatibleKeys([], [])
         model = _dlpack.names(self._lib, self._h(), _capi.TENSORS_MODEL, _check)
         known = set(model)
+        if any(name.startswith("ema/") for name in state_dict):
+            try:  # the average's names were loaded, not skipped
+                known.update(_dlpack.names(self._lib, self._h(), _capi.TENSORS_AVERAGE, _check))
+            except KilnError:
+                pass  # no [ema]: they were skipped as unexpected
         return IncompatibleKeys([n for n in model if n not in state_dict],
                                 [n for n in state_dict if n not in known])
 

@@ -34,12 +34,15 @@ SESSION_FAILED = 4
 
 METRICS_STEP = 1
 METRICS_EVAL = 2
+WEIGHTS_TRAINED = 1  # kiln_metrics.weights (V4): which weights an evaluation measured
+WEIGHTS_AVERAGE = 2
 
 # session_tensors' kinds (KILN_TENSORS_*) and session_load_tensors' flags (KILN_LOAD_*), version 2
 TENSORS_PARAMETERS = 1
 TENSORS_BUFFERS = 2
 TENSORS_MODEL = 3
 TENSORS_OPTIMIZER = 4
+TENSORS_AVERAGE = 8  # [ema]'s average, "ema/<name>"
 LOAD_ALLOW_MISSING = 1
 LOAD_ALLOW_UNEXPECTED = 2
 
@@ -123,6 +126,7 @@ class kiln_metrics(ctypes.Structure):
         ("activation_mb", c_double),
         ("accuracy_top5", c_double),  # V2
         ("map", c_double),  # V3: multi-label evaluations
+        ("weights", c_int32),  # V4: WEIGHTS_* on evaluations
     ]
 
 

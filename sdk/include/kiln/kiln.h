@@ -244,10 +244,20 @@ typedef struct kiln_metrics {
   /* Since V3 (filled only when the caller's struct_size covers it): */
   double map; /* eval of multi-label data: mean average precision in [0, 1], the accuracies
                  then NaN; NaN for data of one class per sample */
+  /* Since V4 (filled only when the caller's struct_size covers it): */
+  int32_t weights; /* eval: which weights were measured, KILN_WEIGHTS_*; 0 on step records,
+                      and left as the caller set it by a library older than V4 */
 } kiln_metrics;
 #define KILN_METRICS_V1_SIZE KILN_SIZE_UP_TO(kiln_metrics, activation_mb)
 #define KILN_METRICS_V2_SIZE KILN_SIZE_UP_TO(kiln_metrics, accuracy_top5)
 #define KILN_METRICS_V3_SIZE KILN_SIZE_UP_TO(kiln_metrics, map)
+#define KILN_METRICS_V4_SIZE KILN_SIZE_UP_TO(kiln_metrics, weights)
+
+/* Which weights an evaluation measured (kiln_metrics.weights, int32_t). */
+enum {
+  KILN_WEIGHTS_TRAINED = 1, /* the trained weights */
+  KILN_WEIGHTS_AVERAGE = 2  /* [ema]'s moving average (ema.evaluate) */
+};
 
 /* Called after every step and every evaluation with the new record (borrowed: valid during the
  * call). Return 0 to go on, nonzero to stop the session, as session_cancel: after this step
@@ -298,9 +308,15 @@ enum {
   KILN_TENSORS_PARAMETERS = 1, /* the model's parameters, by state_dict name ("fc1.weight") */
   KILN_TENSORS_BUFFERS = 2,    /* the model's buffers ("bn1.running_mean") */
   KILN_TENSORS_MODEL = 3,      /* both, as a checkpoint's model.safetensors names them */
-  KILN_TENSORS_OPTIMIZER = 4   /* the optimizer's state, "<parameter>.<slot>"
+  KILN_TENSORS_OPTIMIZER = 4,  /* the optimizer's state, "<parameter>.<slot>"
                                   ("fc1.weight.exp_avg"); empty before the first step for
                                   optimizers that create their state then */
+  KILN_TENSORS_AVERAGE = 8     /* [ema]'s moving average of the parameters and buffers,
+                                  "ema/<name>" as a checkpoint's trainer.safetensors names it
+                                  (floating ones at least float32). Added after version 2's
+                                  first release: a library without it refuses the bit with
+                                  KILN_ERR_INVALID_ARGUMENT; a pipeline without [ema] with
+                                  KILN_ERR_FAILED_PRECONDITION */
 };
 
 /* session_load_tensors' flags (bits, uint32_t); 0 is strict. */
@@ -429,10 +445,11 @@ typedef struct kiln_api {
   /* ---- tensors (serialized, except the tensor_list_* functions; see THREADS) ---- */
 
   /* The session's live tensors of `kinds` (KILN_TENSORS_* bits): parameters, then buffers,
-   * then optimizer state, each in the model's order. No data is copied: the list holds
-   * references to the tensors the next step trains. *out is a new list the caller owns
-   * (tensor_list_release). KILN_ERR_INVALID_ARGUMENT for kinds 0 or unknown bits;
-   * KILN_ERR_FAILED_PRECONDITION inside the metrics callback and on a failed session. */
+   * then optimizer state, then the average, each in the model's order. No data is copied:
+   * the list holds references to the tensors the next step trains (and updates the average
+   * of). *out is a new list the caller owns (tensor_list_release). KILN_ERR_INVALID_ARGUMENT
+   * for kinds 0 or unknown bits; KILN_ERR_FAILED_PRECONDITION inside the metrics callback, on
+   * a failed session, and for KILN_TENSORS_AVERAGE without [ema]. */
   KILN_MUST_USE_SLOT kiln_status* (*session_tensors)(kiln_session* session, uint32_t kinds,
                                                      kiln_tensor_list** out);
   /* Tensors in the list. */
@@ -456,13 +473,14 @@ typedef struct kiln_api {
    * session_tensors names them); the optimizer's state is left as it is. names[i] and
    * tensors[i] are borrowed: only tensors[i]->dl_tensor is read (any device and strides), and
    * the library never calls their deleters. With fp32 master weights (a half-precision model)
-   * the masters are loaded too. Everything is checked before anything is copied: a name the
-   * model does not have (unless KILN_LOAD_ALLOW_UNEXPECTED), a model tensor not given (unless
-   * KILN_LOAD_ALLOW_MISSING), a name given twice, another shape, or a dtype of another kind
-   * (floating-point dtypes are cast to the model's, as torch's load_state_dict does; integer
-   * and bool ones must match) return KILN_ERR_INVALID_ARGUMENT naming the key and change
-   * nothing. KILN_ERR_FAILED_PRECONDITION inside the metrics callback and on a failed session.
-   * In a data-parallel run every rank must load the same tensors. */
+   * the masters are loaded too. With [ema], "ema/<name>" tensors (KILN_TENSORS_AVERAGE's
+   * names) load the average; they are optional. Everything is checked before anything is
+   * copied: a name the model does not have (unless KILN_LOAD_ALLOW_UNEXPECTED), a model tensor
+   * not given (unless KILN_LOAD_ALLOW_MISSING), a name given twice, another shape, or a dtype
+   * of another kind (floating-point dtypes are cast to the model's, as torch's load_state_dict
+   * does; integer and bool ones must match) return KILN_ERR_INVALID_ARGUMENT naming the key
+   * and change nothing. KILN_ERR_FAILED_PRECONDITION inside the metrics callback and on a failed
+   * session. In a data-parallel run every rank must load the same tensors. */
   KILN_MUST_USE_SLOT kiln_status* (*session_load_tensors)(
       kiln_session* session, const char* const* names, const struct DLManagedTensor* const* tensors,
       size_t count, uint32_t flags);

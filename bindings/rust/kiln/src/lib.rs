@@ -172,6 +172,9 @@ pub mod kinds {
     pub const MODEL: u32 = sys::KILN_TENSORS_MODEL;
     /// The optimizer's state, `"<parameter>.<slot>"` ("head.weight.momentum_buffer").
     pub const OPTIMIZER: u32 = sys::KILN_TENSORS_OPTIMIZER;
+    /// `[ema]`'s moving average of the parameters and buffers, `"ema/<name>"`; an error
+    /// (FailedPrecondition) when the pipeline keeps none.
+    pub const AVERAGE: u32 = sys::KILN_TENSORS_AVERAGE;
 }
 
 /// Bits of [`Session::load_tensors`]' flags (`KILN_LOAD_*`).
@@ -862,6 +865,8 @@ pub struct Metrics {
     /// Eval of multi-label data: mean average precision in [0, 1] (the accuracies are then NaN);
     /// NaN otherwise.
     pub map: f64,
+    /// Eval: it measured `[ema]`'s moving average of the weights, not the trained weights.
+    pub averaged: bool,
 }
 
 impl Metrics {
@@ -884,6 +889,7 @@ impl Metrics {
             activation_mb: m.activation_mb,
             accuracy_top5: m.accuracy_top5,
             map: m.map,
+            averaged: m.weights == sys::KILN_WEIGHTS_AVERAGE,
         }
     }
 }

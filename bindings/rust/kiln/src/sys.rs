@@ -60,6 +60,8 @@ pub const KILN_SESSION_OPTIONS_V2_SIZE: usize = 96;
 pub const KILN_PROGRESS_V1_SIZE: usize = 88;
 pub const KILN_METRICS_V1_SIZE: usize = 120;
 pub const KILN_METRICS_V2_SIZE: usize = 128;
+pub const KILN_METRICS_V3_SIZE: usize = 136;
+pub const KILN_METRICS_V4_SIZE: usize = 140;
 pub const KILN_PLUGIN_INFO_V1_SIZE: usize = 60;
 pub const KILN_API_V1_SIZE: usize = 192;
 pub const KILN_API_V2_SIZE: usize = 248;
@@ -70,6 +72,11 @@ pub const KILN_TENSORS_PARAMETERS: u32 = 1;
 pub const KILN_TENSORS_BUFFERS: u32 = 2;
 pub const KILN_TENSORS_MODEL: u32 = 3;
 pub const KILN_TENSORS_OPTIMIZER: u32 = 4;
+pub const KILN_TENSORS_AVERAGE: u32 = 8;
+
+// kiln_metrics.weights: which weights an evaluation measured
+pub const KILN_WEIGHTS_TRAINED: i32 = 1;
+pub const KILN_WEIGHTS_AVERAGE: i32 = 2;
 
 // session_load_tensors' flags (bits); 0 is strict
 pub const KILN_LOAD_ALLOW_MISSING: u32 = 1;
@@ -166,6 +173,8 @@ pub struct KilnMetrics {
     pub accuracy_top5: f64,
     /// Since V3 (KILN_METRICS_V3_SIZE).
     pub map: f64,
+    /// Since V4 (KILN_METRICS_V4_SIZE): KILN_WEIGHTS_* on evaluations, 0 on steps.
+    pub weights: i32,
 }
 
 /// `kiln_metrics_callback`: return 0 to go on, nonzero to stop after this step.

@@ -682,11 +682,18 @@ impl Session {
         self.tensors(crate::kinds::OPTIMIZER)
     }
 
+    /// `[ema]`'s moving average of the parameters and buffers, `"ema/<name>"` in the model's
+    /// order (floating ones at least f32), live as the others; FAILED_PRECONDITION when the
+    /// pipeline keeps no average.
+    pub fn average(&self) -> Result<Vec<Tensor>, Error> {
+        self.tensors(crate::kinds::AVERAGE)
+    }
+
     /// Copies the given tensors into the model's parameters and buffers of the same names
     /// (the optimizer's state is left as it is). `flags`: [`crate::load`] bits, 0 (STRICT):
     /// every model tensor given, no unknown names. Floating-point data is cast to the model's
-    /// dtype; shapes must match. A refusal is INVALID_ARGUMENT naming the key, and changes
-    /// nothing.
+    /// dtype; shapes must match. With `[ema]`, `"ema/<name>"` tensors load the average
+    /// (optional). A refusal is INVALID_ARGUMENT naming the key, and changes nothing.
     pub fn load_tensors(
         &mut self,
         tensors: &[(&str, TensorView<'_>)],

@@ -117,6 +117,7 @@ fn all_fields() -> Vec<Field> {
             activation_mb,
             accuracy_top5,
             map,
+            weights,
         ]
     ));
     v.extend(fields!(
@@ -338,6 +339,9 @@ fn constants() -> Vec<(&'static str, usize)> {
         ("KILN_SESSION_OPTIONS_V2_SIZE", KILN_SESSION_OPTIONS_V2_SIZE),
         ("KILN_PROGRESS_V1_SIZE", KILN_PROGRESS_V1_SIZE),
         ("KILN_METRICS_V1_SIZE", KILN_METRICS_V1_SIZE),
+        ("KILN_METRICS_V2_SIZE", KILN_METRICS_V2_SIZE),
+        ("KILN_METRICS_V3_SIZE", KILN_METRICS_V3_SIZE),
+        ("KILN_METRICS_V4_SIZE", KILN_METRICS_V4_SIZE),
         ("KILN_PLUGIN_INFO_V1_SIZE", KILN_PLUGIN_INFO_V1_SIZE),
         ("KILN_API_V1_SIZE", KILN_API_V1_SIZE),
         ("KILN_API_V2_SIZE", KILN_API_V2_SIZE),
@@ -347,6 +351,9 @@ fn constants() -> Vec<(&'static str, usize)> {
         ("KILN_TENSORS_BUFFERS", KILN_TENSORS_BUFFERS as usize),
         ("KILN_TENSORS_MODEL", KILN_TENSORS_MODEL as usize),
         ("KILN_TENSORS_OPTIMIZER", KILN_TENSORS_OPTIMIZER as usize),
+        ("KILN_TENSORS_AVERAGE", KILN_TENSORS_AVERAGE as usize),
+        ("KILN_WEIGHTS_TRAINED", KILN_WEIGHTS_TRAINED as usize),
+        ("KILN_WEIGHTS_AVERAGE", KILN_WEIGHTS_AVERAGE as usize),
         ("KILN_LOAD_ALLOW_MISSING", KILN_LOAD_ALLOW_MISSING as usize),
         (
             "KILN_LOAD_ALLOW_UNEXPECTED",
@@ -378,7 +385,7 @@ fn layout_matches_hand_computed_lp64_values() {
     assert_eq!(size_of::<KilnVersion>(), 12);
     assert_eq!(size_of::<KilnSessionOptions>(), 96); // process_settings, then V2 appended
     assert_eq!(size_of::<KilnProgress>(), 88);
-    assert_eq!(size_of::<KilnMetrics>(), 136); // accuracy_top5 (V2), map (V3) appended
+    assert_eq!(size_of::<KilnMetrics>(), 144); // accuracy_top5 (V2), map (V3), weights (V4)
     assert_eq!(size_of::<KilnPluginInfo>(), 64);
     // struct_size, version, reserved (16 bytes), then 22 slots of 8 (version 1) and 7 more.
     assert_eq!(size_of::<KilnApi>(), 16 + 29 * 8);
@@ -433,6 +440,7 @@ fn layout_matches_hand_computed_lp64_values() {
         ("kiln_metrics.activation_mb", 112),
         ("kiln_metrics.accuracy_top5", 120),
         ("kiln_metrics.map", 128),
+        ("kiln_metrics.weights", 136),
         ("kiln_plugin_info.name", 8),
         ("kiln_plugin_info.kind", 16),
         ("kiln_plugin_info.summary", 24),
@@ -487,6 +495,8 @@ fn layout_matches_hand_computed_lp64_values() {
     );
     assert_eq!(KILN_PROGRESS_V1_SIZE, end("kiln_progress.last_checkpoint"));
     assert_eq!(KILN_METRICS_V1_SIZE, end("kiln_metrics.activation_mb"));
+    assert_eq!(KILN_METRICS_V3_SIZE, end("kiln_metrics.map"));
+    assert_eq!(KILN_METRICS_V4_SIZE, end("kiln_metrics.weights"));
     assert_eq!(KILN_PLUGIN_INFO_V1_SIZE, end("kiln_plugin_info.abi_minor"));
     assert_eq!(KILN_API_V1_SIZE, end("kiln_api.plugins_release"));
     assert_eq!(KILN_API_V2_SIZE, end("kiln_api.session_load_tensors"));

@@ -363,3 +363,41 @@ fn strict_loading_refuses_bad_input_naming_the_key_and_changes_nothing() {
     assert_eq!(after[3], twos);
     assert_eq!(after[..3], before[..3]);
 }
+
+#[test]
+fn the_average_follows_timms_update_and_is_what_evaluation_measures() {
+    let dir = TempDir::new("average");
+    let options = Options::new().log_level(LogLevel::Warn);
+    // Without [ema]: no average to take, and evaluations measure the trained weights.
+    let mut plain = session(&dir);
+    let err = plain.average().unwrap_err();
+    assert_eq!(err.code, code::FAILED_PRECONDITION, "{}", err);
+    assert!(!plain.evaluate().unwrap().averaged);
+
+    let text = format!("{}\n[ema]\ndecay = 0.5\n", pipeline(dir.path()));
+    let mut s = Session::from_str(&text, "ema.toml", &options).unwrap();
+    let average = s.average().unwrap();
+    let expected: Vec<String> = MLP.iter().map(|p| format!("ema/{}", p)).collect();
+    assert_eq!(names(&average), expected);
+    // Step 1 copies the weights; step 2 moves halfway to them (timm's decay 0.5).
+    s.step().unwrap();
+    let w1 = find(s.parameters().unwrap(), "head.weight")
+        .to_vec::<f32>()
+        .unwrap();
+    let avg = find(s.average().unwrap(), "ema/head.weight");
+    assert_eq!(avg.to_vec::<f32>().unwrap(), w1);
+    s.step().unwrap();
+    let w2 = find(s.parameters().unwrap(), "head.weight")
+        .to_vec::<f32>()
+        .unwrap();
+    for ((a, x1), x2) in avg.to_vec::<f32>().unwrap().iter().zip(&w1).zip(&w2) {
+        assert!(
+            (a - (x1 + 0.5 * (x2 - x1))).abs() < 1e-6,
+            "{} {} {}",
+            a,
+            x1,
+            x2
+        );
+    }
+    assert!(s.evaluate().unwrap().averaged);
+}
