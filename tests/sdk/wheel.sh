@@ -2,8 +2,9 @@
 # The wheel (docs/install.md), as a user gets it: scripts/wheel.sh packs this build tree into
 # kiln-train; a fresh venv holding torch alone installs it offline (pip resolves its
 # torch==2.11.0 against the torch already there); then, from a folder outside the checkout and
-# with no KILN_LIBRARY, PYTHONPATH or LD_LIBRARY_PATH: every ELF file's RUNPATH is $ORIGIN-relative
-# and reaches torch in that venv, `kiln version`, `kiln plugins list` (none refused), a plain-C
+# with no KILN_LIBRARY, PYTHONPATH or LD_LIBRARY_PATH: every ELF file's search path is
+# $ORIGIN-relative and reaches torch in that venv, every library it loads is the wheel's, torch's
+# or one manylinux lets a wheel take from the system (the wheel's tag), `kiln version`, `kiln plugins list` (none refused), a plain-C
 # plugin built against the wheel's CMake package (python -m kiln --cmake-prefix) and a program
 # against its kiln.pc, `kiln run` of a quickstart-like pipeline on small IDX files written here
 # with that plugin, a session through the Python binding, and the binding's example.
@@ -33,7 +34,7 @@ fi
 [ -f "$wheel" ] || fail "scripts/wheel.sh printed '$wheel', not a file"
 echo "built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB) in $((SECONDS - start)) s"
 "$py" - "$wheel" <<'PY'
-import sys, zipfile
+import re, sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
 names = set(z.namelist())
 need = ["kiln/__init__.py", "kiln/_capi.py", "kiln/_cli.py", "kiln/__main__.py", "kiln/bin/kiln",
@@ -50,7 +51,10 @@ meta = z.read(info).decode()
 assert "Name: kiln-train" in meta and "Requires-Dist: torch==2.11.0" in meta, meta
 eps = z.read(info.replace("METADATA", "entry_points.txt")).decode()
 assert "kiln = kiln._cli:main" in eps, eps
-assert "-py3-none-linux_x86_64.whl" in sys.argv[1], sys.argv[1]
+# auditwheel's repair: a manylinux tag, and Debian's libraries inside (Boost, spdlog, fmt, ...).
+assert re.search(r"-py3-none-manylinux_2_\d+_x86_64\.whl$", sys.argv[1]), sys.argv[1]
+vendored = [n for n in names if n.startswith("kiln_train.libs/")]
+assert any("libspdlog" in n for n in vendored), sorted(vendored)
 PY
 
 # ---- a fresh venv holding torch alone ----
@@ -99,31 +103,53 @@ mkdir -p "$work/cwd"
 cd "$work/cwd"
 [ "$(command -v kiln)" = "$work/venv/bin/kiln" ] || fail "kiln on PATH is $(command -v kiln)"
 
-# ---- RUNPATHs: $ORIGIN-relative only, reaching Kiln's lib folder and torch in this venv ----
+# ---- search paths: $ORIGIN-relative only, reaching the wheel's libraries and torch here ----
+# What manylinux lets a wheel of this tag load from the system (auditwheel's own policy).
+allowed=" $("$py" - "$wheel" <<'PY'
+import json, re, sys
+from importlib import resources
+tag = re.search(r"-(manylinux_\d+_\d+)_x86_64\.whl$", sys.argv[1]).group(1)
+policies = json.loads((resources.files("auditwheel") / "policy" / "manylinux-policy.json").read_text())
+print(" ".join(next(p for p in policies if p["name"] == tag)["lib_whitelist"]))
+PY
+) "
+[ "$allowed" != "  " ] || fail "no manylinux policy for $(basename "$wheel")"
+vendored=$site/kiln_train.libs
 elves=0
 while IFS= read -r -d '' f; do
   [ "$(head -c 4 "$f" | od -An -c | tr -d ' ')" = '177ELF' ] || continue
   elves=$((elves + 1))
   dyn=$(readelf -d "$f")
-  ! grep -q '(RPATH)' <<<"$dyn" || fail "$f has DT_RPATH"
-  runpath=$(sed -n 's/.*(RUNPATH) *Library runpath: \[\(.*\)\]$/\1/p' <<<"$dyn")
-  [ -n "$runpath" ] || fail "$f has no RUNPATH"
-  IFS=: read -r -a entries <<<"$runpath"
-  for e in "${entries[@]}"; do
+  # auditwheel writes DT_RPATH where it added its folder; the others keep Kiln's DT_RUNPATH.
+  runpath=$(sed -n 's/.*(R\(UN\)\?PATH) *Library r\(un\)\?path: \[\(.*\)\]$/\3/p' <<<"$dyn")
+  [ -n "$runpath" ] || [[ $f == "$vendored"/* ]] || fail "$f has no RPATH or RUNPATH"
+  [ "$(grep -c -E '\((RPATH|RUNPATH)\)' <<<"$dyn")" -le 1 ] || fail "$f has both RPATH and RUNPATH"
+  entries=()
+  [ -z "$runpath" ] || IFS=: read -r -a entries <<<"$runpath"
+  for e in ${entries[@]+"${entries[@]}"}; do
     case $e in
       '$ORIGIN'*) ;;
       *) fail "$f: RUNPATH entry '$e' is not \$ORIGIN-relative (RUNPATH $runpath)" ;;
     esac
     dir=$(realpath -s -m "$(dirname "$f")${e#\$ORIGIN}")  # lexically: through the venv's links
     case $dir in
-      "$pkg/lib" | "$site/torch/lib" | "$site"/nvidia/*/lib) ;;
+      "$pkg/lib" | "$site/torch/lib" | "$site"/nvidia/*/lib | "$vendored") ;;
       *) fail "$f: RUNPATH entry $e is $dir, outside the wheel's lib and torch's wheels" ;;
     esac
     [ -d "$dir" ] || fail "$f: RUNPATH entry $e: no folder $dir"
   done
   env -u LD_LIBRARY_PATH ldd "$f" >"$work/ldd.txt" 2>&1 || fail "ldd $f: $(cat "$work/ldd.txt")"
   ! grep -q 'not found' "$work/ldd.txt" || fail "$f: $(grep 'not found' "$work/ldd.txt")"
+  needed=" $(sed -n 's/.*(NEEDED) *Shared library: \[\(.*\)\]$/\1/p' <<<"$dyn" | tr '\n' ' ')"
   while read -r soname _ path _; do
+    # What the file itself needs (a system library's own needs are the system's).
+    if [[ $needed == *" $soname "* ]]; then
+      case $(realpath -s "$path") in
+        "$pkg"/* | "$vendored"/* | "$site"/torch/* | "$site"/nvidia/*) ;;
+        *) [[ $allowed == *" $soname "* ]] ||
+             fail "$f: $soname resolves to $path, outside the wheel and torch, and manylinux does not allow it" ;;
+      esac
+    fi
     case $soname in
       libtorch*.so | libc10*.so | libcudart.so.*)
         real=$(realpath -s "$path")
@@ -134,9 +160,9 @@ while IFS= read -r -d '' f; do
         ;;
     esac
   done < <(grep '=> /' "$work/ldd.txt")
-done < <(find "$pkg" -type f -print0)
+done < <(find "$pkg" "$vendored" -type f -print0)
 [ "$elves" -ge 3 ] || fail "only $elves ELF files in the wheel"
-echo "RUNPATHs of $elves ELF files: \$ORIGIN-relative, torch from the fresh venv"
+echo "search paths of $elves ELF files: \$ORIGIN-relative, torch from the fresh venv, the rest the wheel's or manylinux's"
 
 # ---- the kiln command ----
 kiln version >version.txt || fail "kiln version failed"
