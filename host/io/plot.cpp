@@ -1,174 +1,70 @@
 #include "io/plot.hpp"
 
-#include <cairo.h>
-#include <fmt/format.h>
+#include <dlfcn.h>
+#include <unistd.h>
 
-#include <algorithm>
-#include <cmath>
-#include <limits>
-#include <memory>
+#include <array>
 #include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "io/plot_module.hpp"
 
 namespace kiln::io {
 namespace {
 
-struct Range {
-  double lo = std::numeric_limits<double>::infinity();
-  double hi = -std::numeric_limits<double>::infinity();
-  void add(double v) {
-    if (!std::isfinite(v)) return;
-    lo = std::min(lo, v);
-    hi = std::max(hi, v);
+// The folder of the file holding this code (`kiln`, or a test), and of the running executable.
+std::vector<std::string> homes() {
+  std::vector<std::string> out;
+  auto add_folder_of = [&](const std::string& file) {
+    const size_t slash = file.rfind('/');
+    if (slash != std::string::npos) out.push_back(file.substr(0, slash));
+  };
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&homes), &info) != 0 && info.dli_fname != nullptr) {
+    add_folder_of(info.dli_fname);
   }
-  void settle() {
-    if (!(lo <= hi)) lo = 0, hi = 1;
-    if (hi - lo < 1e-12 * std::max(1.0, std::abs(hi))) {
-      const double pad = std::max(1e-12, std::abs(hi) * 0.05);
-      lo -= pad;
-      hi += pad;
-    }
-  }
-};
-
-// About five round tick values covering [lo, hi]; whole numbers only when `whole`.
-std::vector<double> ticks(double lo, double hi, bool whole) {
-  const double raw = (hi - lo) / 5.0;
-  const double mag = std::pow(10.0, std::floor(std::log10(raw)));
-  double step = mag;
-  for (double m : {1.0, 2.0, 5.0, 10.0}) {
-    step = m * mag;
-    if (raw <= step) break;
-  }
-  if (whole) step = std::max(step, 1.0);
-  std::vector<double> out;
-  for (double t = std::ceil(lo / step) * step; t <= hi + step * 1e-9; t += step) {
-    out.push_back(std::abs(t) < step * 1e-9 ? 0.0 : t);
-  }
+  std::array<char, 4096> exe{};
+  const ssize_t n = readlink("/proc/self/exe", exe.data(), exe.size() - 1);
+  if (n > 0) add_folder_of(std::string(exe.data(), static_cast<size_t>(n)));
   return out;
 }
 
-constexpr double kTwoPi = 6.283185307179586;
-
-const double kColors[][3] = {{0.12, 0.47, 0.71}, {1.0, 0.5, 0.05},  {0.17, 0.63, 0.17},
-                             {0.84, 0.15, 0.16}, {0.58, 0.4, 0.74}, {0.55, 0.34, 0.29}};
-
-void draw_panel(cairo_t* cr, const Panel& panel, double top, double width, double height) {
-  const double left = 80, right = width - 20, plot_top = top + 30, bottom = top + height - 45;
-  const Axis xa = x_axis(panel), ya = y_axis(panel);
-  auto px = [&](double x) { return left + (x - xa.lo) / (xa.hi - xa.lo) * (right - left); };
-  auto py = [&](double y) { return bottom - (y - ya.lo) / (ya.hi - ya.lo) * (bottom - plot_top); };
-
-  cairo_select_font_face(cr, "sans-serif", CAIRO_FONT_SLANT_NORMAL, CAIRO_FONT_WEIGHT_NORMAL);
-  cairo_set_source_rgb(cr, 0, 0, 0);
-  cairo_set_font_size(cr, 15);
-  cairo_move_to(cr, left, top + 20);
-  cairo_show_text(cr, panel.title.c_str());
-  cairo_set_font_size(cr, 11);
-  cairo_set_line_width(cr, 1);
-  for (double t : xa.ticks) {
-    cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-    cairo_move_to(cr, px(t), plot_top);
-    cairo_line_to(cr, px(t), bottom);
-    cairo_stroke(cr);
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    const std::string text = fmt::format("{:g}", t);
-    cairo_move_to(cr, px(t) - 3.0 * static_cast<double>(text.size()), bottom + 14);
-    cairo_show_text(cr, text.c_str());
+// libkiln_plot beside `kiln` (bin/../lib: the build tree, an install prefix, the wheel), else
+// by name (LD_LIBRARY_PATH, the caller's RUNPATH). Never unloaded: cairo and fontconfig keep
+// process state. Throws std::runtime_error with every reason when none loads.
+void* load_plot_module() {
+  std::string reasons;
+  std::vector<std::string> candidates;
+  for (const std::string& home : homes()) {
+    candidates.push_back(home + "/../lib/" + kPlotModule);
+    candidates.push_back(home + "/" + kPlotModule);
   }
-  for (double t : ya.ticks) {
-    cairo_set_source_rgb(cr, 0.9, 0.9, 0.9);
-    cairo_move_to(cr, left, py(t));
-    cairo_line_to(cr, right, py(t));
-    cairo_stroke(cr);
-    cairo_set_source_rgb(cr, 0, 0, 0);
-    const std::string text = fmt::format("{:.4g}", t);
-    cairo_move_to(cr, left - 8 - 6.0 * static_cast<double>(text.size()), py(t) + 4);
-    cairo_show_text(cr, text.c_str());
-  }
-  cairo_set_source_rgb(cr, 0, 0, 0);
-  cairo_rectangle(cr, left, plot_top, right - left, bottom - plot_top);
-  cairo_stroke(cr);
-  cairo_move_to(cr, (left + right) / 2 - 20, bottom + 32);
-  cairo_show_text(cr, panel.x_label.c_str());
-  cairo_move_to(cr, 8, plot_top - 8);
-  cairo_show_text(cr, panel.y_label.c_str());
-
-  cairo_set_line_width(cr, 1.6);
-  for (size_t i = 0; i < panel.series.size(); ++i) {
-    const Series& s = panel.series[i];
-    const double* c = kColors[i % (sizeof(kColors) / sizeof(kColors[0]))];
-    cairo_set_source_rgb(cr, c[0], c[1], c[2]);
-    bool pen_down = false;
-    for (size_t k = 0; k < std::min(s.x.size(), s.y.size()); ++k) {
-      if (!std::isfinite(s.x[k]) || !std::isfinite(s.y[k])) {
-        pen_down = false;  // a gap, not a line through a missing value
-        continue;
-      }
-      if (pen_down) {
-        cairo_line_to(cr, px(s.x[k]), py(s.y[k]));
-      } else {
-        cairo_move_to(cr, px(s.x[k]), py(s.y[k]));
-      }
-      pen_down = true;
+  candidates.emplace_back(kPlotModule);
+  for (const std::string& candidate : candidates) {
+    if (candidate.find('/') != std::string::npos && access(candidate.c_str(), F_OK) != 0) continue;
+    if (void* handle = dlopen(candidate.c_str(), RTLD_NOW | RTLD_LOCAL | RTLD_NODELETE)) {
+      return handle;
     }
-    cairo_stroke(cr);
-    if (s.markers) {
-      for (size_t k = 0; k < std::min(s.x.size(), s.y.size()); ++k) {
-        if (!std::isfinite(s.x[k]) || !std::isfinite(s.y[k])) continue;
-        cairo_new_sub_path(cr);
-        cairo_arc(cr, px(s.x[k]), py(s.y[k]), 3.0, 0, kTwoPi);
-      }
-      cairo_fill(cr);
-    }
-    // Legend, top right.
-    const double ly = plot_top + 16 + 16 * static_cast<double>(i);
-    cairo_move_to(cr, right - 170, ly - 4);
-    cairo_line_to(cr, right - 150, ly - 4);
-    cairo_stroke(cr);
-    cairo_move_to(cr, right - 145, ly);
-    cairo_show_text(cr, s.label.c_str());
+    const char* why = dlerror();
+    reasons += std::string("\n  ") + (why != nullptr ? why : candidate + ": cannot be loaded");
   }
+  throw std::runtime_error(std::string("plotting needs ") + kPlotModule +
+                           " (cairo), which did not load:" + reasons);
 }
 
 }  // namespace
 
-Axis x_axis(const Panel& panel) {
-  Range r;
-  for (const auto& s : panel.series) {
-    for (double v : s.x) r.add(v);
-  }
-  r.settle();
-  return {r.lo, r.hi, ticks(r.lo, r.hi, panel.whole_x)};
-}
-
-Axis y_axis(const Panel& panel) {
-  Range r;
-  for (const auto& s : panel.series) {
-    for (double v : s.y) r.add(v);
-  }
-  r.settle();
-  // Padding around a flat series stops at the bounds (an accuracy of 100% stays under 100%).
-  r.lo = std::max(r.lo, panel.y_floor);
-  r.hi = std::min(r.hi, panel.y_ceiling);
-  if (!(r.lo < r.hi)) r.settle();
-  return {r.lo, r.hi, ticks(r.lo, r.hi, false)};
-}
-
 void write_plot(const std::string& path, const std::vector<Panel>& panels, int width,
                 int panel_height) {
-  const int height = panel_height * static_cast<int>(std::max<size_t>(1, panels.size()));
-  std::unique_ptr<cairo_surface_t, decltype(&cairo_surface_destroy)> surface(
-      cairo_image_surface_create(CAIRO_FORMAT_RGB24, width, height), cairo_surface_destroy);
-  std::unique_ptr<cairo_t, decltype(&cairo_destroy)> cr(cairo_create(surface.get()), cairo_destroy);
-  cairo_set_source_rgb(cr.get(), 1, 1, 1);
-  cairo_paint(cr.get());
-  for (size_t i = 0; i < panels.size(); ++i) {
-    draw_panel(cr.get(), panels[i], static_cast<double>(i) * panel_height, width, panel_height);
+  void* module = load_plot_module();
+  auto entry = reinterpret_cast<PlotEntry>(dlsym(module, kPlotEntry));
+  if (entry == nullptr) {
+    throw std::runtime_error(std::string(kPlotModule) + " has no " + kPlotEntry);
   }
-  const cairo_status_t status = cairo_surface_write_to_png(surface.get(), path.c_str());
-  if (status != CAIRO_STATUS_SUCCESS) {
-    throw std::runtime_error(path + ": cannot write PNG: " + cairo_status_to_string(status));
-  }
+  const PlotRequest request{&path, &panels, width, panel_height};
+  std::array<char, 1024> error{};
+  if (entry(&request, error.data(), error.size()) != 0) throw std::runtime_error(error.data());
 }
 
 }  // namespace kiln::io

@@ -1,4 +1,6 @@
-// Line plots written as PNG (cairo): learning-rate schedules and training curves.
+// Line plots written as PNG: learning-rate schedules and training curves. The axes are computed
+// here (plot_axes.cpp); the drawing is cairo's, in the module libkiln_plot that write_plot loads
+// (plot.cpp, plot_png.cpp), so that `kiln` starts without cairo's X11 libraries.
 #pragma once
 
 #include <limits>
@@ -32,7 +34,7 @@ Axis x_axis(const Panel& panel);
 Axis y_axis(const Panel& panel);
 
 // Writes `panels` stacked vertically into one PNG at `path`. Throws std::runtime_error with the
-// path and cairo's reason when it cannot.
+// path and cairo's reason when it cannot, or with the loader's when libkiln_plot does not load.
 void write_plot(const std::string& path, const std::vector<Panel>& panels, int width = 900,
                 int panel_height = 360);
 

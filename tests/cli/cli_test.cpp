@@ -882,3 +882,25 @@ TEST(CliPlot, DrawsTheCurvesOfARunsMetrics) {
   EXPECT_NE(bad.output.find("bad.jsonl:"), std::string::npos) << bad.output;
   fs::remove_all(dir);
 }
+
+// cairo lives in libkiln_plot, loaded from bin/../lib only when `kiln` plots: a `kiln` without
+// it beside still trains, and `kiln plot` says what did not load.
+TEST(CliPlot, WithoutThePlotModuleOnlyPlottingFailsAndSaysWhy) {
+  fs::path dir = temp_dir();
+  fs::create_directories(dir / "bin");
+  fs::copy_file(KILN_CLI, dir / "bin" / "kiln");
+  const std::string kiln = (dir / "bin" / "kiln").string(), metrics = (dir / "m.jsonl").string();
+  const std::string plugins =
+      "KILN_PLUGIN_PATH=" + fs::path(KILN_CLI).parent_path().string() + "/../plugins ";
+  Result run = kiln::test::shell(plugins + kiln + " run " + pipeline("synthetic_mlp.toml") +
+                                 " --set run.output_dir=" + (dir / "out").string() + " --metrics " +
+                                 metrics);
+  ASSERT_EQ(run.code, 0) << run.output;
+  Result plot = kiln::test::shell(kiln + " plot " + metrics + " -o " + (dir / "c.png").string());
+  EXPECT_EQ(plot.code, 1) << plot.output;
+  EXPECT_NE(plot.output.find("plotting needs libkiln_plot.so (cairo), which did not load"),
+            std::string::npos)
+      << plot.output;
+  EXPECT_FALSE(fs::exists(dir / "c.png"));
+  fs::remove_all(dir);
+}

@@ -38,13 +38,13 @@ import re, sys, zipfile
 z = zipfile.ZipFile(sys.argv[1])
 names = set(z.namelist())
 need = ["kiln/__init__.py", "kiln/_capi.py", "kiln/_cli.py", "kiln/__main__.py", "kiln/bin/kiln",
-        "kiln/lib/libkiln.so.1", "kiln/lib/kiln/plugins/libkiln_sgd.so", "kiln/include/kiln/kiln.h",
+        "kiln/lib/libkiln.so.1", "kiln/lib/libkiln_plot.so", "kiln/lib/kiln/plugins/libkiln_sgd.so", "kiln/include/kiln/kiln.h",
         "kiln/include/kiln/plugin.h", "kiln/lib/cmake/Kiln/KilnConfig.cmake",
         "kiln/lib/pkgconfig/kiln.pc", "kiln/lib/pkgconfig/kiln-sdk.pc"]
 missing = [n for n in need if n not in names]
 assert not missing, f"not in the wheel: {missing}"
 # One libkiln file (a wheel would hold each symbolic link as a copy).
-libs = sorted(n for n in names if n.startswith("kiln/lib/libkiln"))
+libs = sorted(n for n in names if n.startswith("kiln/lib/libkiln."))
 assert libs == ["kiln/lib/libkiln.so.1"], libs
 info = next(n for n in names if n.endswith(".dist-info/METADATA"))
 meta = z.read(info).decode()
@@ -254,6 +254,14 @@ TOML
 kiln run pipeline.toml --metrics metrics.jsonl >run.log 2>&1 || fail "kiln run: $(tail -30 run.log)"
 steps=$(grep -c '"type":"step"' metrics.jsonl || true)
 [ "$steps" = 4 ] || fail "kiln run wrote $steps step records, not 4: $(tail -30 run.log)"
+# Plotting loads libkiln_plot (cairo) from the wheel; `kiln` and libkiln start without cairo's
+# X11 libraries (a slim container has none).
+kiln plot metrics.jsonl --output curves.png >plot.log 2>&1 || fail "kiln plot: $(cat plot.log)"
+[ "$(head -c 4 curves.png | od -An -c | tr -d ' ')" = '211PNG' ] || fail "kiln plot wrote no PNG"
+for f in "$pkg/bin/kiln" "$pkg/lib/libkiln.so.1"; do
+  ! env -u LD_LIBRARY_PATH ldd "$f" | grep -Eq 'lib(X11|cairo)' ||
+    fail "$f loads cairo or libX11 at start: $(env -u LD_LIBRARY_PATH ldd "$f" | grep -E 'X11|cairo')"
+done
 # The README's quickstart file itself, on the small set (the real one is not needed here).
 kiln run "$src/configs/quickstart.toml" --set run.max_steps=3 --set run.device='"cpu"' \
   --set data.root="\"$work/cwd/data\"" --set run.output_dir="\"$work/cwd/runs\"" \
