@@ -29,7 +29,6 @@ namespace {
 
 constexpr uint32_t kAllKinds =
     KILN_TENSORS_PARAMETERS | KILN_TENSORS_BUFFERS | KILN_TENSORS_OPTIMIZER | KILN_TENSORS_AVERAGE;
-constexpr const char* kAveragePrefix = "ema/";  // as a checkpoint's trainer part names them
 constexpr uint32_t kAllLoadFlags = KILN_LOAD_ALLOW_MISSING | KILN_LOAD_ALLOW_UNEXPECTED;
 
 // The model's parameters then buffers, by state_dict name, as a checkpoint saves them.
@@ -78,7 +77,7 @@ std::map<std::string, at::Tensor> load_targets(engine::Trainer& trainer,
   }
   if (const engine::ModelEma* ema = trainer.ema()) {
     for (size_t i = 0; i < ema->names().size(); ++i)
-      targets.emplace(kAveragePrefix + ema->names()[i], ema->average()[i]);
+      targets.emplace(engine::kEmaPrefix + ema->names()[i], ema->average()[i]);
   }
   return targets;
 }
@@ -148,7 +147,7 @@ kiln_status* session_tensors(kiln_session* s, uint32_t kinds, kiln_tensor_list**
                              "average ([ema] decay is 0)");
         }
         for (size_t i = 0; i < ema->names().size(); ++i) {
-          list->names.push_back(kAveragePrefix + ema->names()[i]);
+          list->names.push_back(engine::kEmaPrefix + ema->names()[i]);
           list->tensors.push_back(ema->average()[i]);
         }
       }

@@ -15,6 +15,7 @@
 #include "engine/checkpointer.hpp"
 #include "engine/checks.hpp"
 #include "engine/lr_schedule.hpp"
+#include "engine/model_ema.hpp"
 #include "engine/plan.hpp"
 #include "engine/preflight.hpp"
 #include "engine/run_data.hpp"
@@ -259,10 +260,7 @@ int export_weights(const std::string& from, const std::string& to, const std::st
     io::CheckpointData data = io::read_checkpoint(checkpoint);
     if (ema) {
       // The weights' moving average, under the model's names (engine/model_ema).
-      data.model.clear();
-      for (auto& [name, t] : data.trainer) {
-        if (name.rfind("ema/", 0) == 0) data.model.emplace_back(name.substr(4), t);
-      }
+      data.model = engine::saved_average(data);
       if (data.model.empty()) {
         throw std::runtime_error(checkpoint +
                                  ": --ema: the checkpoint holds no moving average of the weights "

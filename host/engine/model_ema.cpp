@@ -22,6 +22,15 @@ double ema_decay(const config::EmaSettings& s, int64_t step) {
   return std::max(std::min(warm, s.decay), 0.0);  // timm's min_decay defaults to 0
 }
 
+std::vector<std::pair<std::string, at::Tensor>> saved_average(const io::CheckpointData& data) {
+  const std::string prefix = kEmaPrefix;
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  for (const auto& [name, tensor] : data.trainer) {
+    if (name.rfind(prefix, 0) == 0) out.emplace_back(name.substr(prefix.size()), tensor);
+  }
+  return out;
+}
+
 ModelEma::ModelEma(torch::nn::Module& model, const MasterWeights& stepped,
                    const config::EmaSettings& settings)
     : settings_(settings) {
@@ -67,15 +76,13 @@ void ModelEma::update(int64_t step) {
 
 void ModelEma::state(io::CheckpointData& out) const {
   for (size_t i = 0; i < names_.size(); ++i)
-    out.trainer.emplace_back("ema/" + names_[i], average_[i]);
+    out.trainer.emplace_back(kEmaPrefix + names_[i], average_[i]);
 }
 
 void ModelEma::restore(const io::CheckpointData& data) {
   at::NoGradGuard no_grad;
   std::map<std::string, at::Tensor> saved;
-  for (const auto& [name, tensor] : data.trainer) {
-    if (name.rfind("ema/", 0) == 0) saved.emplace(name.substr(4), tensor);
-  }
+  for (auto& [name, tensor] : saved_average(data)) saved.emplace(name, tensor);
   if (saved.empty()) {
     for (size_t i = 0; i < names_.size(); ++i) average_[i].copy_(source_[i]);
     spdlog::info(
@@ -86,10 +93,12 @@ void ModelEma::restore(const io::CheckpointData& data) {
   for (size_t i = 0; i < names_.size(); ++i) {
     const auto it = saved.find(names_[i]);
     if (it == saved.end()) {
-      throw io::CheckpointError("checkpoint has no tensor 'ema/" + names_[i] + "'");
+      throw io::CheckpointError(std::string("checkpoint has no tensor '") + kEmaPrefix + names_[i] +
+                                "'");
     }
     if (it->second.sizes() != average_[i].sizes()) {
-      throw io::CheckpointError("checkpoint tensor 'ema/" + names_[i] + "' has another shape");
+      throw io::CheckpointError(std::string("checkpoint tensor '") + kEmaPrefix + names_[i] +
+                                "' has another shape");
     }
     average_[i].copy_(it->second);
   }

@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "config/settings.hpp"
@@ -21,6 +22,12 @@ class MasterWeights;
 // timm ModelEmaV3.get_decay(step): 0 (a copy) up to step start_step + 1, then `decay`, or with
 // warm-up min(decay, 1 - (1 + k / warmup_gamma)^-warmup_power), k = step - start_step - 1.
 double ema_decay(const config::EmaSettings& settings, int64_t step);
+
+// A checkpoint's trainer part keeps the average as "<kEmaPrefix><name>" (the C API names it so).
+inline constexpr const char* kEmaPrefix = "ema/";
+
+// The average `data` holds, under the model's names, in its order; empty when it holds none.
+std::vector<std::pair<std::string, at::Tensor>> saved_average(const io::CheckpointData& data);
 
 class ModelEma {
  public:
