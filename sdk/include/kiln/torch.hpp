@@ -237,8 +237,13 @@ inline at::Tensor as_tensor(const DLTensor& t) {
                           : at::Device(at::kCPU);
   auto options = at::TensorOptions().dtype(scalar_type_of(t.dtype)).device(device);
   void* data = static_cast<char*>(t.data) + t.byte_offset;
-  return at::from_blob(data, at::IntArrayRef(t.shape, t.ndim), at::IntArrayRef(t.strides, t.ndim),
-                       options);
+  // The device is named, so from_blob need not ask CUDA where the pointer lives: that query costs
+  // a driver call per wrap and refuses the null data of an empty tensor (cuDNN's reserve often is).
+  return at::for_blob(data, at::IntArrayRef(t.shape, t.ndim))
+      .strides(at::IntArrayRef(t.strides, t.ndim))
+      .options(options)
+      .target_device(device)
+      .make_tensor();
 }
 
 // Whether `v` has the dtype, device, shape and strides `t` describes (its memory is not compared).
