@@ -117,6 +117,19 @@ for entry in "${PHASES[@]}"; do
   case "${entry%%|*}" in cuda | suite) NEEDS_TREE=1 ;; esac
 done
 
+# The device tool brings back at most 8 files from $OUT: past that, the logs go into one
+# $OUT/logs.tgz so that traces and inductor caches still come back (the sixth GPU run lost
+# profile256's log and traces to the count).
+bundle_logs() {
+  [ -n "${OUT:-}" ] || return 0
+  local count
+  count=$(find "$OUTDIR" -type f | wc -l)
+  [ "$count" -le 8 ] && return 0
+  (cd "$OUTDIR" && tar czf logs.tgz ./*.log && rm -f ./*.log) &&
+    echo "device_check: $count files in \$OUT, more than the 8 that come back: the logs are in \$OUT/logs.tgz"
+}
+trap bundle_logs EXIT
+
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUTDIR/gpu.txt"
 if [ -n "$PREBUILT" ]; then
