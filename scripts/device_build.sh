@@ -4,7 +4,9 @@
 #
 #   scripts/device_build.sh fetch               HERE (Debian 12, network): apt-get download the
 #                                               .debs below into .devkit/debs (git-ignored;
-#                                               carry `.devkit` in the device call)
+#                                               carry `.devkit` in the device call), and copy
+#                                               Fashion-MNIST into .devdata (the precision
+#                                               phase's call carries it)
 #   scripts/device_build.sh build [BUILD_DIR]   THERE: dpkg -x the .debs into $KILN_DEPS_PREFIX
 #                                               (default /tmp/kiln-deps, never /), configure
 #                                               (Ninja, RelWithDebInfo as the release preset,
@@ -138,6 +140,7 @@ fetch() {
   total=$(cat "$DEBS"/*.deb | wc -c)
   note "$(ls "$DEBS"/*.deb | wc -l) .debs, $((total / 1024)) KiB total, in $DEBS"
   fetch_pylib
+  fetch_data
   note "carry '.devkit' in the device call; there: scripts/device_build.sh build && scripts/device_build.sh test"
 }
 
@@ -158,6 +161,19 @@ fetch_pylib() {
     --implementation py --abi none --platform any --python-version 3.10 "${specs[@]}" ||
     die "cannot download ${specs[*]} from PyPI"
   note "pylib: ${specs[*]} in .devkit/pylib"
+}
+
+# Fashion-MNIST for bench/precision.py (device_check.sh's `precision` phase), beside .devkit and
+# not in it: with it .devkit would pass the 64 MiB a device call carries.
+fetch_data() {
+  local src=/usr/share/datasets/fashion-mnist
+  if ! ls "$src"/*-ubyte.gz >/dev/null 2>&1; then
+    note "warning: no Fashion-MNIST in $src (Debian's dataset-fashion-mnist): no .devdata"
+    return 0
+  fi
+  mkdir -p "$ROOT/.devdata/fashion-mnist"
+  cp -u "$src"/*-ubyte.gz "$ROOT/.devdata/fashion-mnist/"
+  note "Fashion-MNIST in .devdata/fashion-mnist (for the precision phase)"
 }
 
 # ---------------------------------------------------------------------------------------------

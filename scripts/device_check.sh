@@ -37,6 +37,11 @@
 #             Kiln's and PyTorch's ResNet-50 AMP step at batch 256 traced (run.profile_steps and
 #             torch.profiler, 3 steps each, into $OUT/traces as .json.gz), then bench/trace_diff.py:
 #             the kernels whose time differs most, per step (where Kiln's longer step goes)
+#   precision bench/precision.py --device cuda, the small resnet on Fashion-MNIST in each precision
+#             mode (fp32, tf32, amp, O2, O3), Kiln against PyTorch, one run each. It reads
+#             .devdata/fashion-mnist (30 MiB, which `fetch` copies there): the call carries
+#             .devkit/debs, .devkit/prebuilt and .devdata, since with .devkit/pylib the tree
+#             would pass the tool's 64 MiB
 #   suite     the whole suite, ctest -j16 (over 7 minutes on an H200 machine's 16 cores)
 # An autotune phase cut off by the call's limit also leaves its inductor cache in
 # $OUT/inductor-<phase>.tgz (when it packs into 16 MiB, what a call can carry beside .devkit). Moved here into .devkit/, the next session's
@@ -76,13 +81,14 @@ PHASES=(
   "gpu32|130|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 32 --steps 120 --warmup 30 --repeats 1 --settle 0.2"
   "graphs|120|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 1,2 --modes amp,amp_graph --steps 300 --warmup 50 --repeats 1 --settle 0.2"
   "gpu256|150|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --steps 60 --warmup 20 --repeats 1 --samples 4096 --settle 0.2 --workers 12"
-  "nccl|100|${X[*]} python3 bench/nccl_world1.py --kiln $K --batch 64 --steps 80 --warmup 20 --repeats 2"
+  "nccl|140|${X[*]} python3 bench/nccl_world1.py --kiln $K --batch 64 --steps 80 --warmup 20 --repeats 3"
   "memory|90|${X[*]} python3 bench/memory.py --device cuda --kiln $K --repeats 1"
   "compile32|200|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 32 --modes amp,amp_graph --torch-compile default --steps 120 --warmup 30 --repeats 1 --settle 0.2"
   "compile256|220|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --modes amp,amp_graph --torch-compile default --steps 60 --warmup 20 --repeats 1 --samples 2048 --settle 0.2 --workers 12"
   "autotune32|420|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 32 --modes amp,amp_graph --torch-compile max-autotune --compiled-first --steps 120 --warmup 30 --repeats 1 --settle 0.2 --compile-cache $B/inductor-autotune32"
   "autotune256|480|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --modes amp,amp_graph --torch-compile max-autotune --compiled-first --steps 60 --warmup 20 --repeats 1 --samples 2048 --settle 0.2 --workers 12 --compile-cache $B/inductor-autotune256"
   "profile256|150|${X[*]} python3 bench/gpu_throughput.py --device cuda --kiln $K --batches 256 --modes amp --steps 16 --warmup 10 --repeats 1 --samples 2048 --settle 0.2 --workers 12 --profile $OUTDIR/traces && python3 bench/trace_diff.py $OUTDIR/traces/rep0-b256-amp-kiln.json.gz $OUTDIR/traces/rep0-b256-amp-torch.json.gz --labels Kiln,PyTorch --top 30"
+  "precision|150|[ -d .devdata/fashion-mnist ] || { echo 'precision: no .devdata/fashion-mnist (scripts/device_build.sh fetch puts it there; carry .devkit/debs, .devkit/prebuilt and .devdata, not the whole .devkit: 64 MiB)'; exit 2; } && ${X[*]} python3 bench/precision.py --device cuda --kiln $K --data-root $ROOT/.devdata/fashion-mnist --cases resnet --steps 300 --warmup 30 --repeats 1 --settle 0.2"
   "suite|300|scripts/device_build.sh test -j16 --timeout 300"
 )
 
