@@ -8,6 +8,8 @@
 #include <c10/cuda/CUDAStream.h>
 #include <spdlog/spdlog.h>
 
+#include <stdexcept>
+#include <string>
 #include <string_view>
 
 #include "dist/process_group.hpp"
@@ -119,6 +121,24 @@ int32_t world_size(kiln_call_context* ctx) {
   return g != nullptr ? g->world_size() : 1;
 }
 
+// A plugin's tensor for a collective. kiln::as_tensor trusts a DLTensor's device; here the
+// driver is asked where CUDA memory lives (one query per collective, small beside it), because a
+// host pointer marked CUDA would otherwise fault inside NCCL, asynchronously, and take the
+// process with it.
+at::Tensor collective_tensor(const DLTensor& t) {
+  at::Tensor v = kiln::as_tensor(t);
+  if (!v.is_cuda() || v.numel() == 0) return v;
+  std::string where;
+  try {
+    const c10::Device device = at::globalContext().getDeviceFromPtr(t.data, c10::kCUDA);
+    if (device == v.device()) return v;
+    where = "on " + device.str();
+  } catch (const c10::Error&) {
+    where = "host memory, not registered with CUDA";
+  }
+  throw std::invalid_argument("a tensor marked " + v.device().str() + " whose memory is " + where);
+}
+
 // Collectives run on the call's c10d process group; without one (a single process) reductions
 // and broadcasts are the identity and allgather is a copy.
 kiln_status* allreduce(kiln_call_context* ctx, DLTensor* inout, int32_t op) {
@@ -133,10 +153,12 @@ kiln_status* allreduce(kiln_call_context* ctx, DLTensor* inout, int32_t op) {
                          ("allreduce: unknown reduction " + std::to_string(op)).c_str());
     }
     if (dist::ProcessGroup* g = group_of(ctx)) {
-      at::Tensor t = kiln::as_tensor(*inout);
+      at::Tensor t = collective_tensor(*inout);
       g->allreduce(t, name);
     }
     return nullptr;
+  } catch (const std::invalid_argument& e) {
+    return make_status(KILN_ERR_INVALID_ARGUMENT, (std::string("allreduce: ") + e.what()).c_str());
   } catch (const std::exception& e) {
     return make_status(KILN_ERR_INTERNAL, (std::string("allreduce: ") + e.what()).c_str());
   }
@@ -150,10 +172,12 @@ kiln_status* broadcast(kiln_call_context* ctx, DLTensor* inout, int32_t root) {
                          ("broadcast: root " + std::to_string(root) + " is not a rank").c_str());
     }
     if (dist::ProcessGroup* g = group_of(ctx)) {
-      at::Tensor t = kiln::as_tensor(*inout);
+      at::Tensor t = collective_tensor(*inout);
       g->broadcast(t, root);
     }
     return nullptr;
+  } catch (const std::invalid_argument& e) {
+    return make_status(KILN_ERR_INVALID_ARGUMENT, (std::string("broadcast: ") + e.what()).c_str());
   } catch (const std::exception& e) {
     return make_status(KILN_ERR_INTERNAL, (std::string("broadcast: ") + e.what()).c_str());
   }
@@ -164,8 +188,8 @@ kiln_status* allgather(kiln_call_context* ctx, const DLTensor* in, DLTensor* out
     if (in == nullptr || out == nullptr) {
       return make_status(KILN_ERR_INVALID_ARGUMENT, "allgather: NULL tensor");
     }
-    at::Tensor src = kiln::as_tensor(*in);
-    at::Tensor dst = kiln::as_tensor(*out);
+    at::Tensor src = collective_tensor(*in);
+    at::Tensor dst = collective_tensor(*out);
     if (dst.numel() != src.numel() * world_size(ctx)) {
       return make_status(KILN_ERR_INVALID_ARGUMENT,
                          ("allgather: output has " + std::to_string(dst.numel()) +
@@ -178,6 +202,8 @@ kiln_status* allgather(kiln_call_context* ctx, const DLTensor* in, DLTensor* out
       dst.copy_(src.reshape(dst.sizes()));
     }
     return nullptr;
+  } catch (const std::invalid_argument& e) {
+    return make_status(KILN_ERR_INVALID_ARGUMENT, (std::string("allgather: ") + e.what()).c_str());
   } catch (const std::exception& e) {
     return make_status(KILN_ERR_INTERNAL, (std::string("allgather: ") + e.what()).c_str());
   }

@@ -98,6 +98,15 @@ TEST(Collectives, OneNcclRankTakesCpuAndCudaTensorsCuda) {
   at::Tensor on_device = at::full({4}, 3.0f, at::TensorOptions().device(at::kCUDA));
   group.allreduce(on_device, "sum");
   EXPECT_TRUE(at::equal(on_device.cpu(), at::full({4}, 3.0f)));
+
+  // A plugin's host memory marked CUDA is refused before NCCL sees it (it would fault there).
+  at::Tensor host_memory = at::full({4}, 1.0f);
+  DLTensor mislabelled = kiln::as_dltensor(host_memory);
+  mislabelled.device = {kDLCUDA, 0};
+  kiln_status* refused = host()->allreduce(&ctx, &mislabelled, KILN_REDUCE_SUM);
+  EXPECT_EQ(kiln::plugin::status_code(refused), KILN_ERR_INVALID_ARGUMENT);
+  EXPECT_NE(kiln::plugin::take_message(refused).find("host memory"), std::string::npos);
+  EXPECT_TRUE(at::equal(host_memory, at::full({4}, 1.0f)));
 }
 
 TEST(Collectives, SingleProcessIsTheIdentityAndChecksArguments) {
