@@ -76,8 +76,7 @@ std::map<std::string, at::Tensor> load_targets(engine::Trainer& trainer,
     order.push_back(name);
   }
   if (const engine::ModelEma* ema = trainer.ema()) {
-    for (size_t i = 0; i < ema->names().size(); ++i)
-      targets.emplace(engine::kEmaPrefix + ema->names()[i], ema->average()[i]);
+    for (auto& [name, tensor] : ema->named()) targets.emplace(name, tensor);
   }
   return targets;
 }
@@ -146,9 +145,9 @@ kiln_status* session_tensors(kiln_session* s, uint32_t kinds, kiln_tensor_list**
                              "session_tensors: KILN_TENSORS_AVERAGE, but the pipeline keeps no "
                              "average ([ema] decay is 0)");
         }
-        for (size_t i = 0; i < ema->names().size(); ++i) {
-          list->names.push_back(engine::kEmaPrefix + ema->names()[i]);
-          list->tensors.push_back(ema->average()[i]);
+        for (auto& [name, tensor] : ema->named()) {
+          list->names.push_back(name);
+          list->tensors.push_back(tensor);
         }
       }
       *out = list.release();

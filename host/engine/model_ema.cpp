@@ -74,9 +74,15 @@ void ModelEma::update(int64_t step) {
   if (!copy_average_.empty()) at::_foreach_copy_(copy_average_, copy_source_);
 }
 
+std::vector<std::pair<std::string, at::Tensor>> ModelEma::named() const {
+  std::vector<std::pair<std::string, at::Tensor>> out;
+  out.reserve(names_.size());
+  for (size_t i = 0; i < names_.size(); ++i) out.emplace_back(kEmaPrefix + names_[i], average_[i]);
+  return out;
+}
+
 void ModelEma::state(io::CheckpointData& out) const {
-  for (size_t i = 0; i < names_.size(); ++i)
-    out.trainer.emplace_back(kEmaPrefix + names_[i], average_[i]);
+  for (auto& entry : named()) out.trainer.push_back(std::move(entry));
 }
 
 void ModelEma::restore(const io::CheckpointData& data) {

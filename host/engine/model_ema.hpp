@@ -48,10 +48,9 @@ class ModelEma {
   // io::CheckpointError when only some names are there or a shape differs.
   void restore(const io::CheckpointData& data);
 
-  // The model's parameter and buffer names, and the average's live tensors in that order (the
-  // C API hands them out; a write into one changes the average).
-  const std::vector<std::string>& names() const { return names_; }
-  const std::vector<at::Tensor>& average() const { return average_; }
+  // The average's live tensors under the checkpoint's names ("<kEmaPrefix><name>"), in the
+  // model's order: what state() saves and the C API hands out (a write into one changes it).
+  std::vector<std::pair<std::string, at::Tensor>> named() const;
 
   // Runs `f` with the average in the model and puts the trained weights back after, also when
   // `f` throws.
