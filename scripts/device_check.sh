@@ -44,9 +44,10 @@
 #             would pass the tool's 64 MiB
 #   suite     the whole suite, ctest -j16 (over 7 minutes on an H200 machine's 16 cores)
 # An autotune phase cut off by the call's limit also leaves its inductor cache in
-# $OUT/inductor-<phase>.tgz (when it packs into 16 MiB, what a call can carry beside .devkit). Moved here into .devkit/, the next session's
-# call carries it, and the phase resumes the compile from it on a card of the same kind (inductor
-# keys its autotuning results by device), instead of starting cold again.
+# $OUT/inductor-<phase>.tgz (whole when it packs into 16 MiB, what a call can carry beside
+# .devkit, else its autotuning results alone: keep_inductor_cache). Moved here into .devkit/,
+# the next session's call carries it, and the phase resumes the compile from it on a card of the
+# same kind (inductor keys its autotuning results by device), instead of starting cold again.
 # KILN_CHECK_PHASES="build cuda gpu256 ..." runs only those, in that order (a session with less
 # device time puts first what has not been measured yet). KILN_CHECK_FORCE=1 starts a phase even
 # when its estimate exceeds what is left: for an autotune phase cut off once, whose compile resumes
@@ -136,6 +137,28 @@ bundle_logs() {
 }
 trap bundle_logs EXIT
 
+# An autotune phase cut off: its inductor cache into $OUT/inductor-<phase>.tgz, for .devkit/. The
+# tree a call carries is at most 64 MiB, and .devkit already holds about 40, so past 16 MiB only
+# the autotuning results go: the timings of every choice per operator (cache/, one JSON file per
+# device) and the pointwise kernels' best configs (*.best_config). With them the next compile
+# benchmarks nothing it has timed and compiles only the winners (checked on a CPU max-autotune
+# compile: no "autotune" lines with cache/ alone, 11 without).
+keep_inductor_cache() {
+  local name=$1 saved="$OUTDIR/inductor-$1.tgz"
+  tar czf "$saved" -C "$B" "inductor-$name"
+  if [ "$(du -m "$saved" | cut -f1)" -gt 16 ]; then
+    echo "== $name: its inductor cache, $(du -m "$saved" | cut -f1) MiB packed, is too big to carry: keeping its autotuning results alone"
+    (cd "$B" && find "inductor-$name" -type f \( -path "inductor-$name/cache/*" -o -name '*.best_config' \) |
+      tar czf "$saved" -T -)
+  fi
+  if [ "$(du -m "$saved" | cut -f1)" -le 16 ]; then
+    echo "== $name: its inductor cache is in \$OUT/inductor-$name.tgz; put it in .devkit/ for the next GPU"
+  else
+    echo "== $name: even its autotuning results, $(du -m "$saved" | cut -f1) MiB packed, are too big to carry"
+    rm -f "$saved"
+  fi
+}
+
 export PYTHONUNBUFFERED=1
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>&1 | tee "$OUTDIR/gpu.txt"
 if [ -n "$PREBUILT" ]; then
@@ -170,17 +193,7 @@ for entry in "${PHASES[@]}"; do
   # A test phase is done once it ran: its failures are in its log, and running it again would
   # not change them.
   if [ $rc -eq 0 ] || [ "$name" = cuda ] || [ "$name" = suite ]; then touch "$DONE/$name"; fi
-  if [[ $name == autotune* && $rc -ne 0 && -d $cache ]]; then
-    saved="$OUTDIR/inductor-$name.tgz"
-    tar czf "$saved" -C "$B" "inductor-$name"
-    # The tree a call carries is at most 64 MiB, and .devkit already holds about 40.
-    if [ "$(du -m "$saved" | cut -f1)" -le 16 ]; then
-      echo "== $name: its inductor cache is in \$OUT/inductor-$name.tgz; put it in .devkit/ for the next GPU"
-    else
-      echo "== $name: its inductor cache, $(du -m "$saved" | cut -f1) MiB packed, is too big to carry"
-      rm -f "$saved"
-    fi
-  fi
+  if [[ $name == autotune* && $rc -ne 0 && -d $cache ]]; then keep_inductor_cache "$name"; fi
   if [ "$name" = build ] && [ $rc -ne 0 ]; then echo "== the build failed; stopping"; exit 1; fi
 done
 echo "== all phases done in $((SECONDS - START))s"
