@@ -157,8 +157,10 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     at::Tensor kept = saves == KILN_NORM_SAVE_OUTPUT    ? output
                       : saves == KILN_NORM_SAVE_NOTHING ? at::Tensor()
                                                         : input;
+    // The output beside the input (ABI 1.12): what an activation's own backward would have kept.
+    at::Tensor kept_output = saves == KILN_NORM_SAVE_INPUT_AND_OUTPUT ? output : at::Tensor();
     if (overwrite) ctx->mark_dirty({input});
-    ctx->save_for_backward({kept, weight, bias, save_mean, save_invstd, reserve});
+    ctx->save_for_backward({kept, weight, bias, save_mean, save_invstd, reserve, kept_output});
     ctx->saved_data["layer"] = reinterpret_cast<int64_t>(layer);
     ctx->saved_data["training"] = training;
     return output;
@@ -196,6 +198,8 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     DLTensor sm = kiln::as_dltensor(saved[3]), si = kiln::as_dltensor(saved[4]);
     const at::Tensor& reserve = saved[5];
     DLTensor r = reserve.defined() ? kiln::as_dltensor(reserve) : DLTensor{};
+    const at::Tensor& kept_output = saved[6];
+    DLTensor so = kept_output.defined() ? kiln::as_dltensor(kept_output) : DLTensor{};
     DLTensor gi = slot(grad_input, grad_output);
     DLTensor gw = want_weight ? slot(grad_weight, weight) : DLTensor{};
     DLTensor gb = want_bias ? slot(grad_bias, bias) : DLTensor{};
@@ -216,6 +220,7 @@ struct NormFunction : public torch::autograd::Function<NormFunction> {
     args.grad_bias = want_bias ? &gb : nullptr;
     args.stream = host_api()->current_stream(go.device);
     args.reserve = reserve.defined() ? &r : nullptr;
+    args.saved_output = kept_output.defined() ? &so : nullptr;
     if (hand_over) {
       args.grad_input_result = &results[0];
       args.grad_weight_result = want_weight ? &results[1] : nullptr;
@@ -274,6 +279,7 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
                 "norm '" + name_ + "' refused a layer of " + std::to_string(request.num_features) +
                     " features",
                 "norm");
+  refuse_unknown_saves();
   const int64_t c = request.num_features;
   if (layout_.affine && layout_.frozen) {
     // Fixed affine (FrozenBatchNorm): kept and checkpointed, never handed to an optimizer.
@@ -305,6 +311,22 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
     }
     window_ = std::move(window);
   }
+}
+
+void PluginNormLayer::refuse_unknown_saves() {
+  const int32_t saves = layout_.saves;
+  std::string reason;
+  if (saves < 0 || saves > KILN_NORM_SAVE_INPUT_AND_OUTPUT) {
+    reason = "asks the host to save " + std::to_string(saves) +
+             " for its backward, which is no KILN_NORM_SAVE_* value (kiln/norm.h)";
+  } else if (saves == KILN_NORM_SAVE_INPUT_AND_OUTPUT && layout_.in_place != 0) {
+    reason = "asks the host to save its input and its output, but writes the output over the input";
+  }
+  if (reason.empty()) return;
+  // No destructor runs for a constructor that throws.
+  call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
+  instance_ = nullptr;
+  throw ComponentError(KILN_ERR_INTERNAL, "norm '" + name_ + "' (" + library_ + ") " + reason);
 }
 
 NormWindow* PluginNormLayer::reporting_window() const {

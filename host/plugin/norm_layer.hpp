@@ -55,6 +55,9 @@ class PluginNormLayer : public kiln::NormLayer {
   at::Tensor running_mean, running_var;  // undefined without running stats
 
  private:
+  // A layout.saves the host cannot honour, refused (the instance destroyed) before anything runs.
+  void refuse_unknown_saves();
+
   std::string name_;
   std::string library_;
   const kiln_norm_vtable* vtable_;

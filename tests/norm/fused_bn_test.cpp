@@ -199,8 +199,10 @@ TEST(FusedBatchNorm, ThreadCountDoesNotChangeTheResultBeyondRounding) {
   EXPECT_LE(largest(out[2] - out[0]), 1e-5);
 }
 
-// A layer built for a CUDA run leaves the activation to the host (ATen's kernels and cuDNN take
-// the batch norm there); given CPU tensors anyway, it still computes the same as torch.
+// A layer built for a CUDA run leaves the activation to the host where cuDNN's fused batch norm +
+// ReLU could never take it (no affine parameters here; ATen's kernels and cuDNN's plain ones take
+// the batch norm there); given CPU tensors anyway, it still computes the same as torch. An affine
+// one applies the ReLU itself: norm_layer_test's ACudaReluLayerOffCudnnsFusedRouteMatchesTorch.
 TEST(FusedBatchNorm, ALayerForACudaRunLeavesTheActivationToTheHost) {
   at::manual_seed(4);
   kiln_norm_request request{sizeof(kiln_norm_request), 5, KILN_ACT_RELU, 0, 0.0};

@@ -7,7 +7,11 @@
  *   backward  dx = w invstd (dy - mean(dy) - x̂ mean(dy x̂)) in training, w invstd dy in evaluation;
  *             dw = Σ dy x̂, db = Σ dy.
  * c_bn_live_reserves() counts the reserves not yet released, for the tests. A host older than
- * 1.11 has no slot for the reserve: create refuses it. */
+ * 1.11 has no slot for the reserve: create refuses it.
+ * With the option relu = true and a model asking for a ReLU, the layer applies the ReLU itself
+ * and keeps no reserve: it asks the host to keep its input and its output (ABI 1.12,
+ * KILN_NORM_SAVE_INPUT_AND_OUTPUT), and its backward recomputes x̂ from the input and the saved
+ * statistics and takes the ReLU's mask from the output (kiln_norm_backward_args.saved_output). */
 #include <math.h>
 #include <stdlib.h>
 
@@ -19,6 +23,7 @@ typedef struct c_bn {
   int64_t channels;
   double momentum;
   double eps;
+  int relu; /* applies the model's ReLU; input and output kept by the host */
 } c_bn;
 
 static int live_reserves = 0;
@@ -111,10 +116,17 @@ static kiln_status* bn_create(const kiln_host_api* host, const kiln_options* opt
   bn->channels = setup->num_features;
   bn->momentum = kiln_options_float(options, "momentum", 0.1);
   bn->eps = kiln_options_float(options, "eps", 1e-5);
+  bn->relu = kiln_options_bool(options, "relu", 0) != 0 && setup->activation == KILN_ACT_RELU;
+  if (bn->relu && host->abi_minor < 12) {
+    free(bn);
+    return invalid(host,
+                   "c_bn: relu = true has the host keep input and output, which needs a host of "
+                   "ABI 1.12 or later");
+  }
   layout->affine = 1;
   layout->running_stats = 1;
-  layout->saves = KILN_NORM_SAVE_NOTHING;
-  layout->fused_activation = 0;
+  layout->saves = bn->relu ? KILN_NORM_SAVE_INPUT_AND_OUTPUT : KILN_NORM_SAVE_NOTHING;
+  layout->fused_activation = bn->relu;
   *out = bn;
   return NULL;
 }
@@ -135,20 +147,22 @@ static kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
   if (x->ndim < 2 || channels != bn->channels || !is_f32_cpu(x) || !is_f32_cpu(args->output)) {
     return invalid(bn->host, "c_bn: expects float32 CPU input of N x num_features x ...");
   }
-  if (!KILN_HAS_FIELD(args, kiln_norm_forward_args, reserve_result) ||
-      args->reserve_result == NULL) {
+  if (!bn->relu && (!KILN_HAS_FIELD(args, kiln_norm_forward_args, reserve_result) ||
+                    args->reserve_result == NULL)) {
     return invalid(bn->host, "c_bn: the host gave no reserve_result slot");
   }
   if (args->training != 0 && KILN_HAS_FIELD(args, kiln_norm_forward_args, batch_stats)) {
     report = args->batch_stats;
   }
-  r = new_reserve(n, channels, s);
-  if (r == NULL) return bn->host->make_status(KILN_ERR_OUT_OF_MEMORY, "c_bn: out of memory");
+  r = bn->relu ? NULL : new_reserve(n, channels, s);
+  if (!bn->relu && r == NULL) {
+    return bn->host->make_status(KILN_ERR_OUT_OF_MEMORY, "c_bn: out of memory");
+  }
   for (c = 0; c < channels; ++c) {
     double mean = 0.0, var = 0.0, invstd;
     const float w = args->weight != NULL ? *vec(args->weight, c) : 1.0F;
     const float b = args->bias != NULL ? *vec(args->bias, c) : 0.0F;
-    float* xhat = (float*)r->managed.dl_tensor.data;
+    float* xhat = r != NULL ? (float*)r->managed.dl_tensor.data : NULL;
     if (batch) {
       for (i = 0; i < n; ++i) {
         for (j = 0; j < s; ++j) mean += *at(x, i, c, j);
@@ -169,8 +183,9 @@ static kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
     for (i = 0; i < n; ++i) {
       for (j = 0; j < s; ++j) {
         const float h = (float)((*at(x, i, c, j) - mean) * invstd);
-        xhat[(i * channels + c) * s + j] = h;
-        *at(args->output, i, c, j) = h * w + b;
+        const float out = h * w + b;
+        if (xhat != NULL) xhat[(i * channels + c) * s + j] = h;
+        *at(args->output, i, c, j) = bn->relu && out < 0.0F ? 0.0F : out;
       }
     }
     *vec(args->save_mean, c) = (float)mean;
@@ -193,8 +208,24 @@ static kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
     report->momentum = bn->momentum;
     report->reported = 1;
   }
-  *args->reserve_result = &r->managed;
+  if (r != NULL) *args->reserve_result = &r->managed;
   return NULL;
+}
+
+/* x̂ at (i, c, j): from the reserve, or recomputed from the kept input and the saved statistics as
+ * the forward computed it. */
+static double xhat_at(const kiln_norm_backward_args* args, const float* reserve, int64_t i,
+                      int64_t c, int64_t j, int64_t channels, int64_t s) {
+  if (reserve != NULL) return reserve[(i * channels + c) * s + j];
+  return (float)((*at(args->saved, i, c, j) - *vec(args->save_mean, c)) *
+                 (double)*vec(args->save_invstd, c));
+}
+
+/* dy at (i, c, j), through the layer's ReLU where it applies one: zero where the output is. */
+static double dy_at(const c_bn* bn, const kiln_norm_backward_args* args, int64_t i, int64_t c,
+                    int64_t j) {
+  if (bn->relu && *at(args->saved_output, i, c, j) <= 0.0F) return 0.0;
+  return *at(args->grad_output, i, c, j);
 }
 
 static kiln_status* bn_backward(void* instance, kiln_call_context* ctx,
@@ -203,34 +234,39 @@ static kiln_status* bn_backward(void* instance, kiln_call_context* ctx,
   const DLTensor* dy = args->grad_output;
   const int64_t n = dy->shape[0], channels = dy->shape[1], s = spatial(dy);
   const double count = (double)(n * s);
-  const float* xhat;
+  const float* xhat = NULL;
   int64_t c, i, j;
   (void)ctx;
-  if (!KILN_HAS_FIELD(args, kiln_norm_backward_args, reserve) || args->reserve == NULL) {
+  if (bn->relu) {
+    if (!KILN_HAS_FIELD(args, kiln_norm_backward_args, saved_output) || args->saved == NULL ||
+        args->saved_output == NULL || !is_f32_cpu(args->saved) || !is_f32_cpu(args->saved_output)) {
+      return invalid(bn->host, "c_bn: backward was not lent the forward's input and output");
+    }
+  } else if (!KILN_HAS_FIELD(args, kiln_norm_backward_args, reserve) || args->reserve == NULL) {
     return invalid(bn->host, "c_bn: backward was lent no reserve");
-  }
-  if (args->reserve->shape[0] * args->reserve->shape[1] * args->reserve->shape[2] !=
-      n * channels * s) {
+  } else if (args->reserve->shape[0] * args->reserve->shape[1] * args->reserve->shape[2] !=
+             n * channels * s) {
     return invalid(bn->host, "c_bn: the reserve lent back is not the forward's");
+  } else {
+    xhat = (const float*)args->reserve->data;
   }
-  xhat = (const float*)args->reserve->data;
   for (c = 0; c < channels; ++c) {
     double sum_dy = 0.0, sum_dy_xhat = 0.0;
     const double w = args->weight != NULL ? *vec(args->weight, c) : 1.0;
     const double scale = w * *vec(args->save_invstd, c);
     for (i = 0; i < n; ++i) {
       for (j = 0; j < s; ++j) {
-        const double g = *at(dy, i, c, j);
+        const double g = dy_at(bn, args, i, c, j);
         sum_dy += g;
-        sum_dy_xhat += g * xhat[(i * channels + c) * s + j];
+        sum_dy_xhat += g * xhat_at(args, xhat, i, c, j, channels, s);
       }
     }
     if (args->grad_input != NULL) {
       for (i = 0; i < n; ++i) {
         for (j = 0; j < s; ++j) {
-          double g = *at(dy, i, c, j);
+          double g = dy_at(bn, args, i, c, j);
           if (args->training != 0) {
-            g -= (sum_dy + xhat[(i * channels + c) * s + j] * sum_dy_xhat) / count;
+            g -= (sum_dy + xhat_at(args, xhat, i, c, j, channels, s) * sum_dy_xhat) / count;
           }
           *at(args->grad_input, i, c, j) = (float)(scale * g);
         }
@@ -247,6 +283,8 @@ static const kiln_norm_vtable vtable =
 static const kiln_option_spec options[] = {
     KILN_OPTION_RANGE_INIT("momentum", KILN_OPT_FLOAT, 0.0, 1.0, "0.1", "running-stat weight"),
     KILN_OPTION_MIN_INIT("eps", KILN_OPT_FLOAT, 0.0, "1e-5", "added to the variance"),
+    KILN_OPTION_INIT("relu", KILN_OPT_BOOL, "false",
+                     "apply the model's ReLU, the host keeping input and output (ABI 1.12)"),
 };
 static const kiln_capabilities caps =
     KILN_CAPABILITIES_INIT(KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32);

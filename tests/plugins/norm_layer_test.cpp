@@ -324,6 +324,8 @@ bool g_store_reserve = true;
 bool g_reserve_fails = false;
 bool g_backward_lent = false;
 std::vector<float> g_lent;
+at::ScalarType g_lent_type = at::ScalarType::Undefined;  // the lent reserve's dtype
+bool g_output_lent = false;  // backward was lent the forward's output (ABI 1.12)
 
 kiln_status* reserving_forward(void* instance, kiln_call_context* ctx,
                                const kiln_norm_forward_args* args) {
@@ -345,6 +347,10 @@ kiln_status* lent_backward(void* instance, kiln_call_context* ctx,
   EXPECT_TRUE(KILN_HAS_FIELD(args, kiln_norm_backward_args, reserve));
   g_lent.clear();
   g_backward_lent = args->reserve != nullptr;
+  g_lent_type = args->reserve != nullptr ? kiln::as_tensor(*args->reserve).scalar_type()
+                                         : at::ScalarType::Undefined;
+  g_output_lent =
+      KILN_HAS_FIELD(args, kiln_norm_backward_args, saved_output) && args->saved_output != nullptr;
   if (g_store_reserve && args->reserve != nullptr) {
     const at::Tensor lent = kiln::as_tensor(*args->reserve);
     g_lent.assign(lent.data_ptr<float>(), lent.data_ptr<float>() + lent.numel());
@@ -418,6 +424,7 @@ struct CudaCase {
   std::vector<int64_t> shape;
   at::ScalarType dtype;
   bool channels_last;
+  int32_t activation = KILN_ACT_NONE;
 };
 
 class NormLayerOnCuda : public ::testing::TestWithParam<CudaCase> {};
@@ -430,10 +437,17 @@ TEST_P(NormLayerOnCuda, TakesTorchsBackendAndMatchesIt) {
   ReservingBatchNorm wrapped;
   g_store_reserve = false;
   g_reserve_fails = false;
-  kiln_norm_request request{sizeof(kiln_norm_request), channels, KILN_ACT_NONE, 0, 0.0};
+  kiln_norm_request request{sizeof(kiln_norm_request), channels, c.activation, 0, 0.0};
   kiln::plugin::PluginNormLayer layer(wrapped.component, options(0.1, 1e-5), request, 1, nullptr,
                                       nullptr, c10::kCUDA);
   layer.to(cuda);
+  // With a ReLU the layer applies it and keeps its output for the backward (ABI 1.12); on half
+  // channels-last data in cuDNN's fused kernels (an int8 reserve), else after the plain route
+  // (ATen's uint8 reserve), the mask read from the kept output.
+  const bool relu = c.activation == KILN_ACT_RELU;
+  const bool fused = relu && c.dtype == at::kHalf && c.channels_last;
+  EXPECT_EQ(layer.layout().fused_activation, relu ? 1 : 0);
+  EXPECT_EQ(layer.layout().saves, relu ? KILN_NORM_SAVE_INPUT_AND_OUTPUT : KILN_NORM_SAVE_INPUT);
   at::manual_seed(11);
   const auto f32 = at::TensorOptions().device(cuda).dtype(at::kFloat);
   TorchTwin twin(layer, channels, f32);
@@ -452,6 +466,7 @@ TEST_P(NormLayerOnCuda, TakesTorchsBackendAndMatchesIt) {
     at::Tensor x_ref = x.clone().requires_grad_();
     at::Tensor x_k = x.clone().requires_grad_();
     at::Tensor y_ref = twin.forward(x_ref, true, /*cudnn=*/true);
+    if (relu) y_ref = at::relu(y_ref);
     at::Tensor y_k = layer.forward(x_k);
     EXPECT_EQ(y_k.scalar_type(), c.dtype);
     EXPECT_EQ(y_k.strides(), x.strides());
@@ -460,6 +475,8 @@ TEST_P(NormLayerOnCuda, TakesTorchsBackendAndMatchesIt) {
     y_ref.backward(g);
     y_k.backward(g);
     EXPECT_TRUE(g_backward_lent) << "the forward took cuDNN and handed its reserve over";
+    EXPECT_EQ(g_lent_type, fused ? at::kChar : at::kByte) << "cuDNN's fused route, or the plain";
+    EXPECT_EQ(g_output_lent, relu);
     expect_close(x_k.grad().to(at::kFloat).cpu(), x_ref.grad().to(at::kFloat).cpu(), tol,
                  "grad input");
     const at::Tensor per_channel = x.to(at::kDouble).cpu().transpose(0, 1).reshape({channels, -1});
@@ -474,8 +491,11 @@ TEST_P(NormLayerOnCuda, TakesTorchsBackendAndMatchesIt) {
 
 INSTANTIATE_TEST_SUITE_P(
     Layouts, NormLayerOnCuda,
-    ::testing::Values(CudaCase{"half_channels_last", {16, 32, 7, 7}, at::kHalf, true},
-                      CudaCase{"float_nchw", {8, 4, 5, 5}, at::kFloat, false}),
+    ::testing::Values(
+        CudaCase{"half_channels_last", {16, 32, 7, 7}, at::kHalf, true},
+        CudaCase{"float_nchw", {8, 4, 5, 5}, at::kFloat, false},
+        CudaCase{"half_channels_last_relu", {16, 32, 7, 7}, at::kHalf, true, KILN_ACT_RELU},
+        CudaCase{"float_nchw_relu", {8, 4, 5, 5}, at::kFloat, false, KILN_ACT_RELU}),
     [](const auto& info) { return std::string(info.param.name); });
 
 // ---- a norm layer in plain C that keeps x-hat in its forward's reserve (ABI 1.11) ---------------
@@ -483,13 +503,21 @@ INSTANTIATE_TEST_SUITE_P(
 // tests/plugins/good_c_norm.c ("c_bn") asks the host to save nothing and reads x-hat back from the
 // reserve its forward handed over: through the host's autograd function it equals ATen's batch norm
 // (output, gradients, running statistics; any strides), and every reserve is released.
-TEST(NormLayer, APlainCLayerKeepingItsOwnSavedTensorMatchesTorch) {
+const std::string kCNormPath = std::string(KILN_TEST_PLUGIN_DIR) + "/good/libgood_c_norm.so";
+
+const kiln::plugin::Component& c_norm() {
   static kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
-  static kiln::plugin::Registry registry;
-  const std::string path = std::string(KILN_TEST_PLUGIN_DIR) + "/good/libgood_c_norm.so";
-  if (registry.find(KILN_COMPONENT_NORM, "c_bn") == nullptr) loader.load_library(path, registry);
-  const kiln::plugin::Component& c_bn = *registry.find(KILN_COMPONENT_NORM, "c_bn");
-  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  static const kiln::plugin::Registry registry = [] {
+    kiln::plugin::Registry r;
+    loader.load_library(kCNormPath, r);
+    return r;
+  }();
+  return *registry.find(KILN_COMPONENT_NORM, "c_bn");
+}
+
+TEST(NormLayer, APlainCLayerKeepingItsOwnSavedTensorMatchesTorch) {
+  const kiln::plugin::Component& c_bn = c_norm();
+  void* library = dlopen(kCNormPath.c_str(), RTLD_NOW | RTLD_NOLOAD);
   ASSERT_NE(library, nullptr);
   auto live = reinterpret_cast<int (*)()>(dlsym(library, "c_bn_live_reserves"));
   ASSERT_NE(live, nullptr);
@@ -520,6 +548,130 @@ TEST(NormLayer, APlainCLayerKeepingItsOwnSavedTensorMatchesTorch) {
     EXPECT_EQ(live(), 0) << "released once the backward is done with it";
   }
   dlclose(library);
+}
+
+// ---- a layer whose backward reads its input and its output (ABI 1.12) --------------------------
+
+// good_c_norm.c with relu = true applies the model's ReLU and keeps no reserve: the host keeps the
+// forward's input and output (KILN_NORM_SAVE_INPUT_AND_OUTPUT) and lends both to the backward,
+// which recomputes x-hat from the input and takes the ReLU's mask from the output. Through the
+// host's autograd function that equals ATen's batch norm followed by a ReLU (output, gradients,
+// running statistics; training and evaluation, any strides).
+TEST(NormLayer, APlainCLayerGivenItsInputAndOutputBackMatchesTorchWithItsRelu) {
+  const kiln::plugin::Component& c_bn = c_norm();
+  void* library = dlopen(kCNormPath.c_str(), RTLD_NOW | RTLD_NOLOAD);
+  ASSERT_NE(library, nullptr);
+  auto live = reinterpret_cast<int (*)()>(dlsym(library, "c_bn_live_reserves"));
+  ASSERT_NE(live, nullptr);
+  OptionSet o = options(0.1, 1e-5);
+  Value yes;
+  yes.type = KILN_OPT_BOOL;
+  yes.bool_value = true;
+  o.set("relu", yes);
+  at::manual_seed(19);
+  const int64_t channels = 3;
+  kiln_norm_request request{sizeof(kiln_norm_request), channels, KILN_ACT_RELU, 0, 0.0};
+  kiln::plugin::PluginNormLayer layer(c_bn, o, request);
+  EXPECT_EQ(layer.layout().saves, KILN_NORM_SAVE_INPUT_AND_OUTPUT);
+  EXPECT_EQ(layer.layout().fused_activation, 1);
+  TorchTwin twin(layer, channels);
+  for (int step = 0; step < 3; ++step) {
+    SCOPED_TRACE("step " + std::to_string(step));
+    const bool training = step < 2;
+    layer.train(training);
+    // About half of each channel below zero after the affine map, so the mask matters.
+    at::Tensor x = at::randn({6, channels, 4, 5}) * 2 + 0.3;
+    if (step == 1) x = x.contiguous(at::MemoryFormat::ChannelsLast);
+    const at::Tensor g = at::randn({6, channels, 4, 5});
+    at::Tensor x_ref = x.clone().requires_grad_(), x_k = x.clone().requires_grad_();
+    at::Tensor y_ref = at::relu(twin.forward(x_ref, training));
+    at::Tensor y_k = layer.forward(x_k);
+    EXPECT_EQ(live(), 0) << "this layer keeps no reserve";
+    expect_close(y_k, y_ref, 1e-5, "output");
+    EXPECT_GT((y_k == 0).sum().item<int64_t>(), 0) << "no value fell under the ReLU";
+    (y_ref * g).sum().backward();
+    (y_k * g).sum().backward();
+    expect_close(x_k.grad(), x_ref.grad(), 1e-5, "grad input");
+    twin.expect_same_state(1e-5);
+  }
+  dlclose(library);
+}
+
+// batchnorm told the run trains on CUDA with a ReLU keeps input and output; where cuDNN's fused
+// kernels do not take the data (here a strided view on the CPU, which the fused CPU kernels do not
+// take either) it applies the ReLU after ATen's kernels and takes the gradient through it from
+// the kept output: torch's batch norm + ReLU.
+TEST(NormLayer, ACudaReluLayerOffCudnnsFusedRouteMatchesTorch) {
+  ReservingBatchNorm wrapped;
+  g_store_reserve = false;
+  g_reserve_fails = false;
+  const int64_t channels = 4;
+  kiln_norm_request request{sizeof(kiln_norm_request), channels, KILN_ACT_RELU, 0, 0.0};
+  kiln::plugin::PluginNormLayer layer(wrapped.component, options(0.1, 1e-5), request, 1, nullptr,
+                                      nullptr, c10::kCUDA);
+  EXPECT_EQ(layer.layout().saves, KILN_NORM_SAVE_INPUT_AND_OUTPUT);
+  EXPECT_EQ(layer.layout().fused_activation, 1);
+  // fused = false keeps ATen's kernels and the host's ReLU, on CUDA too.
+  kiln::plugin::PluginNormLayer plain(batchnorm(), without(options(0.1, 1e-5), "fused"), request, 1,
+                                      nullptr, nullptr, c10::kCUDA);
+  EXPECT_EQ(plain.layout().saves, KILN_NORM_SAVE_INPUT);
+  EXPECT_EQ(plain.layout().fused_activation, 0);
+  at::manual_seed(23);
+  TorchTwin twin(layer, channels);
+  for (int step = 0; step < 2; ++step) {
+    at::Tensor x = (at::randn({5, channels, 3, 6}) * 2 + 0.3).slice(3, 0, 6, 2);
+    ASSERT_FALSE(x.is_non_overlapping_and_dense());
+    const at::Tensor g = at::randn({5, channels, 3, 3});
+    at::Tensor x_ref = x.clone().requires_grad_(), x_k = x.clone().requires_grad_();
+    at::Tensor y_ref = at::relu(twin.forward(x_ref, true));
+    at::Tensor y_k = layer.forward(x_k);
+    expect_close(y_k, y_ref, 1e-5, "output");
+    g_output_lent = false;
+    (y_ref * g).sum().backward();
+    (y_k * g).sum().backward();
+    EXPECT_TRUE(g_output_lent) << "the backward was lent the forward's output";
+    expect_close(x_k.grad(), x_ref.grad(), 1e-5, "grad input");
+    twin.expect_same_state(1e-5);
+  }
+  g_store_reserve = true;
+}
+
+// A layout.saves the host does not know is refused at create, naming the plugin, before any
+// forward could save the wrong tensor; so is keeping input and output of a layer that writes its
+// output over its input.
+const kiln_norm_vtable* g_odd_norm = nullptr;
+bool g_odd_in_place = false;  // the second case: input and output of an in-place layer
+
+kiln_status* odd_saves_create(const kiln_host_api* host, const kiln_options* options,
+                              const kiln_norm_setup* setup, kiln_norm_layout* layout, void** out) {
+  kiln_status* status = g_odd_norm->create(host, options, setup, layout, out);
+  layout->saves = g_odd_in_place ? KILN_NORM_SAVE_INPUT_AND_OUTPUT : 9;
+  layout->in_place = g_odd_in_place ? 1 : 0;
+  return status;
+}
+
+TEST(NormLayer, ALayoutSavingWhatTheHostCannotKeepIsRefused) {
+  const kiln::plugin::Component& real = batchnorm();
+  g_odd_norm = static_cast<const kiln_norm_vtable*>(real.descriptor->vtable);
+  kiln_norm_vtable vtable = *g_odd_norm;
+  vtable.create = &odd_saves_create;
+  kiln_component_descriptor descriptor = *real.descriptor;
+  descriptor.vtable = &vtable;
+  kiln::plugin::Component odd = real;
+  odd.descriptor = &descriptor;
+  kiln_norm_request request{sizeof(kiln_norm_request), 3, KILN_ACT_NONE, 0, 0.0};
+  g_odd_in_place = false;
+  for (const char* expected : {"asks the host to save 9", "writes the output over the input"}) {
+    try {
+      kiln::plugin::PluginNormLayer layer(odd, options(0.1, 1e-5), request);
+      ADD_FAILURE() << "accepted: " << expected;
+    } catch (const std::exception& e) {
+      const std::string what = e.what();
+      EXPECT_NE(what.find(expected), std::string::npos) << what;
+      EXPECT_NE(what.find("norm 'batchnorm'"), std::string::npos) << what;
+    }
+    g_odd_in_place = true;
+  }
 }
 
 // ---- the device the run trains on (ABI 1.9) ---------------------------------------------------

@@ -74,12 +74,14 @@ PIN_OFFSET(kiln_norm_forward_args, reserve_result, 96);
 PIN_SIZE(kiln_norm_batch_stats, 48); /* 1.5 */
 PIN_OFFSET(kiln_norm_batch_stats, count, 24);
 PIN_OFFSET(kiln_norm_batch_stats, reported, 40);
-PIN_SIZE(kiln_norm_backward_args, 144); /* 1.3: grad_*_result; 1.11: reserve appended */
+PIN_SIZE(kiln_norm_backward_args, 152); /* 1.3: grad_*_result; 1.11: reserve; 1.12: saved_output */
 _Static_assert(KILN_NORM_BACKWARD_ARGS_V1_2_SIZE == 112, "norm backward args v1.2 size");
 PIN_OFFSET(kiln_norm_backward_args, grad_input_result, 112);
 PIN_OFFSET(kiln_norm_backward_args, grad_bias_result, 128);
 _Static_assert(KILN_NORM_BACKWARD_ARGS_V1_3_SIZE == 136, "norm backward args v1.3 size");
 PIN_OFFSET(kiln_norm_backward_args, reserve, 136);
+_Static_assert(KILN_NORM_BACKWARD_ARGS_V1_11_SIZE == 144, "norm backward args v1.11 size");
+PIN_OFFSET(kiln_norm_backward_args, saved_output, 144);
 PIN_SIZE(kiln_norm_vtable, 40);
 _Static_assert(KILN_NORM_VTABLE_V1_SIZE == 40, "norm vtable v1 size");
 PIN_SIZE(kiln_precision_policy, 56); /* 1.1: min_scale, at_min_scale appended */

@@ -2,7 +2,8 @@
 // backward on the host's tensors. Float32 CPU data goes through the fused kernels of
 // plugins/norm/common (statistics, normalisation and the model's activation in two passes,
 // backward in two); a training layer on CUDA through cuDNN where ATen's batch_norm would take it
-// (cudnn_route.hpp); everything else through ATen's native batch-norm kernels.
+// (cudnn_route.hpp), with its ReLU in the same kernels on half channels-last data
+// (cudnn_relu.hpp); everything else through ATen's native batch-norm kernels.
 #include <ATen/AccumulateType.h>
 #include <ATen/TensorOperators.h>
 #include <ATen/core/Tensor.h>
@@ -13,6 +14,7 @@
 #include <string>
 #include <tuple>
 
+#include "cudnn_relu.hpp"
 #include "cudnn_route.hpp"
 #include "fused_bn.hpp"
 #include "kiln/sdk.hpp"
@@ -31,6 +33,8 @@ struct BatchNorm {
   bool hands_over = false;  // backward hands its own gradients to the host (ABI 1.3)
   bool kernels = true;      // the fused CPU kernels where the data allows (option "fused")
   bool fused_act = false;   // the layer applies the activation (kiln_norm_layout.fused_activation)
+  bool cuda_relu = false;   // ... a ReLU on CUDA, with cuDNN's fused kernels where they take it
+  bool cuda_relu_failed = false;  // cuDNN refused the fused forward once: the other routes since
   kiln::norm::fused::BnSettings settings;  // for the kernels; slope 1 unless fused_act
 };
 
@@ -89,6 +93,15 @@ kiln_status* bn_create(const kiln_host_api* host, const kiln_options* options,
     float slope = 1.0F;
     bn->fused_act = KILN_HAS_FIELD(layout, kiln_norm_layout, fused_activation) &&
                     kiln::norm::fused::fused_slope(setup, bn->kernels, slope);
+    // cuDNN's fused kernels take affine layers only (they read the bias to redo the ReLU's mask).
+    if (!bn->fused_act && bn->affine &&
+        KILN_HAS_FIELD(layout, kiln_norm_layout, fused_activation) &&
+        kiln::norm::cudnn::fuses_relu(host, setup, bn->kernels)) {
+      // cuDNN's fused backward reads the input and the ReLU's output (ABI 1.12).
+      bn->fused_act = bn->cuda_relu = true;
+      slope = 0.0F;
+      layout->saves = KILN_NORM_SAVE_INPUT_AND_OUTPUT;
+    }
     bn->settings = {bn->eps, bn->momentum, bn->track_running_stats, slope, "batchnorm"};
     if (KILN_HAS_FIELD(layout, kiln_norm_layout, fused_activation)) {
       layout->fused_activation = bn->fused_act ? 1 : 0;
@@ -117,9 +130,29 @@ bool out_kernel_fits(const at::Tensor& x, const at::Tensor& output, const at::Te
 
 void bn_destroy(void* instance) { delete static_cast<BatchNorm*>(instance); }
 
+// cuDNN's batch norm + ReLU. Where cuDNN fails the call, the layer says so once and keeps to the
+// other routes (which write everything this one would have): slower, never a failed run.
+bool fused_relu_forward(BatchNorm& bn, const kiln_norm_forward_args* args, const at::Tensor& x,
+                        const at::Tensor& output, const at::Tensor& weight, const at::Tensor& bias,
+                        const at::Tensor& running_mean, const at::Tensor& running_var,
+                        double momentum) {
+  try {
+    return kiln::norm::cudnn::relu_forward(args, x, output, weight, bias, running_mean, running_var,
+                                           momentum, bn.eps);
+  } catch (const kiln::Error& e) {
+    bn.cuda_relu_failed = true;
+    if (bn.host->log != nullptr) {
+      const std::string message =
+          std::string(e.what()) + "; this layer applies its ReLU after cuDNN's batch norm instead";
+      bn.host->log(KILN_LOG_WARN, "batchnorm", message.c_str());
+    }
+    return false;
+  }
+}
+
 kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
                         const kiln_norm_forward_args* args) {
-  const BatchNorm& bn = *static_cast<const BatchNorm*>(instance);
+  BatchNorm& bn = *static_cast<BatchNorm*>(instance);  // the fused route may set cuda_relu_failed
   return KILN_GUARD(bn.host, {
     at::Tensor x = kiln::as_tensor(*args->input);
     check_input(bn, x);
@@ -152,6 +185,14 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
         kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
       }
     };
+    if (batch_stats && bn.cuda_relu && !bn.cuda_relu_failed &&
+        fused_relu_forward(bn, args, x, output, weight, bias, running_mean, running_var,
+                           momentum)) {
+      if (report != nullptr) {
+        kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
+      }
+      return;
+    }
     if (batch_stats && kiln::norm::cudnn::forward(args, x, output, weight, bias, running_mean,
                                                   running_var, momentum, bn.eps)) {
       finish();
@@ -202,11 +243,17 @@ kiln_status* bn_backward(void* instance, kiln_call_context* ctx,
     }
     const std::array<bool, 3> mask = {args->grad_input != nullptr, args->grad_weight != nullptr,
                                       args->grad_bias != nullptr};
-    const at::Tensor grad_output = kiln::norm::fused::through_activation(
-        bn.settings.slope, kiln::as_tensor(*args->grad_output), x, args);
-    const at::Tensor weight = optional_view(args->weight);
     std::tuple<at::Tensor, at::Tensor, at::Tensor> grads;
-    if (!kiln::norm::cudnn::backward(args, x, grad_output, weight, bn.eps, grads)) {
+    const bool through_relu =
+        bn.cuda_relu && kiln::norm::cudnn::relu_backward(
+                            args, x, kiln::as_tensor(*args->grad_output), bn.eps, grads);
+    const at::Tensor grad_output =
+        through_relu ? at::Tensor()
+                     : kiln::norm::fused::through_activation(
+                           bn.settings.slope, kiln::as_tensor(*args->grad_output), x, args);
+    const at::Tensor weight = optional_view(args->weight);
+    if (!through_relu &&
+        !kiln::norm::cudnn::backward(args, x, grad_output, weight, bn.eps, grads)) {
       grads = at::native_batch_norm_backward(
           grad_output, x, weight, running_mean, running_var, optional_view(args->save_mean),
           optional_view(args->save_invstd), batch_stats, bn.eps, mask);
@@ -243,7 +290,8 @@ const kiln_option_spec kOptions[] = {
      nullptr, "keep running mean and variance for evaluation"},
     {sizeof(kiln_option_spec), "fused", KILN_OPT_BOOL, 0, 0, 0, 0.0, 0.0, "true", nullptr,
      "float32 on the CPU: Kiln's fused kernels (statistics, normalisation and a relu or "
-     "leaky_relu in two passes, backward in two); false: ATen's batch-norm kernels with a "
+     "leaky_relu in two passes, backward in two); CUDA training with a relu: cuDNN's batch norm "
+     "+ relu kernels on half channels-last data; false: ATen's batch-norm kernels with a "
      "separate activation, bit for bit torch's"},
 };
 

@@ -110,6 +110,14 @@ void activate_(float slope, at::Tensor& y) {
 at::Tensor through_activation(float slope, const at::Tensor& grad, const at::Tensor& x,
                               const kiln_norm_backward_args* args) {
   if (slope == 1.0F) return grad;
+  // The output the host kept (ABI 1.12): the activation's backward from it, as torch's in-place
+  // activation keeps its result (a negative slope would not tell the sides apart).
+  if (KILN_HAS_FIELD(args, kiln_norm_backward_args, saved_output) &&
+      args->saved_output != nullptr && slope >= 0.0F) {
+    const at::Tensor y = kiln::as_tensor(*args->saved_output);
+    if (slope == 0.0F) return at::threshold_backward(grad, y, 0);
+    return at::leaky_relu_backward(grad, y, slope, /*self_is_result=*/true);
+  }
   const int64_t c = x.size(1);
   Affine f = affine(args->weight, args->bias, channel_values(args->save_mean, c, 0.0F),
                     channel_values(args->save_invstd, c, 1.0F));

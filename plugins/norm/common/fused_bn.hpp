@@ -48,8 +48,9 @@ bool backward_layout(const at::Tensor& x, at::Tensor& dy, Layout& l);
 // ATen's path for data the kernels do not take (CUDA, half precision, mixed layouts) in a layer
 // that applies its activation: the activation in place on the output ...
 void activate_(float slope, at::Tensor& y);
-// ... and the gradient at the activation's input, that input recomputed from the saved input and
-// statistics (the layer keeps no output).
+// ... and the gradient at the activation's input: from the output, where the host kept it
+// (KILN_NORM_SAVE_INPUT_AND_OUTPUT), else from that input recomputed from the saved input and
+// statistics.
 at::Tensor through_activation(float slope, const at::Tensor& grad, const at::Tensor& x,
                               const kiln_norm_backward_args* args);
 

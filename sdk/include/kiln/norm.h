@@ -14,9 +14,14 @@ extern "C" {
 
 /* Which tensor the plugin needs in backward (int32_t). */
 enum {
-  KILN_NORM_SAVE_INPUT = 1,  /* the host keeps the forward input for backward */
-  KILN_NORM_SAVE_OUTPUT = 2, /* the host keeps the forward output (in-place layers) */
-  KILN_NORM_SAVE_NOTHING = 3 /* since ABI 1.2: backward needs neither; `saved` is then NULL */
+  KILN_NORM_SAVE_INPUT = 1,   /* the host keeps the forward input for backward */
+  KILN_NORM_SAVE_OUTPUT = 2,  /* the host keeps the forward output (in-place layers) */
+  KILN_NORM_SAVE_NOTHING = 3, /* since ABI 1.2: backward needs neither; `saved` is then NULL */
+  /* Since ABI 1.12: the host keeps both, the input as `saved` and the output as
+   * kiln_norm_backward_args.saved_output (a layer applying its activation whose backward wants the
+   * activation's output, as cuDNN's fused batch norm + ReLU does). Set it only under a host whose
+   * abi_minor is 12 or later; an older host refuses it at create. */
+  KILN_NORM_SAVE_INPUT_AND_OUTPUT = 4
 };
 
 /* One layer's configuration, passed to create (borrowed for the call). */
@@ -108,7 +113,8 @@ typedef struct kiln_norm_backward_args {
   int32_t training;             /* value the forward ran with */
   int32_t reserved;             /* zero */
   const DLTensor* grad_output;  /* N×C×… */
-  const DLTensor* saved;        /* the forward input or output per layout.saves; NULL for
+  const DLTensor* saved;        /* the forward input or output per layout.saves (the input for
+                                 * KILN_NORM_SAVE_INPUT_AND_OUTPUT); NULL for
                                  * KILN_NORM_SAVE_NOTHING */
   const DLTensor* weight;       /* [C] or NULL */
   const DLTensor* bias;         /* [C] or NULL */
@@ -131,6 +137,10 @@ typedef struct kiln_norm_backward_args {
   /* Since ABI 1.11; what this layer's forward stored in *reserve_result, borrowed for the call;
    * NULL when it stored nothing, and from an older host. */
   const DLTensor* reserve;
+  /* Since ABI 1.12; the forward's output, borrowed for the call, when layout.saves is
+   * KILN_NORM_SAVE_INPUT_AND_OUTPUT (after the layer's own activation when it applies one);
+   * NULL otherwise, and from an older host. */
+  const DLTensor* saved_output;
 } kiln_norm_backward_args;
 
 /* The norm vtable (kiln_component_descriptor.vtable for KILN_COMPONENT_NORM). */
@@ -169,6 +179,7 @@ typedef struct kiln_norm_vtable {
 #define KILN_NORM_SETUP_V1_8_SIZE KILN_SIZE_UP_TO(kiln_norm_setup, activation_param)
 #define KILN_NORM_FORWARD_ARGS_V1_5_SIZE KILN_SIZE_UP_TO(kiln_norm_forward_args, batch_stats)
 #define KILN_NORM_BACKWARD_ARGS_V1_3_SIZE KILN_SIZE_UP_TO(kiln_norm_backward_args, grad_bias_result)
+#define KILN_NORM_BACKWARD_ARGS_V1_11_SIZE KILN_SIZE_UP_TO(kiln_norm_backward_args, reserve)
 
 #ifdef __cplusplus
 } /* extern "C" */
