@@ -82,8 +82,8 @@ const Api* api() {
 
 void check(const Api& api, cudnnStatus_t status, const char* call) {
   if (status != CUDNN_STATUS_SUCCESS) {
-    throw kiln::Error(KILN_ERR_INTERNAL, std::string("batchnorm: cuDNN's ") + call + " failed: " +
-                                             api.error_string(status));
+    throw kiln::Error(KILN_ERR_INTERNAL, std::string("batchnorm: cuDNN's ") + call +
+                                             " failed: " + api.error_string(status));
   }
 }
 
@@ -176,7 +176,8 @@ bool relu_forward(const kiln_norm_forward_args* args, const at::Tensor& x, const
   size_t workspace_size = 0, reserve_size = 0;
   // cuDNN says here whether its fused kernel takes these sizes; nothing is written before.
   if (a->forward_workspace(handle, kMode, kOps, d.data.get(), nullptr, d.data.get(),
-                           d.channel.get(), d.relu.get(), &workspace_size) != CUDNN_STATUS_SUCCESS ||
+                           d.channel.get(), d.relu.get(),
+                           &workspace_size) != CUDNN_STATUS_SUCCESS ||
       a->reserve_size(handle, kMode, kOps, d.relu.get(), d.data.get(), &reserve_size) !=
           CUDNN_STATUS_SUCCESS) {
     return false;
@@ -190,8 +191,8 @@ bool relu_forward(const kiln_norm_forward_args* args, const at::Tensor& x, const
                    weight.const_data_ptr(), bias.const_data_ptr(), momentum,
                    running_mean.defined() ? running_mean.data_ptr() : nullptr,
                    running_var.defined() ? running_var.data_ptr() : nullptr, eps,
-                   save_mean.data_ptr(), save_invstd.data_ptr(), d.relu.get(),
-                   workspace.data_ptr(), workspace_size, reserve.data_ptr(), reserve_size),
+                   save_mean.data_ptr(), save_invstd.data_ptr(), d.relu.get(), workspace.data_ptr(),
+                   workspace_size, reserve.data_ptr(), reserve_size),
         "cudnnBatchNormalizationForwardTrainingEx");
   kiln::hand_over(args->reserve_result, reserve);
   return true;
@@ -208,8 +209,7 @@ bool relu_backward(const kiln_norm_backward_args* args, const at::Tensor& x,
   if (reserve.scalar_type() != kReserveType) return false;
   // From here on the forward ran this route: anything missing is the host's or the plugin's bug.
   const Api* a = api();
-  const at::Tensor weight =
-      args->weight != nullptr ? kiln::as_tensor(*args->weight) : at::Tensor();
+  const at::Tensor weight = args->weight != nullptr ? kiln::as_tensor(*args->weight) : at::Tensor();
   const at::Tensor bias = args->bias != nullptr ? kiln::as_tensor(*args->bias) : at::Tensor();
   const at::Tensor y =
       args->saved_output != nullptr ? kiln::as_tensor(*args->saved_output) : at::Tensor();
@@ -223,21 +223,20 @@ bool relu_backward(const kiln_norm_backward_args* args, const at::Tensor& x,
   cudnnHandle_t handle = at::native::getCudnnHandle();
   const Descriptors d(*a, x);
   size_t workspace_size = 0;
-  check(*a,
-        a->backward_workspace(handle, kMode, kOps, d.data.get(), d.data.get(), d.data.get(),
-                              nullptr, d.data.get(), d.channel.get(), d.relu.get(),
-                              &workspace_size),
-        "cudnnGetBatchNormalizationBackwardExWorkspaceSize");
+  check(
+      *a,
+      a->backward_workspace(handle, kMode, kOps, d.data.get(), d.data.get(), d.data.get(), nullptr,
+                            d.data.get(), d.channel.get(), d.relu.get(), &workspace_size),
+      "cudnnGetBatchNormalizationBackwardExWorkspaceSize");
   at::Tensor workspace = bytes(workspace_size, x, at::kByte);
   at::Tensor dx = at::empty_like(x, at::MemoryFormat::ChannelsLast);
   at::Tensor dw = at::empty_like(weight), db = at::empty_like(bias);
   const float one = 1.0F, zero = 0.0F;
   check(*a,
-        a->backward(handle, kMode, kOps, &one, &zero, &one, &zero, d.data.get(),
-                    x.const_data_ptr(), d.data.get(), y.const_data_ptr(), d.data.get(),
-                    dy.const_data_ptr(), nullptr, nullptr, d.data.get(), dx.data_ptr(),
-                    d.channel.get(), weight.const_data_ptr(), bias.const_data_ptr(),
-                    dw.data_ptr(), db.data_ptr(), eps,
+        a->backward(handle, kMode, kOps, &one, &zero, &one, &zero, d.data.get(), x.const_data_ptr(),
+                    d.data.get(), y.const_data_ptr(), d.data.get(), dy.const_data_ptr(), nullptr,
+                    nullptr, d.data.get(), dx.data_ptr(), d.channel.get(), weight.const_data_ptr(),
+                    bias.const_data_ptr(), dw.data_ptr(), db.data_ptr(), eps,
                     kiln::as_tensor(*args->save_mean).const_data_ptr(),
                     kiln::as_tensor(*args->save_invstd).const_data_ptr(), d.relu.get(),
                     workspace.data_ptr(), workspace_size, reserve.data_ptr(),

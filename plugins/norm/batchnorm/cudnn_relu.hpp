@@ -1,11 +1,11 @@
 // The batchnorm component's fused route on CUDA: a training layer followed by a ReLU, on AMP's half
 // channels-last data, runs as cuDNN's batch norm + activation (CUDNN_BATCHNORM_OPS_BN_ACTIVATION):
 // one forward kernel writes relu(BN(x)) and one backward kernel takes the gradient through both,
-// where PyTorch runs cuDNN's batch norm and then ATen's ReLU and its backward (a read and a write of
-// the activations each way). The backward needs the forward's input and output: the layer asks the
-// host to keep both (KILN_NORM_SAVE_INPUT_AND_OUTPUT, ABI 1.12), as torch's in-place ReLU kept the
-// output before. cuDNN's bitmask reserve goes to the host like the plain route's (cudnn_route.hpp),
-// as int8 where that route's is uint8, so the backward knows which forward ran.
+// where PyTorch runs cuDNN's batch norm and then ATen's ReLU and its backward (a read and a write
+// of the activations each way). The backward needs the forward's input and output: the layer asks
+// the host to keep both (KILN_NORM_SAVE_INPUT_AND_OUTPUT, ABI 1.12), as torch's in-place ReLU kept
+// the output before. cuDNN's bitmask reserve goes to the host like the plain route's
+// (cudnn_route.hpp), as int8 where that route's is uint8, so the backward knows which forward ran.
 #pragma once
 
 #include <ATen/core/Tensor.h>

@@ -20,7 +20,7 @@ enum {
   /* Since ABI 1.12: the host keeps both, the input as `saved` and the output as
    * kiln_norm_backward_args.saved_output (a layer applying its activation whose backward wants the
    * activation's output, as cuDNN's fused batch norm + ReLU does). Set it only under a host whose
-   * abi_minor is 12 or later; an older host refuses it at create. */
+   * abi_minor is 12 or later: an older one keeps the input alone and lends no output. */
   KILN_NORM_SAVE_INPUT_AND_OUTPUT = 4
 };
 
