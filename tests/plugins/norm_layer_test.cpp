@@ -597,10 +597,11 @@ TEST(NormLayer, APlainCLayerGivenItsInputAndOutputBackMatchesTorchWithItsRelu) {
   dlclose(library);
 }
 
-// batchnorm told the run trains on CUDA with a ReLU keeps input and output; where cuDNN's fused
-// kernels do not take the data (here a strided view on the CPU, which the fused CPU kernels do not
-// take either) it applies the ReLU after ATen's kernels and takes the gradient through it from
-// the kept output: torch's batch norm + ReLU.
+// batchnorm told the run trains on CUDA with a ReLU keeps input and output (which also says it
+// found cuDNN's fused functions in the libcudnn libtorch_cuda loaded, GPU or not); where cuDNN's
+// fused kernels do not take the data (here a strided view on the CPU, which the fused CPU kernels
+// do not take either) it applies the ReLU after ATen's kernels and takes the gradient through it
+// from the kept output: torch's batch norm + ReLU.
 TEST(NormLayer, ACudaReluLayerOffCudnnsFusedRouteMatchesTorch) {
   ReservingBatchNorm wrapped;
   g_store_reserve = false;

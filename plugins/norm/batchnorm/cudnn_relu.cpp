@@ -154,7 +154,8 @@ at::Tensor bytes(size_t n, const at::Tensor& like, at::ScalarType type) {
 
 bool fuses_relu(const kiln_host_api* host, const kiln_norm_setup* setup, bool enabled) {
   return enabled && host->abi_minor >= 12 && setup->activation == KILN_ACT_RELU &&
-         KILN_HAS_FIELD(setup, kiln_norm_setup, device_type) && setup->device_type == kDLCUDA;
+         KILN_HAS_FIELD(setup, kiln_norm_setup, device_type) && setup->device_type == kDLCUDA &&
+         api() != nullptr;
 }
 
 bool relu_forward(const kiln_norm_forward_args* args, const at::Tensor& x, const at::Tensor& output,

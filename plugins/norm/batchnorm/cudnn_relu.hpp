@@ -17,8 +17,9 @@
 namespace kiln::norm::cudnn {
 
 // Whether a layer with this setup applies its ReLU itself on CUDA: the run trains on CUDA, the
-// model asks for a ReLU, the host keeps input and output (abi_minor 12 or later), and `enabled`
-// (the "fused" option). The layer must then apply the ReLU wherever the fused route cannot run.
+// model asks for a ReLU, the host keeps input and output (abi_minor 12 or later), `enabled` (the
+// "fused" option), and every cuDNN function the route calls was found in the loaded libcudnn. The
+// layer must then apply the ReLU wherever the fused route cannot run.
 bool fuses_relu(const kiln_host_api* host, const kiln_norm_setup* setup, bool enabled);
 
 // The training forward with the ReLU, writing the host's output, saved statistics and running
