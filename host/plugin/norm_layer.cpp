@@ -299,9 +299,7 @@ PluginNormLayer::PluginNormLayer(const Component& component, const config::Optio
   const bool moves_stats = layout_.running_stats != 0 && layout_.frozen == 0;
   if (window != nullptr && window->mode() != RunningStatsUpdate::kMicroBatch && moves_stats) {
     if (component.plugin->abi_minor < 5) {
-      // No destructor runs for a constructor that throws.
-      call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
-      instance_ = nullptr;
+      release_instance();  // no destructor runs for a constructor that throws
       const std::string reason =
           "norm '" + name_ + "' is built for Kiln ABI 1." +
           std::to_string(component.plugin->abi_minor) +
@@ -323,9 +321,7 @@ void PluginNormLayer::refuse_unknown_saves() {
     reason = "asks the host to save its input and its output, but writes the output over the input";
   }
   if (reason.empty()) return;
-  // No destructor runs for a constructor that throws.
-  call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
-  instance_ = nullptr;
+  release_instance();  // no destructor runs for a constructor that throws
   throw ComponentError(KILN_ERR_INTERNAL, "norm '" + name_ + "' (" + library_ + ") " + reason);
 }
 
@@ -333,9 +329,12 @@ NormWindow* PluginNormLayer::reporting_window() const {
   return window_ != nullptr && window_->host_updates() ? window_.get() : nullptr;
 }
 
-PluginNormLayer::~PluginNormLayer() {
+PluginNormLayer::~PluginNormLayer() { release_instance(); }
+
+void PluginNormLayer::release_instance() {
   if (instance_ == nullptr) return;
   call_plugin_noexcept([&] { return where("destroy"); }, [&] { vtable_->destroy(instance_); });
+  instance_ = nullptr;
 }
 
 std::string PluginNormLayer::where(const char* entry) const {

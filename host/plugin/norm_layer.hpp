@@ -57,6 +57,8 @@ class PluginNormLayer : public kiln::NormLayer {
  private:
   // A layout.saves the host cannot honour, refused (the instance destroyed) before anything runs.
   void refuse_unknown_saves();
+  // Destroys the plugin's instance, once (the destructor, or a constructor about to throw).
+  void release_instance();
 
   std::string name_;
   std::string library_;

@@ -178,19 +178,21 @@ kiln_status* bn_forward(void* instance, kiln_call_context* ctx,
     at::Tensor output = kiln::as_tensor(*args->output);
     const at::Tensor weight = optional_view(args->weight);
     const at::Tensor bias = optional_view(args->bias);
-    // After the kernel: the model's activation, and the report when the host asked for one.
-    const auto finish = [&] {
-      kiln::norm::fused::activate_(bn.settings.slope, output);
+    // After the kernel: the report when the host asked for one, and (unless the kernel applied
+    // it) the model's activation.
+    const auto report_done = [&] {
       if (report != nullptr) {
         kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
       }
     };
+    const auto finish = [&] {
+      kiln::norm::fused::activate_(bn.settings.slope, output);
+      report_done();
+    };
     if (batch_stats && bn.cuda_relu && !bn.cuda_relu_failed &&
         fused_relu_forward(bn, args, x, output, weight, bias, running_mean, running_var,
                            momentum)) {
-      if (report != nullptr) {
-        kiln::norm::finish_report(report, kiln::norm::values_per_channel(x), bn.momentum);
-      }
+      report_done();
       return;
     }
     if (batch_stats && kiln::norm::cudnn::forward(args, x, output, weight, bias, running_mean,
