@@ -34,10 +34,11 @@ What the arms share, per case (PyTorch arm = eager and compiled):
   own choice, the per-parameter for-loop on the CPU).
 
 Not shared by default: the memory format. Kiln runs its model.memory_format (--memory-format,
-default "auto": channels_last for a convolutional model on the CPU); the twins run PyTorch's
-default, NCHW (--twin-layout contiguous), as a PyTorch user gets them; --twin-layout
-channels_last moves the twin and each batch to NHWC (model.to(memory_format=...)), as a user
-would ask for. The table says which layout each side ran.
+default "auto": channels_last for a convolutional model on the CPU, with the convolutions on
+small maps with many channels kept NCHW on an AVX-512 CPU); the twins run PyTorch's default,
+NCHW (--twin-layout contiguous), as a PyTorch user gets them; --twin-layout channels_last moves
+the twin and each batch to NHWC (model.to(memory_format=...)), as a user would ask for. The
+table says which layout each side ran ("channels_last (4 NCHW)": four convolutions kept NCHW).
 
 Not shared by default: the C heap. `kiln run` raises glibc's mmap and trim thresholds for itself
 (host/io/heap.cpp), so step-sized blocks are not handed back to the kernel and faulted in again
@@ -260,6 +261,12 @@ def run_kiln(cfg, init, steps, warmup, args, work):
     # The layout model.memory_format resolved to (run setup logs a restride to channels_last).
     out["layout"] = ("channels_last" if any("memory format channels_last" in line for line in log)
                      else "contiguous")
+    # ... and the convolutions it kept NCHW ("auto" on an AVX-512 CPU: small maps, many channels).
+    kept = [re.search(r"memory format: (\d+) convolutions on small maps stay NCHW", line)
+            for line in log]
+    kept = [int(m.group(1)) for m in kept if m]
+    if kept:
+        out["layout"] += f" ({kept[0]} NCHW)"
     return out
 
 

@@ -196,8 +196,10 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                "layout of the model's 4-D weights and input batches: channels_last (NHWC) feeds "
                "oneDNN's convolutions on the cpu and cuDNN's tensor-core ones under "
                "float16/bfloat16; auto = channels_last for a convolutional model on the cpu and "
-               "on cuda with a half precision, contiguous elsewhere; contiguous = NCHW, as a "
-               "PyTorch model by default")}},
+               "on cuda with a half precision, contiguous elsewhere, except that on an AVX-512 "
+               "cpu in float32 the convolutions on maps of at most 16 pixels with at least 256 "
+               "input channels keep NCHW weights (oneDNN's blocked kernels are faster there; "
+               "docs/speed.md); contiguous = NCHW, as a PyTorch model by default")}},
       {"norm",
        {spec("name", KILN_OPT_STRING, "\"batchnorm\"", "normalisation layer component"),
         choice("running_stats_update", "micro_batch,adjusted_momentum,pooled_window",

@@ -1,13 +1,17 @@
 #include "engine/run_setup.hpp"
 
+#include <ATen/ops/zeros.h>
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <spdlog/spdlog.h>
 
+#include <array>
 #include <chrono>
 
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
+#include "engine/conv_layouts.hpp"
 #include "engine/memory_format.hpp"
 #include "engine/model_build.hpp"
 #include "engine/resume.hpp"
@@ -60,6 +64,39 @@ std::unique_ptr<RunData> load_run_data(const config::Pipeline& p, at::Device dev
   return r;
 }
 
+namespace {
+
+// model.memory_format = "auto" on the CPU in float32: the convolutions on small maps with many
+// channels stay NCHW, where oneDNN's blocked kernels are faster (engine/conv_layouts.hpp).
+void keep_small_maps_in_nchw(kiln::Model& model, const std::array<int64_t, 3>& sample_shape,
+                             dist::ProcessGroup* group) {
+  at::Tensor weight;
+  for (const at::Tensor& t : model.parameters()) {
+    if (t.dim() == 4) {
+      weight = t;
+      break;
+    }
+  }
+  // Measured in float32 only; every rank reaches the same answer here (same model and plan).
+  if (!weight.defined() || weight.scalar_type() != at::kFloat) return;
+  std::vector<int64_t> sizes{2};
+  sizes.insert(sizes.end(), sample_shape.begin(), sample_shape.end());
+  const at::Tensor sample = in_model_layout(at::zeros(sizes, weight.options()), true);
+  const NchwChoice c = keep_small_maps_nchw(model, sample, onednn_uses_avx512(), group);
+  if (!c.trace_error.empty()) {
+    spdlog::warn("memory format: tracing the model's convolutions failed ({}); all stay NHWC",
+                 c.trace_error);
+  }
+  if (!c.names.empty()) {
+    spdlog::info(
+        "memory format: {} convolutions on small maps stay NCHW, where oneDNN's blocked kernels "
+        "are faster: {}",
+        c.names.size(), fmt::join(c.names, ", "));
+  }
+}
+
+}  // namespace
+
 ModelSide build_model_side(const config::Pipeline& p, const RunData& data, const Ranks& ranks,
                            at::Device device, const PrecisionPlan& plan) {
   ModelSide m;
@@ -86,6 +123,9 @@ ModelSide build_model_side(const config::Pipeline& p, const RunData& data, const
   if (m.channels_last) {
     spdlog::info("memory format channels_last: {} 4-D tensors restrided, batches follow",
                  to_channels_last(*m.model));
+    if (device.is_cpu() && !plan.autocast && p.settings.model.memory_format == "auto") {
+      keep_small_maps_in_nchw(*m.model, shape, ranks.group.get());
+    }
   }
   m.model->train();
   return m;

@@ -26,7 +26,13 @@ Conv2d::Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_
 }
 
 at::Tensor Conv2d::forward(const at::Tensor& input) {
-  return at::conv2d(input, weight_, {}, {stride_, stride_}, {padding_, padding_});
+  // The convolution runs in its weight's layout: in a channels-last model on the CPU the host
+  // keeps some weights NCHW (small maps, many channels: oneDNN's blocked kernels are faster
+  // there), and ATen runs any convolution with a channels-last input in NHWC. A 1x1 weight is
+  // both layouts at once and leaves the input as it is.
+  const bool nchw = !weight_.is_contiguous(at::MemoryFormat::ChannelsLast);
+  return at::conv2d(nchw ? input.contiguous() : input, weight_, {}, {stride_, stride_},
+                    {padding_, padding_});
 }
 
 Linear::Linear(int64_t in_features, int64_t out_features) {

@@ -8,7 +8,8 @@
 
 namespace kiln_resnet {
 
-// k×k convolution without bias (a norm layer always follows), padding k/2.
+// k×k convolution without bias (a norm layer always follows), padding k/2, run in its weight's
+// layout (NCHW or NHWC, whatever the input's).
 class Conv2d : public torch::nn::Module {
  public:
   Conv2d(int64_t in_channels, int64_t out_channels, int64_t kernel, int64_t stride);

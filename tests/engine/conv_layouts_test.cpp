@@ -1,0 +1,262 @@
+// Which convolutions of a channels-last model stay NCHW on the CPU (engine/conv_layouts): the
+// trace of one forward, the rule, the weights restrided, and Kiln's resnet (through the host's
+// loader, norm layers from the batchnorm plugin) running each convolution in its weight's layout,
+// with the same outputs and gradients as in NHWC throughout.
+#include "engine/conv_layouts.hpp"
+
+#include <ATen/Functions.h>
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "config/options.hpp"
+#include "engine/memory_format.hpp"
+#include "kiln_test_paths.h"
+#include "plugin/adapters.hpp"
+#include "plugin/host_api.hpp"
+#include "plugin/loader.hpp"
+#include "plugin/norm_layer.hpp"
+
+namespace {
+
+using kiln::config::OptionSet;
+using kiln::config::Value;
+using kiln::engine::ConvCall;
+namespace engine = kiln::engine;
+namespace plugin = kiln::plugin;
+
+const plugin::Registry& registry() {
+  static plugin::LibraryLoader loader(plugin::host_api());
+  static plugin::Registry r = [] {
+    plugin::Registry reg;
+    for (const char* lib : {"libkiln_resnet.so", "libkiln_batchnorm.so"}) {
+      loader.load_library(std::string(KILN_PLUGIN_DIR) + "/" + lib, reg);
+    }
+    return reg;
+  }();
+  return r;
+}
+
+Value int_value(int64_t v) {
+  Value x;
+  x.type = KILN_OPT_INT;
+  x.int_value = v;
+  return x;
+}
+Value float_value(double v) {
+  Value x;
+  x.type = KILN_OPT_FLOAT;
+  x.float_value = v;
+  return x;
+}
+Value bool_value(bool v) {
+  Value x;
+  x.type = KILN_OPT_BOOL;
+  x.bool_value = v;
+  return x;
+}
+
+// A small resnet of width 64 on 8x8 images: stages of 64, 128 and 256 channels at 8x8, 4x4 and
+// 2x2 pixels, the last of two blocks. Seeded, so two calls build the same weights.
+std::shared_ptr<kiln::Model> resnet() {
+  OptionSet bn;
+  bn.set("momentum", float_value(0.1));
+  bn.set("eps", float_value(1e-5));
+  bn.set("affine", bool_value(true));
+  bn.set("track_running_stats", bool_value(true));
+  const plugin::Component& norm = *registry().find(KILN_COMPONENT_NORM, "batchnorm");
+  const plugin::NormFactory norms = [&](const kiln_norm_request& request) {
+    return std::make_shared<plugin::PluginNormLayer>(norm, bn, request);
+  };
+  OptionSet o;
+  o.set("width", int_value(64));
+  Value blocks;
+  blocks.type = KILN_OPT_INT_LIST;
+  blocks.int_list = {1, 1, 2};
+  o.set("blocks", blocks);
+  kiln_model_input input{};
+  input.struct_size = sizeof(input);
+  input.channels = 3;
+  input.height = 8;
+  input.width = 8;
+  input.num_classes = 5;
+  at::manual_seed(3);
+  auto model =
+      plugin::create_model(*registry().find(KILN_COMPONENT_MODEL, "resnet"), o, input, &norms);
+  model->train();
+  return model;
+}
+
+at::Tensor images() {
+  at::manual_seed(4);
+  return engine::in_model_layout(at::randn({4, 3, 8, 8}), true);
+}
+
+// The parameter names of the convolutions the trace saw, in call order.
+std::vector<std::string> traced_names(kiln::Model& model, const std::vector<ConvCall>& calls) {
+  std::map<const c10::TensorImpl*, std::string> names;
+  for (const auto& p : model.named_parameters()) names[p.value().unsafeGetTensorImpl()] = p.key();
+  std::vector<std::string> out;
+  for (const ConvCall& c : calls) out.push_back(names.count(c.weight) ? names[c.weight] : "?");
+  return out;
+}
+
+const std::vector<std::string> kSmallMapWeights = {"layer3.0.conv2.weight", "layer3.1.conv1.weight",
+                                                   "layer3.1.conv2.weight"};
+
+TEST(ConvLayouts, TheTraceSeesEachConvolutionWithItsWeightAndShapes) {
+  auto model = resnet();
+  engine::to_channels_last(*model);
+  std::map<std::string, at::Tensor> stats_before;
+  for (const auto& b : model->named_buffers()) stats_before[b.key()] = b.value().clone();
+
+  const std::vector<ConvCall> calls = engine::trace_convolutions(*model, images());
+
+  const std::vector<std::string> names = traced_names(*model, calls);
+  ASSERT_EQ(names.size(), 11U);  // stem, 2 + 3 + 3 + 2 in the blocks (two downsamples)
+  EXPECT_EQ(names.front(), "conv1.weight");
+  EXPECT_EQ(names.back(), "layer3.1.conv2.weight");
+  EXPECT_EQ(calls.front().in_channels, 3);
+  EXPECT_EQ(calls.front().out_h, 8);
+  EXPECT_EQ(calls.back().in_channels, 256);
+  EXPECT_EQ(calls.back().kernel_h, 3);
+  EXPECT_EQ(calls.back().out_h * calls.back().out_w, 4);
+  for (const ConvCall& c : calls) EXPECT_TRUE(c.input_channels_last);
+  // Evaluation mode without gradients: the model is back in training mode, nothing moved.
+  EXPECT_TRUE(model->is_training());
+  for (const auto& b : model->named_buffers()) {
+    EXPECT_TRUE(at::equal(b.value(), stats_before.at(b.key()))) << b.key();
+  }
+}
+
+TEST(ConvLayouts, TheRulePicksWideKernelsOnSmallMaps) {
+  const auto call = [](int64_t channels, int64_t kernel, int64_t h, int64_t w, int64_t groups) {
+    ConvCall c;
+    c.in_channels = channels;
+    c.kernel_h = c.kernel_w = kernel;
+    c.out_h = h;
+    c.out_w = w;
+    c.groups = groups;
+    return engine::blocked_nchw_is_faster(c);
+  };
+  EXPECT_TRUE(call(256, 3, 4, 4, 1));
+  EXPECT_TRUE(call(512, 3, 2, 2, 1));
+  EXPECT_TRUE(call(2048, 3, 1, 1, 1));
+  EXPECT_FALSE(call(255, 3, 4, 4, 1));  // 128 channels: the layouts were level
+  EXPECT_FALSE(call(256, 1, 4, 4, 1));  // a 1x1 kernel is faster in NHWC
+  EXPECT_FALSE(call(512, 3, 7, 7, 1));  // 49 pixels: within the runs' spread
+  EXPECT_FALSE(call(256, 3, 5, 4, 1));
+  EXPECT_FALSE(call(256, 3, 4, 4, 256));  // depthwise: not measured
+}
+
+TEST(ConvLayouts, TheirWeightsGoNchwAndTheResnetRunsThemThereAlike) {
+  auto nhwc = resnet();
+  auto mixed = resnet();
+  engine::to_channels_last(*nhwc);
+  engine::to_channels_last(*mixed);
+  const at::Tensor x = images();
+
+  const engine::NchwChoice choice = engine::keep_small_maps_nchw(*mixed, x, true, nullptr);
+
+  EXPECT_TRUE(choice.trace_error.empty()) << choice.trace_error;
+  EXPECT_EQ(choice.names, kSmallMapWeights);
+  for (const auto& p : mixed->named_parameters()) {
+    if (p.value().dim() != 4 || p.value().size(2) == 1) continue;  // 1x1: both layouts at once
+    const bool nchw = std::find(kSmallMapWeights.begin(), kSmallMapWeights.end(), p.key()) !=
+                      kSmallMapWeights.end();
+    EXPECT_EQ(p.value().is_contiguous(), nchw) << p.key();
+    EXPECT_EQ(p.value().is_contiguous(at::MemoryFormat::ChannelsLast), !nchw) << p.key();
+  }
+  // Each convolution ran in its weight's layout: NCHW input exactly for those three.
+  const std::vector<ConvCall> calls = engine::trace_convolutions(*mixed, x);
+  const std::vector<std::string> names = traced_names(*mixed, calls);
+  for (size_t i = 0; i < calls.size(); ++i) {
+    const bool nchw = std::find(kSmallMapWeights.begin(), kSmallMapWeights.end(), names[i]) !=
+                      kSmallMapWeights.end();
+    EXPECT_EQ(calls[i].input_channels_last, !nchw) << names[i];
+  }
+  // The same training step: oneDNN's kernels sum in another order per layout, so float32
+  // rounding apart (relative 1e-4 of the largest value).
+  const at::Tensor target = at::arange(4) % 5;
+  std::map<std::string, at::Tensor> grads;
+  std::vector<at::Tensor> outputs;
+  for (auto* m : {nhwc.get(), mixed.get()}) {
+    at::Tensor out = m->forward(x);
+    at::cross_entropy_loss(out, target).backward();
+    outputs.push_back(out.detach());
+  }
+  const auto close = [](const at::Tensor& a, const at::Tensor& b) {
+    return (a - b).abs().max().item<double>() <= 1e-4 * a.abs().max().item<double>() + 1e-7;
+  };
+  EXPECT_TRUE(close(outputs[0], outputs[1]));
+  const auto mixed_params = mixed->named_parameters();
+  for (const auto& p : nhwc->named_parameters()) {
+    const at::Tensor& g = mixed_params[p.key()].grad();
+    ASSERT_TRUE(g.defined()) << p.key();
+    EXPECT_TRUE(close(p.value().grad(), g)) << p.key();
+  }
+}
+
+TEST(ConvLayouts, WithoutAvx512EveryWeightStaysNhwc) {
+  auto model = resnet();
+  engine::to_channels_last(*model);
+  const engine::NchwChoice choice = engine::keep_small_maps_nchw(*model, images(), false, nullptr);
+  EXPECT_TRUE(choice.names.empty());
+  for (const auto& p : model->named_parameters()) {
+    if (p.value().dim() == 4) {
+      EXPECT_TRUE(p.value().is_contiguous(at::MemoryFormat::ChannelsLast));
+    }
+  }
+}
+
+// A convolution that passes its input on as it is, as a TorchScript module does.
+class PassesItsInputOn : public kiln::Model {
+ public:
+  PassesItsInputOn() { weight_ = register_parameter("w", at::randn({256, 256, 3, 3})); }
+  at::Tensor forward(const at::Tensor& input) override {
+    return at::conv2d(input, weight_, {}, 1, 1);
+  }
+
+ private:
+  at::Tensor weight_;
+};
+
+TEST(ConvLayouts, AModelThatRunsItsConvolutionsInNhwcKeepsTheirWeightsNhwc) {
+  PassesItsInputOn model;
+  engine::to_channels_last(model);
+  const at::Tensor x = engine::in_model_layout(at::randn({2, 256, 4, 4}), true);
+  ASSERT_TRUE(engine::blocked_nchw_is_faster(engine::trace_convolutions(model, x).at(0)));
+  const engine::NchwChoice choice = engine::keep_small_maps_nchw(model, x, true, nullptr);
+  EXPECT_TRUE(choice.trace_error.empty()) << choice.trace_error;
+  EXPECT_TRUE(choice.names.empty());
+  EXPECT_TRUE(model.parameters()[0].is_contiguous(at::MemoryFormat::ChannelsLast));
+}
+
+// A forward that throws is reported, and leaves every weight channels-last.
+class Failing : public kiln::Model {
+ public:
+  Failing() { weight_ = register_parameter("w", at::randn({4, 256, 3, 3})); }
+  at::Tensor forward(const at::Tensor& /*input*/) override {
+    throw std::runtime_error("no forward here");
+  }
+
+ private:
+  at::Tensor weight_;
+};
+
+TEST(ConvLayouts, AForwardThatFailsIsReportedAndChangesNothing) {
+  Failing model;
+  engine::to_channels_last(model);
+  const engine::NchwChoice choice = engine::keep_small_maps_nchw(model, images(), true, nullptr);
+  EXPECT_EQ(choice.trace_error, "no forward here");
+  EXPECT_TRUE(choice.names.empty());
+  EXPECT_TRUE(model.parameters()[0].is_contiguous(at::MemoryFormat::ChannelsLast));
+  EXPECT_TRUE(model.is_training());
+}
+
+}  // namespace
