@@ -1,7 +1,7 @@
 // Which convolutions of a channels-last model stay NCHW on the CPU (engine/conv_layouts): the
-// trace of one forward, the rule, the weights restrided, and Kiln's resnet (through the host's
-// loader, norm layers from the batchnorm plugin) running each convolution in its weight's layout,
-// with the same outputs and gradients as in NHWC throughout.
+// trace of one forward, the rule, the weights restrided, and Kiln's resnet (plugin_models.hpp)
+// running each convolution in its weight's layout, with the same outputs and gradients as in
+// NHWC throughout.
 #include "engine/conv_layouts.hpp"
 
 #include <ATen/Functions.h>
@@ -16,11 +16,7 @@
 
 #include "config/options.hpp"
 #include "engine/memory_format.hpp"
-#include "kiln_test_paths.h"
-#include "plugin/adapters.hpp"
-#include "plugin/host_api.hpp"
-#include "plugin/loader.hpp"
-#include "plugin/norm_layer.hpp"
+#include "plugin_models.hpp"
 
 namespace {
 
@@ -28,68 +24,18 @@ using kiln::config::OptionSet;
 using kiln::config::Value;
 using kiln::engine::ConvCall;
 namespace engine = kiln::engine;
-namespace plugin = kiln::plugin;
-
-const plugin::Registry& registry() {
-  static plugin::LibraryLoader loader(plugin::host_api());
-  static plugin::Registry r = [] {
-    plugin::Registry reg;
-    for (const char* lib : {"libkiln_resnet.so", "libkiln_batchnorm.so"}) {
-      loader.load_library(std::string(KILN_PLUGIN_DIR) + "/" + lib, reg);
-    }
-    return reg;
-  }();
-  return r;
-}
-
-Value int_value(int64_t v) {
-  Value x;
-  x.type = KILN_OPT_INT;
-  x.int_value = v;
-  return x;
-}
-Value float_value(double v) {
-  Value x;
-  x.type = KILN_OPT_FLOAT;
-  x.float_value = v;
-  return x;
-}
-Value bool_value(bool v) {
-  Value x;
-  x.type = KILN_OPT_BOOL;
-  x.bool_value = v;
-  return x;
-}
 
 // A small resnet of width 64 on 8x8 images: stages of 64, 128 and 256 channels at 8x8, 4x4 and
 // 2x2 pixels, the last of two blocks. Seeded, so two calls build the same weights.
 std::shared_ptr<kiln::Model> resnet() {
-  OptionSet bn;
-  bn.set("momentum", float_value(0.1));
-  bn.set("eps", float_value(1e-5));
-  bn.set("affine", bool_value(true));
-  bn.set("track_running_stats", bool_value(true));
-  const plugin::Component& norm = *registry().find(KILN_COMPONENT_NORM, "batchnorm");
-  const plugin::NormFactory norms = [&](const kiln_norm_request& request) {
-    return std::make_shared<plugin::PluginNormLayer>(norm, bn, request);
-  };
   OptionSet o;
-  o.set("width", int_value(64));
+  o.set("width", kiln_test::int_value(64));
   Value blocks;
   blocks.type = KILN_OPT_INT_LIST;
   blocks.int_list = {1, 1, 2};
   o.set("blocks", blocks);
-  kiln_model_input input{};
-  input.struct_size = sizeof(input);
-  input.channels = 3;
-  input.height = 8;
-  input.width = 8;
-  input.num_classes = 5;
   at::manual_seed(3);
-  auto model =
-      plugin::create_model(*registry().find(KILN_COMPONENT_MODEL, "resnet"), o, input, &norms);
-  model->train();
-  return model;
+  return kiln_test::build_model("resnet", o, 3, 8);
 }
 
 at::Tensor images() {

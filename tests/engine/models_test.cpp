@@ -14,76 +14,19 @@
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
 #include "graph_util.hpp"
-#include "kiln_test_paths.h"
-#include "plugin/adapters.hpp"
-#include "plugin/host_api.hpp"
-#include "plugin/loader.hpp"
-#include "plugin/norm_layer.hpp"
+#include "plugin_models.hpp"
 
 namespace {
 
 using kiln::config::OptionSet;
 using kiln::config::Value;
 using kiln::engine::apply_activation_checkpointing;
-namespace plugin = kiln::plugin;
+using kiln_test::bool_value;
+using kiln_test::build_model;
+using kiln_test::float_value;
+using kiln_test::int_value;
 
 constexpr double kTol = 1e-6;  // gradients and outputs, checkpointed vs plain, absolute
-
-const plugin::Registry& registry() {
-  static plugin::LibraryLoader loader(plugin::host_api());
-  static plugin::Registry r = [] {
-    plugin::Registry reg;
-    for (const char* lib : {"libkiln_mlp.so", "libkiln_vit.so", "libkiln_resnet.so",
-                            "libkiln_batchnorm.so", "libkiln_inplace_abn.so"}) {
-      loader.load_library(std::string(KILN_PLUGIN_DIR) + "/" + lib, reg);
-    }
-    return reg;
-  }();
-  return r;
-}
-
-Value int_value(int64_t v) {
-  Value x;
-  x.type = KILN_OPT_INT;
-  x.int_value = v;
-  return x;
-}
-Value float_value(double v) {
-  Value x;
-  x.type = KILN_OPT_FLOAT;
-  x.float_value = v;
-  return x;
-}
-Value bool_value(bool v) {
-  Value x;
-  x.type = KILN_OPT_BOOL;
-  x.bool_value = v;
-  return x;
-}
-
-// A model from its plugin, norm layers (if any) from `norm_name`, in training mode.
-std::shared_ptr<kiln::Model> build(const std::string& name, const OptionSet& options, int64_t c,
-                                   int64_t hw, const std::string& norm_name = "batchnorm") {
-  OptionSet bn;
-  bn.set("momentum", float_value(0.1));
-  bn.set("eps", float_value(1e-5));
-  bn.set("affine", bool_value(true));
-  bn.set("track_running_stats", bool_value(true));
-  const plugin::Component& norm = *registry().find(KILN_COMPONENT_NORM, norm_name);
-  const plugin::NormFactory norms = [&](const kiln_norm_request& request) {
-    return std::make_shared<plugin::PluginNormLayer>(norm, bn, request);
-  };
-  kiln_model_input input{};
-  input.struct_size = sizeof(input);
-  input.channels = c;
-  input.height = hw;
-  input.width = hw;
-  input.num_classes = 5;
-  auto model =
-      plugin::create_model(*registry().find(KILN_COMPONENT_MODEL, name), options, input, &norms);
-  model->train();
-  return model;
-}
 
 std::shared_ptr<kiln::Model> mlp() {
   OptionSet o;
@@ -93,7 +36,7 @@ std::shared_ptr<kiln::Model> mlp() {
   o.set("hidden", hidden);
   o.set("dropout", float_value(0.3));
   o.set("norm_layers", bool_value(true));
-  return build("mlp", o, 1, 4);
+  return build_model("mlp", o, 1, 4);
 }
 
 std::shared_ptr<kiln::Model> vit() {
@@ -103,7 +46,7 @@ std::shared_ptr<kiln::Model> vit() {
   o.set("depth", int_value(5));  // n = 5: sqrt gives [0-2] [3-4]
   o.set("heads", int_value(2));
   o.set("dropout", float_value(0.2));
-  return build("vit", o, 3, 4);
+  return build_model("vit", o, 3, 4);
 }
 
 // What one training step leaves: output, gradients, buffers, the next RNG draw, and how many
@@ -237,7 +180,7 @@ TEST(CheckpointModels, PreactResnetWithInPlaceAbnMatchesPlain) {
   blocks.int_list = {2, 2};
   o.set("blocks", blocks);
   at::manual_seed(2);
-  Stepper stepper(build("resnet", o, 3, 8, "inplace_abn"), at::randn({6, 3, 8, 8}));
+  Stepper stepper(build_model("resnet", o, 3, 8, "inplace_abn"), at::randn({6, 3, 8, 8}));
   const Step plain = stepper.step({"none"}, 5);
   const Step sqrt = stepper.step({"sqrt"}, 5);
   EXPECT_EQ(sqrt.segments, 2u);  // n = 4, k = 2: one segment per stage
