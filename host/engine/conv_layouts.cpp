@@ -11,6 +11,10 @@
 #include <cstring>
 #include <exception>
 #include <memory>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
 
 namespace kiln::engine {
 namespace {
@@ -146,28 +150,30 @@ NchwChoice keep_small_maps_nchw(kiln::Model& model, const at::Tensor& sample, bo
                                 dist::ProcessGroup* group) {
   NchwChoice choice;
   const auto weights = four_d_parameters(model);
+  // The 4-D parameter a call was given, or none (a weight the model computes).
+  const auto weight_of = [&](const ConvCall& call) -> std::optional<size_t> {
+    for (size_t i = 0; i < weights.size(); ++i) {
+      if (weights[i].second.unsafeGetTensorImpl() == call.weight) return i;
+    }
+    return std::nullopt;
+  };
   at::Tensor keep = at::zeros({static_cast<int64_t>(weights.size())}, at::kInt);
   if (avx512 && !weights.empty()) {
     try {
       at::Tensor picked = at::zeros_like(keep);
       for (const ConvCall& call : trace_convolutions(model, sample)) {
-        if (!blocked_nchw_is_faster(call)) continue;
-        for (size_t i = 0; i < weights.size(); ++i) {
-          if (weights[i].second.unsafeGetTensorImpl() == call.weight) {
-            picked.mutable_data_ptr<int32_t>()[i] = 1;
-          }
-        }
+        const auto i = weight_of(call);
+        if (i && blocked_nchw_is_faster(call)) picked.mutable_data_ptr<int32_t>()[*i] = 1;
       }
-      lay_out(weights, picked);
-      // Kept only where the model then runs the convolution in NCHW: ATen runs one with an NHWC
-      // input in NHWC whatever its weight's layout (a TorchScript module passes its input on).
-      const auto* was_picked = picked.const_data_ptr<int32_t>();
-      auto* kept = keep.mutable_data_ptr<int32_t>();
-      for (const ConvCall& call : trace_convolutions(model, sample)) {
-        for (size_t i = 0; i < weights.size(); ++i) {
-          if (weights[i].second.unsafeGetTensorImpl() == call.weight && was_picked[i] == 1 &&
-              !call.input_channels_last) {
-            kept[i] = 1;
+      if (picked.any().item<bool>()) {
+        lay_out(weights, picked);
+        // Kept only where the model then runs the convolution in NCHW: ATen runs one with an
+        // NHWC input in NHWC whatever its weight's layout (a TorchScript module passes its input
+        // on).
+        for (const ConvCall& call : trace_convolutions(model, sample)) {
+          const auto i = weight_of(call);
+          if (i && picked.const_data_ptr<int32_t>()[*i] == 1 && !call.input_channels_last) {
+            keep.mutable_data_ptr<int32_t>()[*i] = 1;
           }
         }
       }

@@ -1,5 +1,5 @@
 // Which convolutions of a channels-last model run NCHW on the CPU. oneDNN's NHWC kernels lose to
-// its blocked NCHW ones (nChw16c, AVX-512) on small feature maps with many channels: 1.2-2.3x
+// its blocked NCHW ones (nChw16c, AVX-512) on small feature maps with many channels: 1.2-1.8x
 // slower forward and backward at 4x4 and 2x2 pixels from 256 channels up (bench/conv_layouts.py,
 // docs/speed.md). The host finds each convolution's shapes by tracing one forward and restrides
 // those convolutions' weights back to NCHW; a model whose convolutions run in their weight's
@@ -37,7 +37,7 @@ std::vector<ConvCall> trace_convolutions(kiln::Model& model, const at::Tensor& s
 bool blocked_nchw_is_faster(const ConvCall& call);
 
 // Whether oneDNN runs its AVX-512 kernels on this CPU (where the rule above was measured; with
-// AVX2 alone the two layouts were within 6 % of each other at these shapes).
+// AVX2 alone the two layouts were within 5 % of each other at 4x4).
 bool onednn_uses_avx512();
 
 // Restrides to NCHW the 4-D weights of the convolutions blocked_nchw_is_faster picks in one
