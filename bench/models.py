@@ -149,8 +149,11 @@ class Attention(nn.Module):
 
     def forward(self, x):
         n, t, d = x.shape
+        # timm's Attention: unbind, whose backward stacks the three gradients (indexing
+        # qkv[0..2] would add three zero-filled full-size tensors instead, a slower twin).
         qkv = self.qkv(x).reshape(n, t, 3, self.heads, d // self.heads).permute(2, 0, 3, 1, 4)
-        x = F.scaled_dot_product_attention(qkv[0], qkv[1], qkv[2])
+        q, k, v = qkv.unbind(0)
+        x = F.scaled_dot_product_attention(q, k, v)
         return self.proj(x.transpose(1, 2).reshape(n, t, d))
 
 

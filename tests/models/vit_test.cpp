@@ -7,6 +7,7 @@
 #include <set>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "model_checks.hpp"
@@ -240,6 +241,7 @@ TEST(VitTest, MatchesTorchOracleInFp32AndBf16Autocast) {
   const int64_t batch = 4, classes = 10;
   TensorScratch oracle;
   std::vector<at::Tensor> fp32, bf16;
+  std::vector<std::vector<std::pair<std::string, at::Tensor>>> grads;  // per case, by name
   std::ostringstream config;
   config << "{\"depth\": 2, \"heads\": 4, \"cases\": [";
   at::manual_seed(11);
@@ -272,6 +274,15 @@ TEST(VitTest, MatchesTorchOracleInFp32AndBf16Autocast) {
     }
     config << "}}";
     fp32.push_back(model->forward(images));
+    // The backward too: its route through the attention heads is the plugin's own
+    // (split_heads.hpp), not autograd's.
+    at::Tensor upstream = at::randn({batch, classes});
+    oracle.write(prefix + "upstream.bin", upstream);
+    (fp32.back() * upstream).sum().backward();
+    grads.emplace_back();
+    for (const auto& item : model->named_parameters()) {
+      grads.back().emplace_back(item.key(), item.value().grad());
+    }
     {
       CpuBf16Autocast autocast;
       bf16.push_back(model->forward(images));
@@ -298,6 +309,13 @@ TEST(VitTest, MatchesTorchOracleInFp32AndBf16Autocast) {
     // different computations and the check above is not the fp32 one again.
     EXPECT_FALSE(at::equal(bf16[i].to(at::kFloat), want32)) << prefix;
     EXPECT_LE(closeness(bf16[i], want32, 0.05, 0.05), 1.0) << prefix;
+    // fp32 gradients: the same ATen kernels but for the split into heads, whose backward only
+    // copies; the margin is the logits' (reduction order in layer_norm's and gemm's backward).
+    for (const auto& [name, grad] : grads[i]) {
+      ASSERT_TRUE(grad.defined()) << prefix << name;
+      at::Tensor want = oracle.read(prefix + "grad." + name + ".bin", grad.sizes().vec());
+      EXPECT_LE(closeness(grad, want, 1e-4, 1e-5), 1.0) << prefix << name;
+    }
   }
 }
 

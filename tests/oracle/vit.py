@@ -1,5 +1,6 @@
 """Oracle for the vit model plugin: the same pre-norm ViT written with torch.nn.functional, fed
-the plugin's parameters by name; eval-mode logits in float32 and under CPU bfloat16 autocast."""
+the plugin's parameters by name; eval-mode logits in float32 and under CPU bfloat16 autocast, and
+the float32 gradient of every parameter for the loss sum(logits * upstream)."""
 import torch
 import torch.nn.functional as F
 
@@ -50,8 +51,14 @@ for case in cfg["cases"]:
     pre = case["prefix"]
     params = {name: s.load(pre + name + ".bin", shape) for name, shape in case["params"].items()}
     images = s.load(pre + "images.bin", case["shape"])
+    for p in params.values():
+        p.requires_grad_(True)
+    logits = vit(images, params, case, cfg["depth"], cfg["heads"])
+    s.save(pre + "logits_fp32.bin", logits.detach())
+    (logits * s.load(pre + "upstream.bin", logits.shape)).sum().backward()
+    for name, p in params.items():
+        s.save(pre + "grad." + name + ".bin", p.grad)
     with torch.no_grad():
-        s.save(pre + "logits_fp32.bin", vit(images, params, case, cfg["depth"], cfg["heads"]))
         with torch.autocast("cpu", dtype=torch.bfloat16):
             logits = vit(images, params, case, cfg["depth"], cfg["heads"])
         s.save(pre + "logits_bf16.bin", logits.float())

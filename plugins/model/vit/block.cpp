@@ -5,6 +5,8 @@
 #include <ATen/ops/gelu.h>
 #include <ATen/ops/scaled_dot_product_attention.h>
 
+#include "split_heads.hpp"
+
 namespace kiln_vit {
 namespace {
 
@@ -22,11 +24,8 @@ Attention::Attention(int64_t dim, int64_t heads, double dropout)
 
 at::Tensor Attention::forward(const at::Tensor& input) {
   const int64_t batch = input.size(0), tokens = input.size(1), dim = input.size(2);
-  // [N, T, 3·dim] → [3, N, heads, T, head_dim]: q, k and v per head.
-  at::Tensor qkv = qkv_->forward(input)
-                       .reshape({batch, tokens, 3, heads_, dim / heads_})
-                       .permute({2, 0, 3, 1, 4});
-  at::Tensor x = at::scaled_dot_product_attention(qkv[0], qkv[1], qkv[2]);
+  const auto [q, k, v] = split_heads(qkv_->forward(input), heads_);
+  at::Tensor x = at::scaled_dot_product_attention(q, k, v);
   x = proj_->forward(x.transpose(1, 2).reshape({batch, tokens, dim}));
   return maybe_dropout(x, dropout_, is_training());
 }
