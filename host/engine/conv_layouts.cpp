@@ -16,6 +16,8 @@
 #include <utility>
 #include <vector>
 
+#include "engine/memory_format.hpp"
+
 namespace kiln::engine {
 namespace {
 
@@ -86,17 +88,19 @@ std::vector<std::pair<std::string, at::Tensor>> four_d_parameters(kiln::Model& m
   return out;
 }
 
-// Each 4-D weight NCHW where `nchw` says 1, else channels-last (as to_channels_last left it).
-// set_data keeps each parameter the same tensor object.
+// Each 4-D weight NCHW where `nchw` says 1, else channels-last with to_channels_last's strides.
+// Each parameter stays the same tensor object.
 void lay_out(const std::vector<std::pair<std::string, at::Tensor>>& weights,
              const at::Tensor& nchw) {
-  at::NoGradGuard no_grad;
   const auto* flags = nchw.const_data_ptr<int32_t>();
   for (size_t i = 0; i < weights.size(); ++i) {
-    at::Tensor w = weights[i].second;
-    const auto format =
-        flags[i] != 0 ? at::MemoryFormat::Contiguous : at::MemoryFormat::ChannelsLast;
-    if (!w.is_contiguous(format)) w.set_data(w.contiguous(format));
+    const at::Tensor& w = weights[i].second;
+    if (flags[i] != 0) {
+      restride(w, at::MemoryFormat::Contiguous);
+    } else if (!w.is_contiguous(at::MemoryFormat::ChannelsLast) ||
+               (w.size(2) == 1 && w.size(3) == 1)) {
+      restride(w, at::MemoryFormat::ChannelsLast);
+    }
   }
 }
 
@@ -169,10 +173,13 @@ NchwChoice keep_small_maps_nchw(kiln::Model& model, const at::Tensor& sample, bo
         lay_out(weights, picked);
         // Kept only where the model then runs the convolution in NCHW: ATen runs one with an
         // NHWC input in NHWC whatever its weight's layout (a TorchScript module passes its input
-        // on).
+        // on). A 1x1 convolution that gets an NCHW input from one of those goes NCHW too: ATen
+        // runs it in its weight's layout if that is channels-last, reordering the input, and
+        // its gradient comes back with the strides of the layout it ran in.
         for (const ConvCall& call : trace_convolutions(model, sample)) {
           const auto i = weight_of(call);
-          if (i && picked.const_data_ptr<int32_t>()[*i] == 1 && !call.input_channels_last) {
+          if (!i || call.input_channels_last) continue;
+          if (picked.const_data_ptr<int32_t>()[*i] == 1 || call.kernel_h * call.kernel_w == 1) {
             keep.mutable_data_ptr<int32_t>()[*i] = 1;
           }
         }

@@ -43,7 +43,9 @@ bool onednn_uses_avx512();
 // Restrides to NCHW the 4-D weights of the convolutions blocked_nchw_is_faster picks in one
 // forward on `sample`, when `avx512`, and keeps those the model then runs in NCHW (a second
 // forward: ATen runs a convolution with an NHWC input in NHWC whatever its weight, so a model
-// must move the input itself); the others go back to channels-last. The ranks of `group` (null:
+// must move the input itself), with the 1x1 ones whose input then comes NCHW (with
+// channels-last's exact strides their weights would have ATen reorder that input); the others
+// go back to channels-last. The ranks of `group` (null:
 // one process) take rank 0's choice, so that every rank lays out each gradient alike. Returns the
 // weights' names; a forward that fails leaves every weight channels-last (the caller logs why).
 struct NchwChoice {

@@ -2,6 +2,9 @@
 
 #include <ATen/Context.h>
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/empty.h>
+#include <c10/core/MemoryFormat.h>
+#include <c10/util/strides.h>
 
 namespace kiln::engine {
 namespace {
@@ -27,17 +30,33 @@ bool use_channels_last(const std::string& setting, at::Device device, const Prec
   return device.is_cpu() && at::hasMKLDNN();
 }
 
-int64_t to_channels_last(torch::nn::Module& model) {
+bool restride(const at::Tensor& t, at::MemoryFormat format) {
+  const bool exact =
+      format == at::MemoryFormat::ChannelsLast
+          ? t.strides() == at::IntArrayRef(c10::get_channels_last_strides_2d(t.sizes()))
+          : t.strides() == at::IntArrayRef(c10::contiguous_strides(t.sizes()));
+  if (exact) return false;
   at::NoGradGuard no_grad;
+  // set_data swaps the storage under the same tensor object (a parameter stays the same leaf).
+  // at::empty with a memory format gives that format's exact strides.
+  at::Tensor copy = at::empty(t.sizes(), t.options().memory_format(format));
+  copy.copy_(t);
+  at::Tensor(t).set_data(copy);
+  return true;
+}
+
+int64_t to_channels_last(torch::nn::Module& model) {
   int64_t restrided = 0;
-  auto restride = [&](at::Tensor t) {
-    if (t.dim() != 4 || t.is_contiguous(at::MemoryFormat::ChannelsLast)) return;
-    // set_data swaps the storage under the same tensor object (a parameter stays the same leaf).
-    t.set_data(t.contiguous(at::MemoryFormat::ChannelsLast));
-    ++restrided;
+  auto to_nhwc = [&](const at::Tensor& t) {
+    if (t.dim() != 4) return;
+    const bool one_by_one = t.size(2) == 1 && t.size(3) == 1;
+    // Other tensors that already read as channels-last keep their strides: a single-channel
+    // stem's weight, say, whose convolution ATen runs in the input's layout either way.
+    if (!one_by_one && t.is_contiguous(at::MemoryFormat::ChannelsLast)) return;
+    if (restride(t, at::MemoryFormat::ChannelsLast)) ++restrided;
   };
-  for (const at::Tensor& p : model.parameters()) restride(p);
-  for (const at::Tensor& b : model.buffers()) restride(b);
+  for (const at::Tensor& p : model.parameters()) to_nhwc(p);
+  for (const at::Tensor& b : model.buffers()) to_nhwc(b);
   return restrided;
 }
 

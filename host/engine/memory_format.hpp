@@ -19,8 +19,15 @@ bool use_channels_last(const std::string& setting, at::Device device, const Prec
 
 // Restrides every 4-D parameter and buffer of `model` to channels_last in place (the tensors
 // keep their identity, so optimizer groups and hooks still hold them). Returns how many it
-// restrided.
+// restrided. A 1x1 kernel's weight gets channels-last's exact strides even though its
+// contiguous ones already read as channels-last: ATen's NHWC convolution returns its gradient
+// with the exact ones, and DDP's Reducer compares a gradient's strides with its parameter's
+// exactly (a warning, and a copy into the bucket each step, otherwise).
 int64_t to_channels_last(torch::nn::Module& model);
+
+// Gives `t` the exact strides of `format` (a fresh copy under the same tensor object) unless it
+// has them; 4-D tensors only. Returns whether it restrided.
+bool restride(const at::Tensor& t, at::MemoryFormat format);
 
 // The model's input in the model's layout: 4-D batches restrided to channels_last when
 // `channels_last`, anything else as it is.

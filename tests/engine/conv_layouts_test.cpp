@@ -183,6 +183,79 @@ TEST(ConvLayouts, AModelThatRunsItsConvolutionsInNhwcKeepsTheirWeightsNhwc) {
   EXPECT_TRUE(model.parameters()[0].is_contiguous(at::MemoryFormat::ChannelsLast));
 }
 
+// The strides each weight's gradient came back with equal the weight's own, exactly: what DDP's
+// Reducer checks (a warning and a copy per step otherwise).
+void expect_gradients_strided_as_weights(kiln::Model& model, const at::Tensor& x) {
+  model.zero_grad();
+  model.forward(x).sum().backward();
+  for (const auto& p : model.named_parameters()) {
+    ASSERT_TRUE(p.value().grad().defined()) << p.key();
+    EXPECT_EQ(p.value().grad().strides(), p.value().strides()) << p.key();
+  }
+}
+
+// A 1-channel stem, a 3x3 and a 1x1 convolution, each given its input as it comes.
+class ConvChain : public kiln::Model {
+ public:
+  ConvChain() {
+    stem_ = register_parameter("stem", at::randn({8, 1, 3, 3}));
+    wide_ = register_parameter("wide", at::randn({16, 8, 3, 3}));
+    narrow_ = register_parameter("narrow", at::randn({16, 16, 1, 1}));
+  }
+  at::Tensor forward(const at::Tensor& input) override {
+    at::Tensor x = at::conv2d(input, stem_, {}, 1, 1);
+    return at::conv2d(at::conv2d(x, wide_, {}, 1, 1), narrow_);
+  }
+
+ private:
+  at::Tensor stem_, wide_, narrow_;
+};
+
+TEST(ConvLayouts, ChannelsLastGivesEachWeightTheStridesOfItsGradient) {
+  ConvChain model;
+  const at::Tensor before = model.named_parameters()["narrow"].clone();
+  // The 1x1 weight reads as channels-last with its contiguous strides (16, 1, 1, 1), but the
+  // gradient of its NHWC convolution comes back with (16, 1, 16, 16). The 1-channel stem's
+  // convolution runs in NCHW (its input is both layouts too), so its weight keeps its strides.
+  EXPECT_EQ(engine::to_channels_last(model), 2);
+  EXPECT_EQ(model.named_parameters()["narrow"].strides(), at::IntArrayRef({16, 1, 16, 16}));
+  EXPECT_TRUE(at::equal(model.named_parameters()["narrow"], before));
+  EXPECT_EQ(engine::to_channels_last(model), 0);
+  expect_gradients_strided_as_weights(model,
+                                      engine::in_model_layout(at::randn({2, 1, 8, 8}), true));
+}
+
+// A 3x3 convolution on a small map that runs in its weight's layout (as Kiln's resnet does), then
+// a 1x1 one that takes its input as it comes (a bottleneck's last convolution).
+class WideThenNarrow : public kiln::Model {
+ public:
+  WideThenNarrow() {
+    wide_ = register_parameter("wide", at::randn({256, 256, 3, 3}));
+    narrow_ = register_parameter("narrow", at::randn({64, 256, 1, 1}));
+  }
+  at::Tensor forward(const at::Tensor& input) override {
+    const bool nhwc = wide_.is_contiguous(at::MemoryFormat::ChannelsLast);
+    at::Tensor x = at::conv2d(nhwc ? input : input.contiguous(), wide_, {}, 1, 1);
+    return at::conv2d(x, narrow_);
+  }
+
+ private:
+  at::Tensor wide_, narrow_;
+};
+
+TEST(ConvLayouts, AOneByOneConvolutionAfterAnNchwOneStaysNchwWithIt) {
+  WideThenNarrow model;
+  engine::to_channels_last(model);
+  const at::Tensor x = engine::in_model_layout(at::randn({2, 256, 4, 4}), true);
+  const engine::NchwChoice choice = engine::keep_small_maps_nchw(model, x, true, nullptr);
+  EXPECT_TRUE(choice.trace_error.empty()) << choice.trace_error;
+  EXPECT_EQ(choice.names, (std::vector<std::string>{"wide", "narrow"}));
+  // Contiguous strides exactly, so ATen runs the 1x1 convolution in its NCHW input's layout
+  // rather than reordering that input to its weight's.
+  EXPECT_EQ(model.named_parameters()["narrow"].strides(), at::IntArrayRef({256, 1, 1, 1}));
+  expect_gradients_strided_as_weights(model, x);
+}
+
 // A forward that throws is reported, and leaves every weight channels-last.
 class Failing : public kiln::Model {
  public:
