@@ -97,9 +97,8 @@ void lay_out(const std::vector<std::pair<std::string, at::Tensor>>& weights,
     const at::Tensor& w = weights[i].second;
     if (flags[i] != 0) {
       restride(w, at::MemoryFormat::Contiguous);
-    } else if (!w.is_contiguous(at::MemoryFormat::ChannelsLast) ||
-               (w.size(2) == 1 && w.size(3) == 1)) {
-      restride(w, at::MemoryFormat::ChannelsLast);
+    } else {
+      restride_channels_last(w);
     }
   }
 }

@@ -45,18 +45,22 @@ bool restride(const at::Tensor& t, at::MemoryFormat format) {
   return true;
 }
 
+bool restride_channels_last(const at::Tensor& t) {
+  // Other tensors that already read as channels-last keep their strides: a single-channel
+  // stem's weight, say, whose convolution ATen runs in the input's layout either way.
+  const bool one_by_one = t.size(2) == 1 && t.size(3) == 1;
+  if (!one_by_one && t.is_contiguous(at::MemoryFormat::ChannelsLast)) return false;
+  return restride(t, at::MemoryFormat::ChannelsLast);
+}
+
 int64_t to_channels_last(torch::nn::Module& model) {
   int64_t restrided = 0;
-  auto to_nhwc = [&](const at::Tensor& t) {
-    if (t.dim() != 4) return;
-    const bool one_by_one = t.size(2) == 1 && t.size(3) == 1;
-    // Other tensors that already read as channels-last keep their strides: a single-channel
-    // stem's weight, say, whose convolution ATen runs in the input's layout either way.
-    if (!one_by_one && t.is_contiguous(at::MemoryFormat::ChannelsLast)) return;
-    if (restride(t, at::MemoryFormat::ChannelsLast)) ++restrided;
-  };
-  for (const at::Tensor& p : model.parameters()) to_nhwc(p);
-  for (const at::Tensor& b : model.buffers()) to_nhwc(b);
+  for (const at::Tensor& p : model.parameters()) {
+    if (p.dim() == 4 && restride_channels_last(p)) ++restrided;
+  }
+  for (const at::Tensor& b : model.buffers()) {
+    if (b.dim() == 4 && restride_channels_last(b)) ++restrided;
+  }
   return restrided;
 }
 

@@ -29,6 +29,9 @@ int64_t to_channels_last(torch::nn::Module& model);
 // has them; 4-D tensors only. Returns whether it restrided.
 bool restride(const at::Tensor& t, at::MemoryFormat format);
 
+// One 4-D tensor channels-last as to_channels_last lays each out. Returns whether it restrided.
+bool restride_channels_last(const at::Tensor& t);
+
 // The model's input in the model's layout: 4-D batches restrided to channels_last when
 // `channels_last`, anything else as it is.
 at::Tensor in_model_layout(const at::Tensor& x, bool channels_last);
