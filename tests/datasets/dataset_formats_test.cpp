@@ -10,6 +10,7 @@
 #include <cstring>
 #include <random>
 
+#include "config_values.hpp"
 #include "data/dataset.hpp"
 #include "kiln_test_paths.h"
 #include "plugin/dataset_source.hpp"
@@ -24,6 +25,8 @@ using kiln::config::OptionSet;
 using kiln::config::Value;
 using kiln::plugin::DatasetSource;
 using kiln::plugin::Registry;
+using kiln::test::int_value;
+using kiln::test::string_value;
 
 const Registry& registry() {
   static Registry* r = [] {
@@ -33,19 +36,6 @@ const Registry& registry() {
     return out;
   }();
   return *r;
-}
-
-Value string_value(const std::string& v) {
-  Value value;
-  value.type = KILN_OPT_STRING;
-  value.string_value = v;
-  return value;
-}
-Value int_value(int64_t v) {
-  Value value;
-  value.type = KILN_OPT_INT;
-  value.int_value = v;
-  return value;
 }
 
 OptionSet options_of(const std::string& name,

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "config/options.hpp"
+#include "config_values.hpp"
 #include "engine/memory_format.hpp"
 #include "plugin_models.hpp"
 
@@ -29,7 +30,7 @@ namespace engine = kiln::engine;
 // 2x2 pixels, the last of two blocks. Seeded, so two calls build the same weights.
 std::shared_ptr<kiln::Model> resnet() {
   OptionSet o;
-  o.set("width", kiln_test::int_value(64));
+  o.set("width", kiln::test::int_value(64));
   Value blocks;
   blocks.type = KILN_OPT_INT_LIST;
   blocks.int_list = {1, 1, 2};

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "config/options.hpp"
+#include "config_values.hpp"
 #include "engine/activation_checkpoint.hpp"
 #include "engine/checks.hpp"
 #include "graph_util.hpp"
@@ -21,10 +22,10 @@ namespace {
 using kiln::config::OptionSet;
 using kiln::config::Value;
 using kiln::engine::apply_activation_checkpointing;
-using kiln_test::bool_value;
+using kiln::test::bool_value;
+using kiln::test::float_value;
+using kiln::test::int_value;
 using kiln_test::build_model;
-using kiln_test::float_value;
-using kiln_test::int_value;
 
 constexpr double kTol = 1e-6;  // gradients and outputs, checkpointed vs plain, absolute
 

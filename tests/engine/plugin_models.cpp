@@ -10,7 +10,6 @@ namespace kiln_test {
 namespace {
 
 namespace plugin = kiln::plugin;
-using kiln::config::Value;
 
 const plugin::Registry& registry() {
   static plugin::LibraryLoader loader(plugin::host_api());
@@ -26,27 +25,6 @@ const plugin::Registry& registry() {
 }
 
 }  // namespace
-
-Value int_value(int64_t v) {
-  Value x;
-  x.type = KILN_OPT_INT;
-  x.int_value = v;
-  return x;
-}
-
-Value float_value(double v) {
-  Value x;
-  x.type = KILN_OPT_FLOAT;
-  x.float_value = v;
-  return x;
-}
-
-Value bool_value(bool v) {
-  Value x;
-  x.type = KILN_OPT_BOOL;
-  x.bool_value = v;
-  return x;
-}
 
 std::shared_ptr<kiln::Model> build_model(const std::string& name,
                                          const kiln::config::OptionSet& options, int64_t c,

@@ -11,10 +11,6 @@
 
 namespace kiln_test {
 
-kiln::config::Value int_value(int64_t v);
-kiln::config::Value float_value(double v);
-kiln::config::Value bool_value(bool v);
-
 // Model `name` built with `options` for c x hw x hw images and 5 classes, its norm layers from
 // `norm_name` (momentum 0.1, eps 1e-5, affine, tracking running statistics), in training mode.
 std::shared_ptr<kiln::Model> build_model(const std::string& name,

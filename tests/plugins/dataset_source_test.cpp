@@ -7,6 +7,7 @@
 
 #include <thread>
 
+#include "config_values.hpp"
 #include "kiln_test_paths.h"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
@@ -18,6 +19,7 @@ using kiln::plugin::DatasetSource;
 using kiln::plugin::LibraryLoader;
 using kiln::plugin::LoadError;
 using kiln::plugin::Registry;
+using kiln::test::int_value;
 
 std::string test_plugin(const std::string& name) {
   return std::string(KILN_TEST_PLUGIN_DIR) + "/lib" + name + ".so";
@@ -43,13 +45,6 @@ const Registry& gradients_registry() {
     return r;
   }();
   return *registry;
-}
-
-kiln::config::Value int_value(int64_t v) {
-  kiln::config::Value value;
-  value.type = KILN_OPT_INT;
-  value.int_value = v;
-  return value;
 }
 
 std::unique_ptr<DatasetSource> gradients(int64_t samples = 24, int64_t classes = 3,

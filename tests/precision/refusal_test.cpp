@@ -8,6 +8,7 @@
 #include <string>
 
 #include "config/options.hpp"
+#include "config_values.hpp"
 #include "precision_harness.hpp"
 
 namespace kiln::precision_test {
@@ -16,6 +17,9 @@ namespace {
 using kiln::config::ConfigError;
 using kiln::config::OptionSet;
 using kiln::config::Value;
+using kiln::test::float_value;
+using kiln::test::int_value;
+using kiln::test::string_value;
 
 // The host validator's message for [precision] name = `name` plus `extra`, or "".
 std::string config_error(const std::string& name, const std::string& extra) {
@@ -31,25 +35,6 @@ std::string config_error(const std::string& name, const std::string& extra) {
 std::string refusal(const std::string& name, const std::string& extra,
                     DLDeviceType device = kDLCPU) {
   return create_refusal(name, resolve(name, extra), device);
-}
-
-Value string_value(const std::string& s) {
-  Value v;
-  v.type = KILN_OPT_STRING;
-  v.string_value = s;
-  return v;
-}
-Value float_value(double x) {
-  Value v;
-  v.type = KILN_OPT_FLOAT;
-  v.float_value = x;
-  return v;
-}
-Value int_value(int64_t x) {
-  Value v;
-  v.type = KILN_OPT_INT;
-  v.int_value = x;
-  return v;
 }
 
 // create's refusal of `name`'s default options with `key` replaced, bypassing the validator.
