@@ -1,5 +1,6 @@
 #include "plugin_models.hpp"
 
+#include "config_values.hpp"
 #include "kiln_test_paths.h"
 #include "plugin/adapters.hpp"
 #include "plugin/host_api.hpp"
@@ -10,6 +11,8 @@ namespace kiln_test {
 namespace {
 
 namespace plugin = kiln::plugin;
+using kiln::test::bool_value;
+using kiln::test::float_value;
 
 const plugin::Registry& registry() {
   static plugin::LibraryLoader loader(plugin::host_api());
