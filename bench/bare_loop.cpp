@@ -15,7 +15,8 @@
 //
 // - cnn: the resnet plugin at depth "small" (conv3x3 stem, BasicBlocks, conv1x1 + norm
 //   shortcuts on strided blocks, global average pool, fc) with the batchnorm plugin and relu.
-// - tiny: the mlp plugin (flatten, [linear, relu] per hidden width, linear head).
+// - tiny: the mlp plugin (flatten, [linear + relu, one node: linear_relu.hpp] per hidden width,
+//   linear head).
 // Parameter and buffer names are the plugins' (conv1.weight, bn1.bias, layer2.0.downsample.1.bias,
 // layers.3.linear.weight, head.bias, ...), so --init takes the file Kiln's model.init takes.
 // Without --init the weights are drawn as the plugins draw them, in the plugins' order, after
@@ -55,6 +56,7 @@
 #include "io/heap.hpp"
 #include "io/memory.hpp"
 #include "io/safetensors.hpp"
+#include "linear_relu.hpp"
 
 namespace {
 
@@ -100,6 +102,7 @@ class Linear : public Layer {
     bias_ = register_parameter("bias", at::empty({out}).uniform_(-bound, bound));
   }
   at::Tensor forward(const at::Tensor& x) override { return at::linear(x, weight_, bias_); }
+  at::Tensor forward_relu(const at::Tensor& x) { return kiln_mlp::linear_relu(x, weight_, bias_); }
 
  private:
   at::Tensor weight_, bias_;
@@ -215,13 +218,13 @@ class SmallResNet : public Layer {
   std::shared_ptr<Linear> fc_;
 };
 
-// One mlp hidden layer: linear → relu (not in place, as the plugin without norm layers).
+// One mlp hidden layer: linear → relu as one autograd node, the plugin's own (linear_relu.hpp).
 class Hidden : public Layer {
  public:
   Hidden(int64_t in, int64_t out) {
     linear_ = register_module("linear", std::make_shared<Linear>(in, out));
   }
-  at::Tensor forward(const at::Tensor& x) override { return at::relu(linear_->forward(x)); }
+  at::Tensor forward(const at::Tensor& x) override { return linear_->forward_relu(x); }
 
  private:
   std::shared_ptr<Linear> linear_;

@@ -5,14 +5,21 @@
 
 #include <cmath>
 #include <set>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "cpu_bf16_autocast.hpp"
+#include "graph_util.hpp"
 #include "model_checks.hpp"
 #include "model_plugin.hpp"
+#include "tensor_scratch.hpp"
 
 namespace kiln_test {
 namespace {
+
+using kiln::test::closeness;
+using kiln::test::TensorScratch;
 
 const ModelPlugin& mlp() { return ModelPlugin::get("libkiln_mlp.so"); }
 
@@ -57,6 +64,77 @@ TEST(MlpTest, ComputesReluLayersThenHead) {
   at::Tensor expected =
       at::matmul(h, parameter(*model, "head.weight").t()) + parameter(*model, "head.bias");
   EXPECT_TRUE(at::allclose(model->forward(x), expected, 1e-5, 1e-6));
+}
+
+// The hidden layers' linear + relu run as one autograd node (linear_relu.hpp), with a backward
+// of the plugin's own; torch.nn.functional's linear and relu (tests/oracle/mlp.py) are the
+// oracle for the logits, every parameter's gradient and the images' gradient, and for the
+// logits under bf16 autocast (where the plugin falls back to torch's nodes).
+TEST(MlpTest, MatchesTorchOracleForwardAndBackward) {
+  const std::vector<int64_t> hidden{24, 16, 16};
+  const int64_t batch = 6, classes = 5;
+  at::manual_seed(3);
+  auto model = build(OptionSet().set_int_list("hidden", hidden), 2, 4, 4, classes);
+  // Wide draws: each relu sees both signs, and a bias of zero cannot hide a wiring mistake.
+  {
+    at::NoGradGuard no_grad;
+    for (auto& item : model->named_parameters()) item.value().normal_(0.0, 0.5);
+  }
+  TensorScratch oracle;
+  std::ostringstream config;
+  config << "{\"hidden\": " << hidden.size() << ", \"shape\": [" << batch
+         << ", 2, 4, 4], \"params\": {";
+  bool first = true;
+  for (const auto& item : model->named_parameters()) {
+    oracle.write(item.key() + ".bin", item.value());
+    config << (first ? "" : ", ") << "\"" << item.key() << "\": [" << item.value().size(0);
+    if (item.value().dim() == 2) config << ", " << item.value().size(1);
+    config << "]";
+    first = false;
+  }
+  config << "}}";
+  oracle.write_text("config.json", config.str());
+  at::Tensor images = at::randn({batch, 2, 4, 4}).requires_grad_(true);
+  at::Tensor upstream = at::randn({batch, classes});
+  oracle.write("images.bin", images);
+  oracle.write("upstream.bin", upstream);
+
+  at::Tensor logits = model->forward(images);
+  // One fused node per hidden layer, none for the head.
+  EXPECT_EQ(nodes_named(logits, "LinearRelu").size(), hidden.size());
+  (logits * upstream).sum().backward();
+  at::Tensor no_grad_logits, bf16_logits;
+  {
+    at::NoGradGuard no_grad;
+    no_grad_logits = model->forward(images);
+    CpuBf16Autocast autocast;
+    bf16_logits = model->forward(images);
+  }
+  oracle.run("mlp.py");
+
+  // fp32: the same ATen kernels (addmm, relu, threshold_backward, mm, sum) on the same values;
+  // the margin allows another reduction order in the gemms' blocking.
+  at::Tensor want = oracle.read("logits_fp32.bin", {batch, classes});
+  EXPECT_LE(closeness(logits, want, 1e-5, 1e-6), 1.0);
+  EXPECT_LE(closeness(no_grad_logits, want, 1e-5, 1e-6), 1.0);
+  for (const auto& item : model->named_parameters()) {
+    const at::Tensor& grad = item.value().grad();
+    ASSERT_TRUE(grad.defined()) << item.key();
+    // Written in the parameter's own layout, so AccumulateGrad keeps it without a copy.
+    EXPECT_TRUE(grad.is_contiguous()) << item.key();
+    EXPECT_LE(
+        closeness(grad, oracle.read("grad." + item.key() + ".bin", grad.sizes().vec()), 1e-5, 1e-6),
+        1.0)
+        << item.key();
+  }
+  EXPECT_LE(
+      closeness(images.grad(), oracle.read("grad.images.bin", images.sizes().vec()), 1e-5, 1e-6),
+      1.0);
+  // bf16 autocast: the same casts and ops on both sides; one bf16 rounding step of margin.
+  ASSERT_EQ(bf16_logits.scalar_type(), at::kBFloat16);
+  EXPECT_LE(closeness(bf16_logits, oracle.read("logits_bf16.bin", {batch, classes}), 4e-3, 1e-3),
+            1.0);
+  EXPECT_FALSE(at::autocast::is_autocast_enabled(at::kCPU));
 }
 
 TEST(MlpTest, InitialisesLikeTorchLinear) {

@@ -10,6 +10,7 @@
 #include <utility>
 #include <vector>
 
+#include "cpu_bf16_autocast.hpp"
 #include "model_checks.hpp"
 #include "model_plugin.hpp"
 #include "tensor_scratch.hpp"
@@ -44,30 +45,6 @@ std::string refusal(OptionSet options, int64_t c = 1, int64_t h = 28, int64_t w 
   EXPECT_EQ(created.status->code, KILN_ERR_INVALID_ARGUMENT) << created.status->message;
   return created.status->message;
 }
-
-// What CPU bfloat16 autocast does in Python's torch.autocast("cpu", dtype=torch.bfloat16):
-// enabled for the scope, restoring the previous state (and clearing the cast cache) after.
-class CpuBf16Autocast {
- public:
-  CpuBf16Autocast()
-      : enabled_(at::autocast::is_autocast_enabled(at::kCPU)),
-        dtype_(at::autocast::get_autocast_dtype(at::kCPU)) {
-    at::autocast::set_autocast_enabled(at::kCPU, true);
-    at::autocast::set_autocast_dtype(at::kCPU, at::kBFloat16);
-    at::autocast::increment_nesting();
-  }
-  ~CpuBf16Autocast() {
-    if (at::autocast::decrement_nesting() == 0) at::autocast::clear_cache();
-    at::autocast::set_autocast_enabled(at::kCPU, enabled_);
-    at::autocast::set_autocast_dtype(at::kCPU, dtype_);
-  }
-  CpuBf16Autocast(const CpuBf16Autocast&) = delete;
-  CpuBf16Autocast& operator=(const CpuBf16Autocast&) = delete;
-
- private:
-  bool enabled_;
-  at::ScalarType dtype_;
-};
 
 // The names of the modules that are kiln::NormLayers (what the host's group rules see).
 std::set<std::string> norm_layer_names(kiln::Model& model) {

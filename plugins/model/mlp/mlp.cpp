@@ -8,6 +8,8 @@
 
 #include <cmath>
 
+#include "linear_relu.hpp"
+
 namespace kiln_mlp {
 
 Linear::Linear(int64_t in_features, int64_t out_features) {
@@ -22,6 +24,10 @@ Linear::Linear(int64_t in_features, int64_t out_features) {
 
 at::Tensor Linear::forward(const at::Tensor& input) { return at::linear(input, weight_, bias_); }
 
+at::Tensor Linear::forward_relu(const at::Tensor& input) {
+  return linear_relu(input, weight_, bias_);
+}
+
 HiddenLayer::HiddenLayer(const kiln::NormSource& norms, int64_t in_features, int64_t out_features,
                          bool norm, double dropout)
     : dropout_(dropout) {
@@ -33,8 +39,7 @@ HiddenLayer::HiddenLayer(const kiln::NormSource& norms, int64_t in_features, int
 }
 
 at::Tensor HiddenLayer::forward(const at::Tensor& input) {
-  at::Tensor x = linear_->forward(input);
-  x = norm_ ? norm_->forward(x) : at::relu(x);
+  at::Tensor x = norm_ ? norm_->forward(linear_->forward(input)) : linear_->forward_relu(input);
   if (dropout_ > 0.0) x = at::dropout(x, dropout_, is_training());
   return x;
 }

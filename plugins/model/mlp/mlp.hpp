@@ -28,6 +28,8 @@ class Linear : public torch::nn::Module {
  public:
   Linear(int64_t in_features, int64_t out_features);
   at::Tensor forward(const at::Tensor& input);
+  // relu(forward(input)), as one autograd node (linear_relu.hpp).
+  at::Tensor forward_relu(const at::Tensor& input);
 
  private:
   at::Tensor weight_;
