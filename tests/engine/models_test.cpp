@@ -29,14 +29,15 @@ using kiln_test::build_model;
 
 constexpr double kTol = 1e-6;  // gradients and outputs, checkpointed vs plain, absolute
 
-std::shared_ptr<kiln::Model> mlp() {
+// norm_layers off: each hidden layer is the plugin's fused linear + relu node (linear_relu.hpp).
+std::shared_ptr<kiln::Model> mlp(bool norm_layers = true) {
   OptionSet o;
   Value hidden;
   hidden.type = KILN_OPT_INT_LIST;
   hidden.int_list = std::vector<int64_t>(9, 12);  // n = 9: sqrt gives 3 segments of 3
   o.set("hidden", hidden);
   o.set("dropout", float_value(0.3));
-  o.set("norm_layers", bool_value(true));
+  o.set("norm_layers", bool_value(norm_layers));
   return build_model("mlp", o, 1, 4);
 }
 
@@ -146,6 +147,21 @@ TEST(CheckpointModels, MlpWithDropoutAndBatchNormMatchesPlain) {
   expect_same_step(whole, plain, "layers");
 
   // The comparison can fail: other dropout masks give other gradients.
+  EXPECT_GT(grad_gap(stepper.step({"none"}, 8), plain), 1e-4);
+}
+
+// The fused linear + relu node recomputed inside the segments: the same step as plain.
+TEST(CheckpointModels, MlpWithDropoutAndFusedReluLayersMatchesPlain) {
+  at::manual_seed(0);
+  Stepper stepper(mlp(/*norm_layers=*/false), at::randn({16, 1, 4, 4}));
+  const Step plain = stepper.step({"none"}, 7);
+  EXPECT_EQ(plain.segments, 0u);
+  const Step sqrt = stepper.step({"sqrt"}, 7);
+  EXPECT_EQ(sqrt.segments, 3u);
+  expect_same_step(sqrt, plain, "sqrt");
+  const Step whole = stepper.step({"layers"}, 7);
+  EXPECT_EQ(whole.segments, 1u);
+  expect_same_step(whole, plain, "layers");
   EXPECT_GT(grad_gap(stepper.step({"none"}, 8), plain), 1e-4);
 }
 
