@@ -83,16 +83,7 @@ TEST(MlpTest, MatchesTorchOracleForwardAndBackward) {
   TensorScratch oracle;
   std::ostringstream config;
   config << "{\"hidden\": " << hidden.size() << ", \"shape\": [" << batch
-         << ", 2, 4, 4], \"params\": {";
-  bool first = true;
-  for (const auto& item : model->named_parameters()) {
-    oracle.write(item.key() + ".bin", item.value());
-    config << (first ? "" : ", ") << "\"" << item.key() << "\": [" << item.value().size(0);
-    if (item.value().dim() == 2) config << ", " << item.value().size(1);
-    config << "]";
-    first = false;
-  }
-  config << "}}";
+         << ", 2, 4, 4], \"params\": " << write_parameters(oracle, *model) << "}";
   oracle.write_text("config.json", config.str());
   at::Tensor images = at::randn({batch, 2, 4, 4}).requires_grad_(true);
   at::Tensor upstream = at::randn({batch, classes});

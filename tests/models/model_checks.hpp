@@ -6,9 +6,11 @@
 
 #include <cstdint>
 #include <set>
+#include <sstream>
 #include <string>
 
 #include "kiln/torch.hpp"
+#include "tensor_scratch.hpp"
 
 namespace kiln_test {
 
@@ -30,6 +32,26 @@ inline at::Tensor parameter(const kiln::Model& model, const std::string& name) {
   const at::Tensor* p = params.find(name);
   if (p == nullptr) throw std::runtime_error("no parameter " + name);
   return *p;
+}
+
+// Writes each of `model`'s parameters to `oracle` as <prefix><name>.bin and returns their shapes
+// as the JSON object {"<name>": [d0, d1, ...], ...}, for a Python oracle to load them by name.
+inline std::string write_parameters(const kiln::test::TensorScratch& oracle,
+                                    const kiln::Model& model, const std::string& prefix = "") {
+  std::ostringstream shapes;
+  shapes << "{";
+  bool first = true;
+  for (const auto& item : model.named_parameters()) {
+    oracle.write(prefix + item.key() + ".bin", item.value());
+    shapes << (first ? "" : ", ") << "\"" << item.key() << "\": [";
+    for (int64_t d = 0; d < item.value().dim(); ++d) {
+      shapes << (d ? ", " : "") << item.value().size(d);
+    }
+    shapes << "]";
+    first = false;
+  }
+  shapes << "}";
+  return shapes.str();
 }
 
 // Forward on random images, cross-entropy, backward; expects the [N, classes] logits shape and

@@ -238,18 +238,8 @@ TEST(VitTest, MatchesTorchOracleInFp32AndBf16Autocast) {
     oracle.write(prefix + "images.bin", images);
     config << (i ? ", " : "") << "{\"prefix\": \"" << prefix << "\", \"shape\": [" << batch << ", "
            << c.channels << ", " << c.height << ", " << c.width << "], \"patch\": " << c.patch
-           << ", \"pool\": \"" << c.pool << "\", \"params\": {";
-    bool first = true;
-    for (const auto& item : model->named_parameters()) {
-      oracle.write(prefix + item.key() + ".bin", item.value());
-      config << (first ? "" : ", ") << "\"" << item.key() << "\": [";
-      for (int64_t d = 0; d < item.value().dim(); ++d) {
-        config << (d ? ", " : "") << item.value().size(d);
-      }
-      config << "]";
-      first = false;
-    }
-    config << "}}";
+           << ", \"pool\": \"" << c.pool
+           << "\", \"params\": " << write_parameters(oracle, *model, prefix) << "}";
     fp32.push_back(model->forward(images));
     // The backward too: its route through the attention heads is the plugin's own
     // (split_heads.hpp), not autograd's.
