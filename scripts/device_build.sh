@@ -63,6 +63,7 @@
 #                                   the image_folder dataset's JPEG decoder (pkg-config
 #                                   libturbojpeg: turbojpeg.h and the library)
 #   libpng-dev (libpng16-16 above)  its PNG decoder (pkg-config libpng: png.h, libpng16.so)
+#   libcsv-dev, libcsv3             the image_list dataset's CSV parser (csv.h, libcsv.so)
 #   pkgconf-bin, libpkgconf3        a pkg-config, in case the image has none
 # Not carried: the Fashion-MNIST dataset (the tests make their own data; see docs/device.md for
 # bench/precision.py), compilers, cmake, ninja, CUDA and torch (the machine has them).
@@ -85,6 +86,7 @@ PACKAGES=(
   fonts-dejavu-core
   zlib1g-dev zlib1g
   libturbojpeg0-dev libturbojpeg0 libpng-dev
+  libcsv-dev libcsv3
   pkgconf-bin libpkgconf3
 )
 

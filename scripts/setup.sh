@@ -11,6 +11,7 @@ PACKAGES=(build-essential cmake ninja-build ccache pkg-config zlib1g-dev
           libgtest-dev libcli11-dev libdlpack-dev libgloo-dev libcairo2-dev dataset-fashion-mnist python3-venv
           nlohmann-json3-dev         # JSON: safetensors headers, metrics lines (read and written)
           libturbojpeg0-dev libpng-dev  # the image_folder dataset's decoders (libjpeg-turbo, libpng)
+          libcsv-dev                 # the image_list dataset's CSV parser (RFC 4180)
           clang-format clang-tidy    # scripts/format.sh (CI's format check), scripts/tidy.sh
           clang libclang-rt-14-dev   # clang + libFuzzer: the fuzz targets (scripts/fuzz.sh)
           abigail-tools)             # abidw/abidiff: libkiln's ABI report (scripts/abi_report.sh)

@@ -3,7 +3,7 @@
 # that tree has built already: pip runs scikit-build-core (pyproject.toml) with KILN_WHEEL_FROM,
 # which brings the tree's installable files up to date, installs them stripped and makes the
 # RUNPATHs relative to the wheel. Then auditwheel repairs it into a manylinux wheel: the Debian
-# libraries Kiln links (Boost, spdlog, fmt, TOML++, libjpeg-turbo, libpng, cairo) are copied
+# libraries Kiln links (Boost, spdlog, fmt, TOML++, libjpeg-turbo, libpng, libcsv, cairo) are copied
 # into it (kiln_train.libs/), so it installs on any x86_64 Linux with a new enough glibc. Torch's
 # own libraries stay out: the torch wheel beside it provides them. Prints the wheel's path.
 # Usage: scripts/wheel.sh [build dir (build/release)] [output dir (dist)]

@@ -7,7 +7,9 @@
 #include <stdexcept>
 
 #include "config/options.hpp"
+#include "data/source.hpp"
 #include "engine/checks.hpp"
+#include "io/error_text.hpp"
 #include "plugin/loader.hpp"
 
 namespace kiln::capi {
@@ -34,7 +36,7 @@ kiln_status* status_from_exception(int32_t fallback) noexcept {
   try {
     throw;
   } catch (const config::ConfigError& e) {
-    kiln_status* s = make_status(KILN_ERR_CONFIG, e.what());
+    kiln_status* s = make_status(KILN_ERR_CONFIG, io::without_backtrace(e.what()));
     if (e.located()) locate(s, e.pos().file, e.key(), e.pos().line, e.pos().column);
     return s;
   } catch (const engine::PipelineError& e) {
@@ -43,10 +45,14 @@ kiln_status* status_from_exception(int32_t fallback) noexcept {
     return s;
   } catch (const plugin::LoadError& e) {
     return make_status(KILN_ERR_PLUGIN_REFUSED, e.what());
+  } catch (const data::BrokenSource& e) {
+    // A dataset plugin that broke its contract: refused, as by `kiln` (exit 3).
+    return make_status(KILN_ERR_PLUGIN_REFUSED, "plugin refused: " + std::string(e.what()));
   } catch (const std::bad_alloc&) {
     return make_status(KILN_ERR_OUT_OF_MEMORY, "out of memory");
   } catch (const std::exception& e) {
-    return make_status(fallback, e.what());
+    // No C++ stack trace in a caller's message (c10::Error carries one in what()).
+    return make_status(fallback, io::without_backtrace(e.what()));
   } catch (...) {
     return make_status(KILN_ERR_INTERNAL, "an exception that is not a std::exception");
   }

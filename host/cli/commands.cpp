@@ -12,6 +12,7 @@
 #include "config/reference.hpp"
 #include "config/toml_text.hpp"
 #include "config/value_check.hpp"
+#include "data/source.hpp"
 #include "engine/checkpointer.hpp"
 #include "engine/checks.hpp"
 #include "engine/lr_schedule.hpp"
@@ -22,6 +23,7 @@
 #include "engine/stop_signal.hpp"
 #include "engine/trainer.hpp"
 #include "io/checkpoint.hpp"
+#include "io/error_text.hpp"
 #include "io/metrics_plot.hpp"
 #include "io/run_folder.hpp"
 #include "io/safetensors.hpp"
@@ -56,13 +58,23 @@ void print_refused(const std::vector<std::string>& refused) {
 // error's (the message is already file:line:column) or a run-time failure's. Any other type goes
 // on to main's backstop.
 int report_failure() {
+  // No C++ stack trace for the reader (c10::Error carries one in what()); -v logs it.
+  const auto shown = [](const char* what) {
+    std::string text = io::without_backtrace(what);
+    if (text != what) spdlog::debug("the error with its stack trace: {}", what);
+    return text;
+  };
   try {
     throw;
   } catch (const config::ConfigError& e) {
-    fmt::print(stderr, "{}\n", e.what());
+    fmt::print(stderr, "{}\n", shown(e.what()));
     return kConfigError;
+  } catch (const data::BrokenSource& e) {
+    // A dataset plugin that broke its contract is refused, as a library that fails to load.
+    fmt::print(stderr, "error: plugin refused: {}\n", shown(e.what()));
+    return kPluginRefused;
   } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
+    fmt::print(stderr, "error: {}\n", shown(e.what()));
     return kRunFailed;
   }
 }
@@ -71,7 +83,7 @@ int report_failure() {
 // `preflight_world` > 0 also creates every component as a run of that many ranks would
 // (engine::preflight). On failure prints the reason and sets `exit_code`.
 bool resolve(const PipelineArgs& args, Plugins& plugins, config::Pipeline& pipeline, int& exit_code,
-             int64_t preflight_world = 1) {
+             int64_t preflight_world = 1, std::string* data_summary = nullptr) {
   try {
     plugins = load_plugins(config::read_plugin_paths(args.file, args.overrides));
     if (!plugins.refused.empty()) {
@@ -81,10 +93,11 @@ bool resolve(const PipelineArgs& args, Plugins& plugins, config::Pipeline& pipel
     }
     pipeline = config::load_pipeline(args.file, args.overrides, plugins.registry);
     if (preflight_world > 0) {
-      engine::as_config_errors(pipeline, [&] {
-        engine::preflight(pipeline, engine::resolve_device(pipeline.settings.run.device),
-                          preflight_world);
+      const std::string data = engine::as_config_errors(pipeline, [&] {
+        return engine::preflight(pipeline, engine::resolve_device(pipeline.settings.run.device),
+                                 preflight_world);
       });
+      if (data_summary != nullptr) *data_summary = data;
     }
     return true;
   } catch (...) {
@@ -236,9 +249,8 @@ int evaluate(const PipelineArgs& given, const std::string& checkpoint, const std
 int plot(const std::string& metrics, const std::string& png) {
   try {
     io::plot_metrics(metrics, png);
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kRunFailed;
+  } catch (...) {
+    return report_failure();
   }
   fmt::print("wrote {}\n", png);
   return 0;
@@ -282,9 +294,8 @@ int export_weights(const std::string& from, const std::string& to, const std::st
                ema ? "moving-average " : "", checkpoint, data.info.step,
                dtype == "keep" ? "dtypes as trained" : dtype);
     return 0;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kRunFailed;
+  } catch (...) {
+    return report_failure();
   }
 }
 
@@ -292,12 +303,13 @@ int validate(const PipelineArgs& args, int64_t world_size) {
   Plugins plugins;
   config::Pipeline pipeline;
   int code = 0;
-  if (!resolve(args, plugins, pipeline, code, world_size)) return code;
-  fmt::print("{}: ok (model {}, optimizer {}, lr_policy {}, norm {}, precision {}{})\n", args.file,
-             pipeline.model.component->name(), pipeline.optimizer.component->name(),
+  std::string data;
+  if (!resolve(args, plugins, pipeline, code, world_size, &data)) return code;
+  fmt::print("{}: ok (model {}, optimizer {}, lr_policy {}, norm {}, precision {}{})\n{}\n",
+             args.file, pipeline.model.component->name(), pipeline.optimizer.component->name(),
              pipeline.lr_policy.component->name(), pipeline.norm.component->name(),
              pipeline.precision.component->name(),
-             world_size > 1 ? fmt::format("; {} ranks", world_size) : std::string());
+             world_size > 1 ? fmt::format("; {} ranks", world_size) : std::string(), data);
   return 0;
 }
 
@@ -309,9 +321,8 @@ int plan(const PipelineArgs& args) {
   try {
     fmt::print("{}", engine::describe_plan(pipeline));
     return 0;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kRunFailed;
+  } catch (...) {
+    return report_failure();
   }
 }
 
@@ -377,9 +388,8 @@ int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::st
       fmt::print(stderr, "wrote {}\n", png);
     }
     return 0;
-  } catch (const std::exception& e) {
-    fmt::print(stderr, "error: {}\n", e.what());
-    return kRunFailed;
+  } catch (...) {
+    return report_failure();
   }
 }
 

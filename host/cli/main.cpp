@@ -11,6 +11,7 @@
 
 #include "cli/commands.hpp"
 #include "dist/launcher.hpp"
+#include "io/error_text.hpp"
 #include "io/log.hpp"
 #include "io/status_line.hpp"
 #include "kiln/abi.h"
@@ -257,7 +258,8 @@ int main(int argc, char** argv) {
   try {
     return dispatch(argc, argv);
   } catch (...) {
-    std::string text = kiln::plugin::describe_current_exception();
+    const std::string text =
+        kiln::io::without_backtrace(kiln::plugin::describe_current_exception());
     std::fprintf(stderr, "error: %s\n", text.c_str());
     return 1;
   }

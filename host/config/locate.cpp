@@ -61,7 +61,7 @@ SourcePos key_source(const Pipeline& p, const std::string& key) {
   const std::string name = dot == std::string::npos ? std::string() : key.substr(dot + 1);
   const ComponentChoice* choice = choice_of(p, section);
   const SourcePos* pos = nullptr;
-  if (choice != nullptr && name == "name") {
+  if (choice != nullptr && name == (section == "data" ? "dataset" : "name")) {
     pos = &choice->name_pos;
   } else if (const OptionSet* table = table_with(p, section, name)) {
     pos = &table->get(name).pos;
@@ -91,7 +91,22 @@ std::string key_named_in(const ComponentChoice& choice, const std::string& messa
       if (first_default.empty()) first_default = choice.section + "." + word;
     }
   }
-  return first_default.empty() ? choice.section + ".name" : first_default;
+  if (!first_default.empty()) return first_default;
+  // A message that names a file but no option ("…/data_batch_1.bin: truncated"): the option
+  // whose path (or folder of it) the message holds, the longest such value.
+  std::string by_value;
+  size_t longest = 0;
+  for (const auto& [name, value] : choice.options.entries()) {
+    const std::string& text = value.string_value;
+    if (value.type != KILN_OPT_STRING || text.size() <= longest) continue;
+    if (message.find(text) != std::string::npos) {
+      by_value = choice.section + "." + name;
+      longest = text.size();
+    }
+  }
+  if (!by_value.empty()) return by_value;
+  // [data] names its component with `dataset`; the others with `name`.
+  return choice.section + (choice.section == "data" ? ".dataset" : ".name");
 }
 
 }  // namespace kiln::config

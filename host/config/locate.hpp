@@ -23,7 +23,8 @@ ConfigError located_error(const Pipeline& pipeline, const std::string& key,
 
 // The key of `choice` that a refusal `message` is about: the first of the component's options
 // (then the section's core keys) named in it as a word, preferring keys the pipeline set over
-// defaults; "<section>.name" when it names none.
+// defaults; else the string option whose value (a path) the message holds; else the key that
+// names the component ("<section>.name", "data.dataset").
 std::string key_named_in(const ComponentChoice& choice, const std::string& message);
 
 // The component chosen for `section` ("model", "norm", "optimizer", "lr_policy", "precision"),

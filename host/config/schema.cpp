@@ -176,6 +176,13 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                   "a sample that cannot be read: stop with its path, or skip = replace it by "
                   "the next sample (the same replacement on every run), log its path once and "
                   "count it"),
+           spec("max_image_pixels", KILN_OPT_INT, "89478485",
+                "decompression-bomb limit, PIL's Image.MAX_IMAGE_PIXELS: an image whose header "
+                "claims more pixels (height x width) is decoded with a warning, one of more "
+                "than twice as many is refused before anything is allocated (a sample that "
+                "cannot be read, for on_error); the same for every size a dataset reports; "
+                "0 = no limit",
+                0),
        }},
       {"model",
        {spec("name", KILN_OPT_STRING, nullptr, "model component to train"),
@@ -236,7 +243,7 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
            spec("clip_norm_type", KILN_OPT_FLOAT, "2.0",
                 "p of the global gradient norm (inf for the max norm); also the norm logged as "
                 "grad_norm",
-                1),
+                1, std::numeric_limits<double>::infinity()),
            spec("clip_grad_value", KILN_OPT_FLOAT, "0.0",
                 "clamp every gradient element to [-v, v] after unscaling (torch "
                 "clip_grad_value_); 0 = off",

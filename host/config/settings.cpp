@@ -58,6 +58,7 @@ DataSettings data_settings(const OptionSet& d) {
   s.mix_prob = d.get_float("mix_prob");
   s.mix_switch_prob = d.get_float("mix_switch_prob");
   s.skip_bad_samples = d.get_string("on_error") == "skip";
+  s.max_image_pixels = static_cast<uint64_t>(d.get_int("max_image_pixels"));
   return s;
 }
 

@@ -57,6 +57,8 @@ struct DataSettings {
   double mixup_alpha = 0.0, cutmix_alpha = 0.0;  // 0: off
   double mix_prob = 1.0, mix_switch_prob = 0.5;
   bool skip_bad_samples = false;  // on_error = "skip" (else "stop")
+  // Decompression-bomb limit, PIL's Image.MAX_IMAGE_PIXELS (data::kDefaultMaxImagePixels); 0: none.
+  uint64_t max_image_pixels = 89478485;
 };
 
 struct ModelSettings {

@@ -1,5 +1,6 @@
 #include "config/value_check.hpp"
 
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -27,6 +28,13 @@ bool in_bounds(const kiln_option_spec& spec, double v) {
   // Written as negations so NaN fails both bounds.
   if (spec.has_min && !(v >= spec.min)) return false;
   if (spec.has_max && !(v <= spec.max)) return false;
+  // A bounded option is a range of numbers: infinity is in it only where the bound on its side
+  // is infinite itself (clip_norm_type's max = inf), not because nothing caps that side.
+  if ((spec.has_min || spec.has_max) && std::isinf(v)) {
+    const bool open_side = v > 0 ? spec.has_max && std::isinf(spec.max) && spec.max > 0
+                                 : spec.has_min && std::isinf(spec.min) && spec.min < 0;
+    if (!open_side) return false;
+  }
   return true;
 }
 
@@ -51,7 +59,8 @@ std::vector<std::string> split_choices(const char* choices) {
 bool bounded(const kiln_option_spec& spec, double v, const std::string& text,
              const std::string& qualified, std::string& error) {
   if (in_bounds(spec, v)) return true;
-  error = qualified + ": value " + text + " is out of range; expected " + bounds_text(spec);
+  error = qualified + ": value " + text + " is out of range; expected " +
+          (std::isinf(v) ? "a finite number " : "") + bounds_text(spec);
   return false;
 }
 
@@ -204,6 +213,12 @@ std::optional<Value> check_value(const toml::node& node, const kiln_option_spec&
       return out;
     }
     case KILN_OPT_STRING: {
+      // An integer is its decimal text (depth = 18 for the choice "18"), as --set reads it.
+      if (const auto* i = node.as_integer()) {
+        out.string_value = std::to_string(i->get());
+        if (check_bounds && !chosen(spec, out.string_value, qualified, error)) return std::nullopt;
+        return out;
+      }
       const auto* v = node.as_string();
       if (v == nullptr) return wrong();
       out.string_value = v->get();

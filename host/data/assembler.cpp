@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <new>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -47,9 +48,9 @@ BatchAssembler::BatchAssembler(const Source& source, const LoaderOptions& option
     out_h_ = size[0];
     out_w_ = size[1];
   } else if (!fixed) {
-    // A folder whose images may all share one size (MNIST as PNGs): sample 0's, checked for
-    // every sample from its header before it is decoded.
-    const SampleHeader first = source.probe(0);
+    // A folder whose images may all share one size (MNIST as PNGs): the first sample's, checked
+    // for every sample from its header before it is decoded.
+    const SampleHeader first = first_sample();
     out_h_ = first.height;
     out_w_ = first.width;
     if (options_.resize > 0) {  // then every sample must resize to sample 0's size
@@ -70,6 +71,39 @@ BatchAssembler::BatchAssembler(const Source& source, const LoaderOptions& option
                                   std::to_string(channels_) + " channels");
     }
   }
+}
+
+SampleHeader BatchAssembler::first_sample() {
+  if (!options_.skip_bad_samples) return source_.probe(0);
+  // Under skip, the first sample that decodes: an unreadable one sorted first is skipped (and
+  // replaced when a batch meets it), as one anywhere else is.
+  std::vector<uint8_t> pixels;
+  std::string first_error;
+  for (int64_t i = 0; i < source_.size(); ++i) {
+    try {
+      const SampleHeader header = source_.probe(i);
+      pixels.resize(bytes(header.height, header.width, channels_));
+      const DecodedSample s = source_.decode(i, 1, pixels.data(), pixels.size());
+      check_decoded(i, header, s);
+      first_index_ = i;
+      return header;
+    } catch (const SampleError& e) {
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  throw SampleError("none of the " + std::to_string(source_.size()) +
+                    " samples can be read (data.on_error = \"skip\"); the first: " + first_error);
+}
+
+void BatchAssembler::check_decoded(int64_t index, const SampleHeader& header,
+                                   const DecodedSample& s) const {
+  const int64_t d = s.scale;
+  if (s.height == (header.height + d - 1) / d && s.width == (header.width + d - 1) / d) return;
+  const std::string who = source_.provider().empty() ? "the source" : source_.provider();
+  throw BrokenSource(who + " broke the dataset contract: " + source_.sample_name(index) +
+                     " decoded as " + std::to_string(s.height) + "x" + std::to_string(s.width) +
+                     " at scale 1/" + std::to_string(d) + "; probe reported " +
+                     std::to_string(header.height) + "x" + std::to_string(header.width));
 }
 
 at::Tensor BatchAssembler::allocate(at::IntArrayRef shape, at::ScalarType dtype) const {
@@ -95,37 +129,36 @@ std::mt19937_64 BatchAssembler::stream(int64_t epoch, int64_t batch_index, uint3
   return std::mt19937_64(seq);
 }
 
+int64_t BatchAssembler::load_plain(int64_t index, uint8_t* dst) const {
+  DecodedSample s;
+  try {
+    s = source_.decode(index, 1, dst, bytes(out_h_, out_w_, channels_));
+  } catch (const std::invalid_argument&) {
+    // Sources refuse a buffer too small for the sample: a larger one than the first, if that
+    // is why (the header is read only then, not for every sample).
+    if (check_sizes_) check_same_size(index, source_.probe(index));
+    throw;
+  }
+  if (s.height != out_h_ || s.width != out_w_) {
+    if (!check_sizes_) {
+      const std::string who = source_.provider().empty() ? "the source" : source_.provider();
+      throw BrokenSource(who + " broke the dataset contract: " + source_.sample_name(index) +
+                         " decoded as " + std::to_string(s.height) + "x" + std::to_string(s.width) +
+                         "; every sample is " + std::to_string(out_h_) + "x" +
+                         std::to_string(out_w_));
+    }
+    // Another size than the first sample's: its header says whether the image is another size
+    // or the source decoded another size than it reports.
+    const SampleHeader header = source_.probe(index);
+    check_decoded(index, header, s);
+    check_same_size(index, header);
+  }
+  return s.label;
+}
+
 int64_t BatchAssembler::load_sample(int64_t index, std::mt19937_64* gen, Scratch& scratch,
                                     uint8_t* dst) const {
-  if (plain_) {
-    // Not a SampleError: skipping would not help, the pipeline needs a crop.
-    const auto differ = [&](int64_t h, int64_t w) {
-      return std::invalid_argument(
-          "sample " + std::to_string(index) + " is " + std::to_string(h) + "x" + std::to_string(w) +
-          ", sample 0 " + std::to_string(out_h_) + "x" + std::to_string(out_w_) +
-          ": samples differ in size: set data.random_resized_crop or data.resize + "
-          "data.center_crop");
-    };
-    DecodedSample s;
-    try {
-      s = source_.decode(index, 1, dst, bytes(out_h_, out_w_, channels_));
-    } catch (const std::invalid_argument&) {
-      // Sources refuse a buffer too small for the sample: a larger one than sample 0, if that
-      // is why (the header is read only then, not for every sample).
-      if (check_sizes_) {
-        const SampleHeader h = source_.probe(index);
-        if (h.height != out_h_ || h.width != out_w_) throw differ(h.height, h.width);
-      }
-      throw;
-    }
-    if (s.height != out_h_ || s.width != out_w_) {
-      if (check_sizes_) throw differ(s.height, s.width);
-      throw SampleError("sample " + std::to_string(index) + " decoded as " +
-                        std::to_string(s.height) + "x" + std::to_string(s.width) + ", not " +
-                        std::to_string(out_h_) + "x" + std::to_string(out_w_));
-    }
-    return s.label;
-  }
+  if (plain_) return load_plain(index, dst);
   const SampleHeader header = source_.probe(index);
   int denom = 1;
   CropBox box;
@@ -137,9 +170,16 @@ int64_t BatchAssembler::load_sample(int64_t index, std::mt19937_64* gen, Scratch
     const int64_t shorter = std::min(header.height, header.width);
     denom = decode_denominator(shorter, shorter, options_.resize, options_.resize);
   }
-  scratch.decode.resize(std::max<size_t>(bytes(header.height, header.width, channels_), 1));
+  try {
+    scratch.decode.resize(std::max<size_t>(bytes(header.height, header.width, channels_), 1));
+  } catch (const std::bad_alloc&) {
+    // A large image under a memory cap: this sample cannot be read here, which on_error handles.
+    throw SampleError(source_.sample_name(index) + " is " + std::to_string(header.height) + "x" +
+                      std::to_string(header.width) + ": out of memory for its decode");
+  }
   const DecodedSample s =
       source_.decode(index, denom, scratch.decode.data(), scratch.decode.size());
+  check_decoded(index, header, s);
   const at::Tensor image = hwc_view(scratch.decode.data(), s.height, s.width, channels_);
   const auto copy_out = [&](const at::Tensor& t) {  // 1 x C x out_h x out_w channels-last
     std::memcpy(dst, t.data_ptr<uint8_t>(), bytes(out_h_, out_w_, channels_));
@@ -163,15 +203,27 @@ int64_t BatchAssembler::load_sample(int64_t index, std::mt19937_64* gen, Scratch
     if (resized.size(2) != out_h_ || resized.size(3) != out_w_) {
       // Not a SampleError: skipping would not help, the pipeline needs a crop.
       throw std::invalid_argument(
-          "sample " + std::to_string(index) + " is " + std::to_string(resized.size(2)) + "x" +
-          std::to_string(resized.size(3)) + " after resizing, sample 0 " + std::to_string(out_h_) +
-          "x" + std::to_string(out_w_) +
+          source_.sample_name(index) + " is " + std::to_string(resized.size(2)) + "x" +
+          std::to_string(resized.size(3)) + " after resizing, " +
+          source_.sample_name(first_index_) + " " + std::to_string(out_h_) + "x" +
+          std::to_string(out_w_) +
           ": samples differ in size: set data.random_resized_crop or data.resize + "
           "data.center_crop");
     }
     copy_out(resized.contiguous(at::MemoryFormat::ChannelsLast));
   }
   return s.label;
+}
+
+void BatchAssembler::check_same_size(int64_t index, const SampleHeader& header) const {
+  if (header.height == out_h_ && header.width == out_w_) return;
+  // Not a SampleError: skipping would not help, the pipeline needs a crop.
+  throw std::invalid_argument(
+      source_.sample_name(index) + " is " + std::to_string(header.height) + "x" +
+      std::to_string(header.width) + ", " + source_.sample_name(first_index_) + " " +
+      std::to_string(out_h_) + "x" + std::to_string(out_w_) +
+      ": samples differ in size: set data.random_resized_crop or data.resize + "
+      "data.center_crop");
 }
 
 int64_t BatchAssembler::load_or_replace(int64_t index, std::mt19937_64* gen, Scratch& scratch,

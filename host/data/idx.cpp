@@ -86,7 +86,8 @@ IdxBytes read_idx_ubyte(const std::string& path, uint32_t rank, const char* kind
 }
 
 IdxBytes read_idx_ubyte(const std::string& path, uint32_t min_rank, uint32_t max_rank,
-                        const char* kind, const char* what) {
+                        const char* kind, const char* what,
+                        const std::function<void(const std::vector<uint64_t>&)>& check_dims) {
   GzReader in(path);
   const uint32_t magic = in.read_u32_be();
   const uint32_t rank = magic & 0xffu;
@@ -101,6 +102,7 @@ IdxBytes read_idx_ubyte(const std::string& path, uint32_t min_rank, uint32_t max
     for (uint64_t d : out.dims) text += (text.empty() ? "" : "x") + std::to_string(d);
     throw error(path, "dimensions " + text + " overflow 64 bits");
   }
+  if (check_dims) check_dims(out.dims);
   while (out.data.size() < *claimed) {
     const uint64_t have = out.data.size();
     const uint64_t want = std::min(*claimed - have, std::max<uint64_t>(kFirstChunk, have));

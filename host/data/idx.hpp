@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -23,7 +24,10 @@ struct IdxBytes {
 IdxBytes read_idx_ubyte(const std::string& path, uint32_t rank, const char* kind, const char* what);
 
 // The same for any rank in [min_rank, max_rank] (images: 3 for N x H x W, 4 for N x C x H x W).
+// `check_dims`, when given, sees the header's dimensions before any data is read (and may throw):
+// a gzip stream's data can be far larger than the file, so a limit on it is applied there.
 IdxBytes read_idx_ubyte(const std::string& path, uint32_t min_rank, uint32_t max_rank,
-                        const char* kind, const char* what);
+                        const char* kind, const char* what,
+                        const std::function<void(const std::vector<uint64_t>&)>& check_dims = {});
 
 }  // namespace kiln::data

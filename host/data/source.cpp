@@ -49,6 +49,8 @@ TensorSource::TensorSource(at::Tensor images, at::Tensor labels, int64_t num_cla
   width_ = images_.size(nchw ? 3 : 2);
 }
 
+std::string Source::sample_name(int64_t index) const { return "sample " + std::to_string(index); }
+
 void Source::targets(int64_t /*index*/, float* /*out*/) const {
   throw std::logic_error("targets() of a source with one class per sample");
 }

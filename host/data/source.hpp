@@ -20,6 +20,18 @@ class SampleError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A source that broke its own contract: a dataset plugin that reports an impossible size or
+// decodes another size than it reported. No fault of a sample, so never skipped; the message
+// names the plugin, and the CLI refuses it (exit 3, as a refused library).
+class BrokenSource : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+// PIL's Image.MAX_IMAGE_PIXELS, the default of data.max_image_pixels: a sample of more pixels
+// is decoded with a warning, one of more than twice as many refused (kiln_pixel_limit).
+constexpr uint64_t kDefaultMaxImagePixels = 89478485;
+
 struct SampleHeader {
   int64_t height = 0;  // at full scale
   int64_t width = 0;
@@ -44,6 +56,11 @@ class Source {
   virtual int64_t fixed_width() const = 0;
   // Class names (an image folder's sub-folders), or empty.
   virtual std::vector<std::string> class_names() const { return {}; }
+  // Sample `index` as a message names it: "sample 8 (root/c1/b.png)" where the source knows
+  // its file, else "sample 8". Never throws for an index in range.
+  virtual std::string sample_name(int64_t index) const;
+  // Who provides the samples, for messages ("dataset 'image_folder' (/path/lib.so)"), or "".
+  virtual std::string provider() const { return ""; }
   // Multi-label: each sample's target is a row of num_classes values in [0, 1] (targets()), and
   // its header's label means nothing.
   virtual bool multi_label() const { return false; }

@@ -16,8 +16,8 @@
 #include "plugin/adapters.hpp"
 
 namespace kiln::engine {
-void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size) {
-  as_config_errors(p, [&] {
+std::string preflight(const config::Pipeline& p, c10::Device device, int64_t world_size) {
+  return as_config_errors(p, [&] {
     check_pipeline(p, device, world_size);
     plugin::PrecisionAdapter precision(*p.precision.component, p.precision.options, device.type());
     const PrecisionPlan plan = plan_precision(precision.policy(), precision.name());
@@ -47,6 +47,7 @@ void preflight(const config::Pipeline& p, c10::Device device, int64_t world_size
     plugin::LrPolicyAdapter policy(*p.lr_policy.component, p.lr_policy.options,
                                    to_policy_schedule(frame));
     (void)LossScaler(plan, precision, p.settings.run.max_nonfinite_steps);
+    return describe_data(p, splits);
   });
 }
 

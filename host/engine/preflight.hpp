@@ -6,6 +6,7 @@
 #include <c10/core/Device.h>
 
 #include <cstdint>
+#include <string>
 
 #include "config/pipeline.hpp"
 
@@ -16,7 +17,7 @@ namespace kiln::engine {
 // layers and `model.init` weights, activation checkpointing, the parameter groups, the optimizer,
 // the LR policy over the run's real schedule, and the loss scaler. Throws config::ConfigError
 // ("file:line:column: key: reason") for a problem of the configuration; other exceptions (a
-// plugin that throws) pass through.
-void preflight(const config::Pipeline& pipeline, c10::Device device, int64_t world_size = 1);
+// plugin that throws) pass through. Returns what the data holds (describe_data).
+std::string preflight(const config::Pipeline& pipeline, c10::Device device, int64_t world_size = 1);
 
 }  // namespace kiln::engine

@@ -15,7 +15,8 @@ namespace {
 // One split of the pipeline's dataset component, opened with the run's seed.
 std::shared_ptr<const data::Source> open_split(const config::Pipeline& p, int32_t split) {
   return std::make_shared<plugin::DatasetSource>(*p.dataset.component, p.dataset.options, split,
-                                                 p.settings.run.seed);
+                                                 p.settings.run.seed,
+                                                 p.settings.data.max_image_pixels);
 }
 
 // The data section's transform options against the data they will meet.
@@ -107,6 +108,20 @@ DataSplits load_data(const config::Pipeline& p) {
     }
   }
   return splits;
+}
+
+std::string describe_data(const config::Pipeline& p, const DataSplits& splits) {
+  const data::Source& train = *splits.train;
+  const auto shape = train_sample_shape(p.settings.data, train);
+  std::string text =
+      fmt::format("data: '{}', training split {} samples of {} classes{}", p.settings.data.dataset,
+                  train.size(), train.num_classes(), train.multi_label() ? " (multi-label)" : "");
+  if (splits.test) {
+    text += fmt::format(", validation split {} samples", splits.test->size());
+  } else {
+    text += ", no validation split (run.eval = false)";
+  }
+  return text + fmt::format("; samples {}x{}x{} as batched", shape[0], shape[1], shape[2]);
 }
 
 std::shared_ptr<const data::Source> open_train_split(const config::Pipeline& p) {

@@ -7,6 +7,7 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
 
 #include "config/pipeline.hpp"
 #include "config/settings.hpp"
@@ -27,6 +28,10 @@ struct DataSplits {
 // evaluation batches of another size than training's) a PipelineError. Both become located
 // configuration errors under as_config_errors.
 DataSplits load_data(const config::Pipeline& pipeline);
+
+// What the splits hold, for `kiln validate` and a run's log: "data: 'image_folder', training
+// split 8 samples of 2 classes, validation split 4 samples; batches of 3x32x32 samples".
+std::string describe_data(const config::Pipeline& pipeline, const DataSplits& splits);
 
 // The training split alone (`kiln plan`, `kiln lr-schedule`: its size and sample shape).
 std::shared_ptr<const data::Source> open_train_split(const config::Pipeline& pipeline);

@@ -54,6 +54,7 @@ std::unique_ptr<RunData> load_run_data(const config::Pipeline& p, at::Device dev
   const uint64_t seed = p.settings.run.seed;
   auto r = std::make_unique<RunData>();
   DataSplits splits = load_data(p);
+  r->summary = describe_data(p, splits);
   r->train_set = std::move(splits.train);
   r->test_set = std::move(splits.test);
   r->train.emplace(*r->train_set, loader_options(d, seed, true, device, ranks.rank, ranks.world));

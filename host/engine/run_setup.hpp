@@ -40,6 +40,7 @@ struct RunData {
   std::shared_ptr<const data::Source> train_set, test_set;
   std::optional<data::Loader> train, test;  // this rank's loaders
   int64_t batches_per_epoch = 0;            // of `train`
+  std::string summary;                      // what the splits hold (describe_data), for the log
 };
 std::unique_ptr<RunData> load_run_data(const config::Pipeline& pipeline, at::Device device,
                                        const Ranks& ranks);

@@ -184,6 +184,7 @@ void Trainer::Impl::build() {
                      plan.half_model() || ranks.world > 1 || optimizer->clip().any();
 
   log_run_summary(p, device, plan, *optimizer, frame);
+  spdlog::info("{}", data->summary);
   result.test_accuracy = result.test_map = NAN;
   result.steps = position.step;
   start = Clock::now();

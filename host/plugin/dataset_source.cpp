@@ -1,5 +1,8 @@
 #include "plugin/dataset_source.hpp"
 
+#include <spdlog/spdlog.h>
+
+#include <cstdint>
 #include <stdexcept>
 
 #include "config/value_check.hpp"
@@ -14,55 +17,60 @@ std::string contract(const std::string& who, const std::string& what) {
   return who + " broke the dataset contract: " + what;
 }
 
+[[noreturn]] void broken(const std::string& who, const std::string& what) {
+  throw data::BrokenSource(contract(who, what));
+}
+
+std::string size_text(int64_t height, int64_t width) {
+  return std::to_string(height) + "x" + std::to_string(width);
+}
+
 // What `info` reported, against the contract of kiln/dataset.h; `who` names the plugin.
 void check_info(const kiln_dataset_info& info, const std::string& who) {
   if (info.num_samples <= 0) {
-    throw ComponentError(KILN_ERR_INTERNAL,
-                         contract(who, "info reports " + std::to_string(info.num_samples) +
-                                           " samples; a split holds at least one"));
+    broken(who, "info reports " + std::to_string(info.num_samples) +
+                    " samples; a split holds at least one");
   }
   if (info.num_classes <= 0) {
-    throw ComponentError(KILN_ERR_INTERNAL,
-                         contract(who, "info reports " + std::to_string(info.num_classes) +
-                                           " classes; at least one"));
+    broken(who, "info reports " + std::to_string(info.num_classes) + " classes; at least one");
   }
   if (info.channels <= 0) {
-    throw ComponentError(
-        KILN_ERR_INTERNAL,
-        contract(who, "info reports " + std::to_string(info.channels) + " channels; at least one"));
+    broken(who, "info reports " + std::to_string(info.channels) + " channels; at least one");
   }
   if (info.reserved != 0) {
-    throw ComponentError(KILN_ERR_INTERNAL,
-                         contract(who, "kiln_dataset_info field 'reserved' is " +
-                                           std::to_string(info.reserved) + ", not zero"));
+    broken(who,
+           "kiln_dataset_info field 'reserved' is " + std::to_string(info.reserved) + ", not zero");
   }
   if (info.height < 0 || info.width < 0 || (info.height == 0) != (info.width == 0)) {
-    throw ComponentError(
-        KILN_ERR_INTERNAL,
-        contract(who, "info reports a sample size of " + std::to_string(info.height) + "x" +
-                          std::to_string(info.width) +
-                          "; both positive, or both 0 when sizes differ"));
+    broken(who, "info reports a sample size of " + size_text(info.height, info.width) +
+                    "; both positive, or both 0 when sizes differ");
+  }
+  // A sample's bytes must be countable before anything multiplies them.
+  const auto h = static_cast<uint64_t>(info.height), w = static_cast<uint64_t>(info.width);
+  const auto c = static_cast<uint64_t>(info.channels);
+  if (h > 0 && (kiln_pixel_limit(h, w, 0) == KILN_PIXELS_REFUSE ||
+                h * w > static_cast<uint64_t>(INT64_MAX) / c)) {
+    broken(who, "info reports a sample size of " + size_text(info.height, info.width) + "x" +
+                    std::to_string(info.channels) + ", whose bytes overflow 64 bits");
   }
   if (info.target_kind != KILN_TARGET_CLASS && info.target_kind != KILN_TARGET_MULTI_LABEL) {
-    throw ComponentError(
-        KILN_ERR_INTERNAL,
-        contract(who, "info reports target kind " + std::to_string(info.target_kind) +
-                          "; KILN_TARGET_CLASS or KILN_TARGET_MULTI_LABEL"));
+    broken(who, "info reports target kind " + std::to_string(info.target_kind) +
+                    "; KILN_TARGET_CLASS or KILN_TARGET_MULTI_LABEL");
   }
   if (info.reserved2 != 0) {
-    throw ComponentError(KILN_ERR_INTERNAL,
-                         contract(who, "kiln_dataset_info field 'reserved2' is " +
-                                           std::to_string(info.reserved2) + ", not zero"));
+    broken(who, "kiln_dataset_info field 'reserved2' is " + std::to_string(info.reserved2) +
+                    ", not zero");
   }
 }
 
 }  // namespace
 
 DatasetSource::DatasetSource(const Component& component, const config::OptionSet& options,
-                             int32_t split, uint64_t seed)
+                             int32_t split, uint64_t seed, uint64_t max_pixels)
     : name_(component.name()),
       library_(component.library_path),
-      vtable_(static_cast<const kiln_dataset_vtable*>(component.descriptor->vtable)) {
+      vtable_(static_cast<const kiln_dataset_vtable*>(component.descriptor->vtable)),
+      max_pixels_(max_pixels) {
   if (component.kind() != KILN_COMPONENT_DATASET) {
     throw std::invalid_argument("component '" + name_ + "' is a " + kind_name(component.kind()) +
                                 ", not a dataset");
@@ -74,6 +82,7 @@ DatasetSource::DatasetSource(const Component& component, const config::OptionSet
   open.struct_size = sizeof open;
   open.split = split;
   open.seed = seed;
+  open.max_pixels = max_pixels;
   check_options(
       call_plugin([&] { return where("create"); },
                   [&] { return vtable_->create(host_api(), options.c_view(), &open, &instance_); }),
@@ -90,10 +99,18 @@ DatasetSource::DatasetSource(const Component& component, const config::OptionSet
     multi_label_ = info.target_kind == KILN_TARGET_MULTI_LABEL;
     if (multi_label_ &&
         !(KILN_HAS_FIELD(vtable_, kiln_dataset_vtable, targets) && vtable_->targets != nullptr)) {
-      throw ComponentError(KILN_ERR_INTERNAL,
-                           contract(who,
-                                    "info reports multi-label targets, and the vtable has "
-                                    "no targets slot"));
+      broken(who, "info reports multi-label targets, and the vtable has no targets slot");
+    }
+    if (info.height > 0 &&
+        kiln_pixel_limit(static_cast<uint64_t>(info.height), static_cast<uint64_t>(info.width),
+                         max_pixels) == KILN_PIXELS_REFUSE) {
+      const std::string reason =
+          "every sample is " + size_text(info.height, info.width) + " = " +
+          std::to_string(info.height * info.width) + " pixels, more than twice max_image_pixels (" +
+          std::to_string(max_pixels) +
+          "): raise data.max_image_pixels (0: no limit) if the data is what you meant";
+      throw OptionsRefused(KILN_ERR_INVALID_ARGUMENT, "dataset '" + name_ + "': " + reason, "data",
+                           reason);
     }
     size_ = info.num_samples;
     num_classes_ = info.num_classes;
@@ -104,10 +121,7 @@ DatasetSource::DatasetSource(const Component& component, const config::OptionSet
       class_names_.reserve(static_cast<size_t>(num_classes_));
       for (int64_t k = 0; k < num_classes_; ++k) {
         const char* text = info.class_names[k];
-        if (text == nullptr) {
-          throw ComponentError(KILN_ERR_INTERNAL,
-                               contract(who, "class name " + std::to_string(k) + " is NULL"));
-        }
+        if (text == nullptr) broken(who, "class name " + std::to_string(k) + " is NULL");
         class_names_.emplace_back(text);
       }
     }
@@ -146,6 +160,55 @@ void DatasetSource::check_index(int64_t index) const {
   }
 }
 
+std::string DatasetSource::provider() const { return "dataset '" + name_ + "' (" + library_ + ")"; }
+
+std::string DatasetSource::sample_name(int64_t index) const {
+  const std::string plain = "sample " + std::to_string(index);
+  if (!KILN_HAS_FIELD(vtable_, kiln_dataset_vtable, sample_name) ||
+      vtable_->sample_name == nullptr || index < 0 || index >= size_) {
+    return plain;
+  }
+  // Only a message is at stake: a failing slot leaves the index alone.
+  try {
+    char text[1024] = {};
+    kiln_status* status =
+        call_plugin([&] { return where("sample_name"); },
+                    [&] { return vtable_->sample_name(instance_, index, text, sizeof text); });
+    if (status != nullptr) {
+      free_status(status);
+      return plain;
+    }
+    text[sizeof text - 1] = '\0';  // a plugin that wrote no terminator is cut at the buffer
+    return text[0] == '\0' ? plain : plain + " (" + text + ")";
+  } catch (const std::exception&) {
+    return plain;
+  }
+}
+
+void DatasetSource::check_pixels(int64_t index, int64_t height, int64_t width,
+                                 const char* entry) const {
+  const auto h = static_cast<uint64_t>(height), w = static_cast<uint64_t>(width);
+  int verdict = kiln_pixel_limit(h, w, max_pixels_);
+  // Without a limit the bytes must still be countable: refused as a size beyond 64 bits.
+  if (verdict != KILN_PIXELS_REFUSE &&
+      h * w > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(channels_)) {
+    verdict = KILN_PIXELS_REFUSE;
+  }
+  if (verdict == KILN_PIXELS_WITHIN) return;
+  const std::string size = size_text(height, width);
+  if (verdict == KILN_PIXELS_REFUSE) {
+    throw data::SampleError(provider() + " " + entry + ": " + sample_name(index) + " is " + size +
+                            ", more than twice data.max_image_pixels (" +
+                            std::to_string(max_pixels_) + " pixels): a decompression bomb?");
+  }
+  {
+    std::lock_guard<std::mutex> lock(warned_mutex_);
+    if (!warned_.insert(index).second) return;
+  }
+  spdlog::warn("{} is {}, above data.max_image_pixels ({} pixels; refused above twice that)",
+               sample_name(index), size, max_pixels_);
+}
+
 data::SampleHeader DatasetSource::probe(int64_t index) const {
   check_index(index);
   kiln_sample_header header{};
@@ -156,13 +219,11 @@ data::SampleHeader DatasetSource::probe(int64_t index) const {
     fail(status, "probe", index);
   }
   if (header.height <= 0 || header.width <= 0 || header.label < 0 || header.label >= num_classes_) {
-    throw ComponentError(
-        KILN_ERR_INTERNAL,
-        contract(where("probe"),
-                 "sample " + std::to_string(index) + " is " + std::to_string(header.height) + "x" +
-                     std::to_string(header.width) + ", label " + std::to_string(header.label) +
-                     " of " + std::to_string(num_classes_) + " classes"));
+    broken(where("probe"), sample_name(index) + " is " + size_text(header.height, header.width) +
+                               ", label " + std::to_string(header.label) + " of " +
+                               std::to_string(num_classes_) + " classes");
   }
+  check_pixels(index, header.height, header.width, "probe");
   return {header.height, header.width, header.label};
 }
 
@@ -196,14 +257,21 @@ data::DecodedSample DatasetSource::decode(int64_t index, int scale_denom, uint8_
                            capacity;
   const bool label_ok = out.label >= 0 && out.label < num_classes_;
   if (!scale_ok || !size_ok || !label_ok || out.reserved != 0) {
-    throw ComponentError(
-        KILN_ERR_INTERNAL,
-        contract(where("decode"),
-                 "sample " + std::to_string(index) + " decoded as " + std::to_string(out.height) +
-                     "x" + std::to_string(out.width) + "x" + std::to_string(channels_) + " into " +
-                     std::to_string(capacity) + " bytes, scale " + std::to_string(out.scale) +
-                     " of " + std::to_string(scale_denom) + ", label " + std::to_string(out.label) +
-                     ", reserved " + std::to_string(out.reserved)));
+    broken(where("decode"),
+           sample_name(index) + " decoded as " + size_text(out.height, out.width) + "x" +
+               std::to_string(channels_) + " into " + std::to_string(capacity) + " bytes, scale " +
+               std::to_string(out.scale) + " of " + std::to_string(scale_denom) + ", label " +
+               std::to_string(out.label) + ", reserved " + std::to_string(out.reserved));
+  }
+  // A dataset of one size must decode that size (each side ceil(full / scale)).
+  if (height_ > 0) {
+    const int64_t s = out.scale;
+    if (out.height != (height_ + s - 1) / s || out.width != (width_ + s - 1) / s) {
+      broken(where("decode"), sample_name(index) + " decoded as " +
+                                  size_text(out.height, out.width) + " at scale 1/" +
+                                  std::to_string(s) + "; info reports every sample " +
+                                  size_text(height_, width_));
+    }
   }
   return {out.height, out.width, out.label, out.scale};
 }
@@ -219,11 +287,8 @@ void DatasetSource::targets(int64_t index, float* out) const {
   for (int64_t k = 0; k < num_classes_; ++k) {
     // Negated so that NaN fails too.
     if (!(out[k] >= 0.0F && out[k] <= 1.0F)) {
-      throw ComponentError(
-          KILN_ERR_INTERNAL,
-          contract(where("targets"), "sample " + std::to_string(index) + ", class " +
-                                         std::to_string(k) + ": " + std::to_string(out[k]) +
-                                         " is outside [0, 1]"));
+      broken(where("targets"), sample_name(index) + ", class " + std::to_string(k) + ": " +
+                                   std::to_string(out[k]) + " is outside [0, 1]");
     }
   }
 }
@@ -231,7 +296,7 @@ void DatasetSource::targets(int64_t index, float* out) const {
 std::unique_ptr<DatasetSource> make_dataset_source(const Registry& registry,
                                                    const std::string& name,
                                                    const config::OptionSet& options, int32_t split,
-                                                   uint64_t seed) {
+                                                   uint64_t seed, uint64_t max_pixels) {
   const Component* component = registry.find(KILN_COMPONENT_DATASET, name);
   if (component == nullptr) {
     std::string known;
@@ -241,7 +306,7 @@ std::unique_ptr<DatasetSource> make_dataset_source(const Registry& registry,
     throw std::invalid_argument("no dataset component named '" + name +
                                 "'; available: " + (known.empty() ? std::string("none") : known));
   }
-  return std::make_unique<DatasetSource>(*component, options, split, seed);
+  return std::make_unique<DatasetSource>(*component, options, split, seed, max_pixels);
 }
 
 config::OptionSet default_options(const Component& component) {

@@ -292,7 +292,7 @@ TEST_F(ConfigTest, CoreSchemaIsDocumented) {
   // name, init, init_skip, norm, memory_format
   EXPECT_EQ(core_schema("model").size(), 5u);
   EXPECT_EQ(core_schema("model")[0].default_value, nullptr);  // required
-  EXPECT_EQ(core_schema("data").size(), 22u);  // the dataset's own options (root, ...) are its own
+  EXPECT_EQ(core_schema("data").size(), 23u);  // the dataset's own options (root, ...) are its own
   EXPECT_THROW(core_schema("nope"), std::out_of_range);
 }
 
@@ -435,6 +435,20 @@ TEST_F(ConfigTest, OutOfRange) {
             at(4, 6) + ": optimizer.lr: value 0 is out of range; expected > 0");
   EXPECT_EQ(error_of(head + "[data]\nstd = nan\n"),
             at(4, 7) + ": data.std: value nan is out of range; expected > 0");
+  // Infinity is not in a range because nothing caps that side: lr = inf would fail at step 1.
+  EXPECT_EQ(error_of(head + "[optimizer]\nlr = inf\n"),
+            at(4, 6) + ": optimizer.lr: value inf is out of range; expected a finite number > 0");
+  EXPECT_EQ(error_of(head + "[optimizer]\nweight_decay = -inf\n"),
+            at(4, 16) +
+                ": optimizer.weight_decay: value -inf is out of range; expected a finite number "
+                ">= 0");
+  // Where the bound itself is infinite, infinity is in range (the max norm); an option without
+  // bounds takes any number.
+  const Pipeline p =
+      load_pipeline_text(head + "[optimizer]\nclip_norm_type = inf\n[data]\nmean = [0.5, inf]\n",
+                         "t.toml", {}, registry_);
+  EXPECT_TRUE(std::isinf(p.optimizer.core.get_float("clip_norm_type")));
+  EXPECT_TRUE(std::isinf(p.data.get_float_list("mean")[1]));
 }
 
 TEST_F(ConfigTest, BadChoice) {
@@ -547,8 +561,16 @@ TEST_F(ConfigTest, AnOverrideOfAStringOptionTakesItsTextAsTyped) {
   EXPECT_EQ(p.dataset.options.get_string("root"), "1.5");
   EXPECT_EQ(p.model.core.get_string("init"), "true");
   EXPECT_EQ(p.run.get("output_dir").pos.argument, "run.output_dir=2024");
-  EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[run]\noutput_dir = 2024\n"),
-            at(4, 14) + ": run.output_dir: expected string, found integer");
+  // From a file an integer is a string option's text too (resnet's depth = 18 as "18"); other
+  // types stay refused.
+  const Pipeline file = load_pipeline_text("[model]\nname = \"mlp\"\n[run]\noutput_dir = 2024\n",
+                                           "p.toml", {}, registry_);
+  EXPECT_EQ(file.run.get_string("output_dir"), "2024");
+  EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[run]\noutput_dir = 20.24\n"),
+            at(4, 14) + ": run.output_dir: expected string, found float");
+  EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n[run]\ndevice = 1\n")
+                .rfind(at(4, 10) + ": run.device: '1' is not one of: auto, cpu, cuda", 0),
+            0u);
   // Other types are unchanged: an integer option still refuses text.
   EXPECT_EQ(error_of("[model]\nname = \"mlp\"\n", {"run.epochs=ten"}),
             "--set run.epochs=ten: run.epochs: expected integer, found string");

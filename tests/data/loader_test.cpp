@@ -511,6 +511,119 @@ TEST(Loader, SamplesOfDifferentSizesNeedACropOrResize) {
   EXPECT_EQ(eval.next()->images.sizes(), (std::vector<int64_t>{8, 3, 20, 20}));
 }
 
+namespace {
+
+// VaryingSource's samples behind files: sample i is "img_<i>.png", and those listed in `broken`
+// cannot be read (a SampleError from probe and decode, as an empty file named .jpg gives);
+// `liar` decodes a row fewer than its header says.
+class FileSource final : public kiln::data::Source {
+ public:
+  FileSource(int64_t n, std::set<int64_t> broken, int64_t liar = -1)
+      : inner_(n), broken_(std::move(broken)), liar_(liar) {}
+  int64_t size() const override { return inner_.size(); }
+  int64_t num_classes() const override { return 4; }
+  int64_t channels() const override { return 3; }
+  int64_t fixed_height() const override { return 0; }
+  int64_t fixed_width() const override { return 0; }
+  std::string sample_name(int64_t i) const override {
+    return "sample " + std::to_string(i) + " (img_" + std::to_string(i) + ".png)";
+  }
+  std::string provider() const override { return "dataset 'files'"; }
+  kiln::data::SampleHeader probe(int64_t i) const override {
+    if (broken_.count(i) != 0)
+      throw kiln::data::SampleError("img_" + std::to_string(i) + ".png: empty");
+    return inner_.probe(i);
+  }
+  kiln::data::DecodedSample decode(int64_t i, int scale, uint8_t* pixels,
+                                   size_t capacity) const override {
+    (void)probe(i);
+    kiln::data::DecodedSample s = inner_.decode(i, scale, pixels, capacity);
+    if (i == liar_) --s.height;
+    return s;
+  }
+
+ private:
+  VaryingSource inner_;
+  std::set<int64_t> broken_;
+  int64_t liar_;
+};
+
+}  // namespace
+
+// Under data.on_error = "skip" the batches take the size of the first sample that decodes, so an
+// unreadable file sorted first is skipped as one anywhere else is; under "stop" it stops the
+// loader, and when nothing can be read the first error is given.
+TEST(Loader, UnderSkipTheFirstReadableSampleGivesTheSize) {
+  const FileSource source(10, {0, 1});
+  LoaderOptions o = opts(0);
+  o.skip_bad_samples = true;
+  const kiln::data::SampleHeader third = VaryingSource(10).probe(2);
+  EXPECT_EQ(Loader(source, o).sample_shape(),
+            (std::array<int64_t, 3>{3, third.height, third.width}));
+  o.skip_bad_samples = false;
+  EXPECT_THROW(Loader(source, o), kiln::data::SampleError);
+  o.skip_bad_samples = true;
+  try {
+    Loader none(FileSource(3, {0, 1, 2}), o);
+    ADD_FAILURE() << "no error";
+  } catch (const kiln::data::SampleError& e) {
+    EXPECT_NE(std::string(e.what()).find("none of the 3 samples can be read "
+                                         "(data.on_error = \"skip\"); the first: img_0.png: "
+                                         "empty"),
+              std::string::npos)
+        << e.what();
+  }
+}
+
+// Two sizes without a crop: both samples are named, the one met and the one that set the size.
+TEST(Loader, SamplesOfDifferentSizesAreNamedBoth) {
+  const FileSource source(10, {0});  // sample 1 sets the size
+  LoaderOptions o = opts(0, 3);
+  o.skip_bad_samples = true;
+  o.shuffle = false;
+  Loader loader(source, o);
+  loader.start_epoch(0);
+  try {
+    (void)loader.next();
+    ADD_FAILURE() << "no error";
+  } catch (const std::invalid_argument& e) {
+    const auto one = VaryingSource(10).probe(1), two = VaryingSource(10).probe(2);
+    EXPECT_NE(
+        std::string(e.what()).find("sample 2 (img_2.png) is " + std::to_string(two.height) + "x" +
+                                   std::to_string(two.width) + ", sample 1 (img_1.png) " +
+                                   std::to_string(one.height) + "x" + std::to_string(one.width) +
+                                   ": samples differ in size"),
+        std::string::npos)
+        << e.what();
+  }
+}
+
+// A source that decodes another size than its header says broke its contract: a BrokenSource
+// naming it and the sample (never skipped), met in a batch with a crop, or when the first
+// sample sets the batches' size without one.
+TEST(Loader, ADecodeOfAnotherSizeThanTheHeaderBreaksTheContract) {
+  const FileSource source(10, {}, /*liar=*/0);
+  for (const int64_t crop : {int64_t{0}, int64_t{16}}) {
+    LoaderOptions o = opts(0, 2);
+    o.shuffle = false;
+    o.skip_bad_samples = true;
+    o.resize = crop;
+    o.center_crop = crop;
+    try {
+      Loader loader(source, o);
+      loader.start_epoch(0);
+      (void)loader.next();
+      ADD_FAILURE() << "no error (crop " << crop << ")";
+    } catch (const kiln::data::BrokenSource& e) {
+      EXPECT_NE(std::string(e.what()).find("dataset 'files' broke the dataset contract: sample 0 "
+                                           "(img_0.png) decoded as 19x30 at scale 1/1; probe "
+                                           "reported 20x30"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 // The mixing run's batches: soft targets N x classes whose rows sum to 1 and hold the sample's
 // own class and its partner's (the reversed batch) only.
 TEST(Loader, MixedBatchesCarrySoftTargets) {

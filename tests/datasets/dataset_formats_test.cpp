@@ -174,6 +174,56 @@ TEST(IdxDataset, ATruncatedFileIsNamed) {
   EXPECT_NE(why.find(dir.path("i") + ": truncated"), std::string::npos) << why;
 }
 
+// A gzip IDX file inflates far past its size: 220 KB here claim (and hold) one 15000 x 15000
+// image, over twice data.max_image_pixels. It is refused from the header, before the 225 MB
+// are inflated, naming the file and the size; under a higher limit it reads.
+TEST(IdxDataset, AnImageOverThePixelLimitIsRefusedFromTheHeader) {
+  kiln::test::Scratch dir;
+  const uint32_t side = 15000;
+  {
+    gzFile f = gzopen(dir.path("i.gz").c_str(), "wb");
+    ASSERT_NE(f, nullptr);
+    const std::vector<uint8_t> head = idx_file({1, side, side}, {});
+    ASSERT_EQ(gzwrite(f, head.data(), static_cast<unsigned>(head.size())),
+              static_cast<int>(head.size()));
+    const std::vector<uint8_t> row(side, 0);
+    for (uint32_t y = 0; y < side; ++y)
+      ASSERT_EQ(gzwrite(f, row.data(), side), static_cast<int>(side));
+    gzclose(f);
+  }
+  const std::vector<uint8_t> labels = idx_file({1}, {0});
+  dir.write_bytes("l", labels.data(), labels.size());
+  const std::vector<std::pair<std::string, Value>> set = {{"root", string_value(dir.path(""))},
+                                                          {"train_images", string_value("i.gz")},
+                                                          {"train_labels", string_value("l")}};
+  EXPECT_EQ(refusal("idx", set), "idx: " + dir.path("i.gz") +
+                                     ": images of 15000x15000 pixels, more than twice "
+                                     "data.max_image_pixels (89478485)");
+  const auto source = kiln::plugin::make_dataset_source(registry(), "idx", options_of("idx", set),
+                                                        KILN_SPLIT_TRAIN, 0, 200000000);
+  EXPECT_EQ(source->fixed_height(), side);
+}
+
+// A sample size over twice the pixel limit in a dataset of one size is a configuration error at
+// data.max_image_pixels (the user's call to raise it); above the limit but not twice, it opens.
+TEST(SyntheticDataset, ASizeOverTwiceThePixelLimitIsAConfigurationError) {
+  const std::vector<std::pair<std::string, Value>> set = {{"height", int_value(28)},
+                                                          {"width", int_value(28)}};
+  try {
+    kiln::plugin::make_dataset_source(registry(), "synthetic", options_of("synthetic", set),
+                                      KILN_SPLIT_TRAIN, 0, 391);
+    ADD_FAILURE() << "no error";
+  } catch (const kiln::plugin::OptionsRefused& e) {
+    EXPECT_EQ(e.section(), "data");
+    EXPECT_NE(e.reason().find("every sample is 28x28 = 784 pixels, more than twice "
+                              "max_image_pixels (391)"),
+              std::string::npos)
+        << e.reason();
+  }
+  EXPECT_NO_THROW(kiln::plugin::make_dataset_source(
+      registry(), "synthetic", options_of("synthetic", set), KILN_SPLIT_TRAIN, 0, 392));
+}
+
 // ---- cifar --------------------------------------------------------------------------------
 
 // Records as the binary version lays them out: label byte(s), then R, G, B planes of 32 x 32.
@@ -360,6 +410,14 @@ TEST(TensorsDataset, BothLayoutsAndGray) {
                                 {"num_classes", int_value(5)}})
                 .find("label 6 of sample 3 is outside [0, 5)"),
             std::string::npos);
+  // With the class count taken from the labels (num_classes = 0) there is no range to quote.
+  std::vector<int64_t> negative = labels;
+  negative[2] = -1;
+  write_safetensors(dir, "negative.safetensors", {n, h, w},
+                    std::vector<uint8_t>(nhwc.begin(), nhwc.begin() + n * h * w), negative);
+  EXPECT_EQ(refusal("tensors", {{"train", string_value(dir.path("negative.safetensors"))}}),
+            "tensors: " + dir.path("negative.safetensors") +
+                ": label -1 of sample 2 is negative: labels are class indices 0, 1, 2, ...");
 }
 
 // A safetensors file of gray images and a labels tensor of any dtype and shape, by hand.

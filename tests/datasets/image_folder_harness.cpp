@@ -82,7 +82,7 @@ Status Dataset::create(const Config& config, int32_t split) {
       .set_string("val_root", config.val_root)
       .set_string("color", config.color)
       .set_string_list("extensions", config.extensions);
-  const kiln_dataset_open open{sizeof(kiln_dataset_open), split, 0, 0};
+  const kiln_dataset_open open{sizeof(kiln_dataset_open), split, 0, 0, config.max_pixels};
   return Status(vtable().create(host(), options.get(), &open, &instance_));
 }
 

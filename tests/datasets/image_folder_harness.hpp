@@ -36,6 +36,7 @@ struct Config {
   std::string val_root;
   std::string color = "rgb";
   std::vector<std::string> extensions = {".jpg", ".jpeg", ".png"};
+  uint64_t max_pixels = 89478485;  // kiln_dataset_open.max_pixels: data.max_image_pixels
 };
 
 struct Sample {

@@ -50,7 +50,7 @@ std::unique_ptr<List> open(Options options, int32_t split = KILN_SPLIT_TRAIN,
   static kiln_host_api host = kiln::test::status_only_host();
   host.abi_minor = minor;
   auto list = std::make_unique<List>();
-  const kiln_dataset_open open{sizeof(kiln_dataset_open), split, 0, 0};
+  const kiln_dataset_open open{sizeof(kiln_dataset_open), split, 0, 0, 89478485};
   list->status = Status(vtable().create(&host, options.get(), &open, &list->instance));
   return list;
 }
@@ -243,11 +243,24 @@ TEST(ImageList, RefusalsNameTheOptionFileAndLine) {
             std::string::npos);
   dir.write_text("after.csv", "path,classes\n\"a.jpg\"x,cat\n");
   EXPECT_NE(refusal(*open(options(dir.path("after.csv"), root)))
-                .find("after.csv:2: text after a quoted field's closing quote"),
+                .find("after.csv:2: a misplaced double quote"),
+            std::string::npos);
+  // An unquoted comma separates fields (RFC 4180): not one class named "cat,dog", and not two
+  // classes either; the line is refused, pointing at the quotes it needs.
+  dir.write_text("commas.csv", "path,classes\na.jpg,cat\n\nb.jpg,cat,dog\n");
+  EXPECT_NE(refusal(*open(options(dir.path("commas.csv"), root)))
+                .find("commas.csv:4: 3 fields; each line is path,classes"),
+            std::string::npos);
+  dir.write_text("quoted.csv", "path,classes\n\"a,\nb.jpg\",cat\nc.jpg,\"cat,\"dog\n");
+  EXPECT_NE(refusal(*open(options(dir.path("quoted.csv"), root)))
+                .find("quoted.csv:4: a misplaced double quote"),
             std::string::npos);
   // A root that is not the images' is found at the first image, before the run.
-  EXPECT_NE(refusal(*open(options(train, "/no/such/root"))).find("option 'root': the first"),
-            std::string::npos);
+  const std::string no_root = refusal(*open(options(train, "/no/such/root")));
+  EXPECT_NE(no_root.find("option 'root': cannot read the first image nor the next "),
+            std::string::npos)
+      << no_root;
+  EXPECT_NE(no_root.find(": image_folder: '/no/such/root/"), std::string::npos) << no_root;
   EXPECT_NE(refusal(*open(options(train, root), KILN_SPLIT_VAL)).find("option 'val' is empty"),
             std::string::npos);
   // A host before 1.10 would train on the labels alone.

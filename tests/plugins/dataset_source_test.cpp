@@ -209,8 +209,9 @@ TEST(DatasetSource, ATargetOutsideZeroToOneBreaksTheContract) {
   try {
     source->targets(5, row.data());
     ADD_FAILURE() << "no error";
-  } catch (const kiln::plugin::ComponentError& e) {
-    EXPECT_NE(std::string(e.what()).find("sample 5, class 0: 2.000000 is outside [0, 1]"),
+  } catch (const kiln::data::BrokenSource& e) {
+    EXPECT_NE(std::string(e.what()).find(
+                  "sample 5 (gradients.bin: record 5), class 0: 2.000000 is outside [0, 1]"),
               std::string::npos)
         << e.what();
   }
@@ -224,7 +225,7 @@ TEST(DatasetSource, MultiLabelWithoutTheTargetsSlotIsRefusedAtOpen) {
   try {
     multi_label(registry, "gradients_without_targets");
     ADD_FAILURE() << "no error";
-  } catch (const kiln::plugin::ComponentError& e) {
+  } catch (const kiln::data::BrokenSource& e) {
     EXPECT_NE(std::string(e.what()).find("no targets slot"), std::string::npos) << e.what();
   }
 }
@@ -244,6 +245,84 @@ TEST(DatasetSource, ADatasetBuiltForAbi19HasOneClassPerSample) {
   EXPECT_EQ(source->probe(4).label, 1);
   std::vector<uint8_t> pixels(64 * 64 * 3);
   EXPECT_EQ(source->decode(4, 1, pixels.data(), pixels.size()).label, 1);
+}
+
+// kiln_pixel_limit (kiln/dataset.h) is PIL's rule: Image.MAX_IMAGE_PIXELS itself and up to
+// twice it open (with a warning above it), more than twice it is a DecompressionBombError; and
+// a product beyond 64 bits is refused even with no limit.
+TEST(PixelLimit, PilsDecompressionBombRule) {
+  const uint64_t limit = 89478485;  // PIL's default; 9459^2 = 89472681 is just under it
+  EXPECT_EQ(kiln_pixel_limit(9459, 9459, limit), KILN_PIXELS_WITHIN);
+  EXPECT_EQ(kiln_pixel_limit(1, limit, limit), KILN_PIXELS_WITHIN);
+  EXPECT_EQ(kiln_pixel_limit(1, limit + 1, limit), KILN_PIXELS_WARN);
+  EXPECT_EQ(kiln_pixel_limit(2, limit, limit), KILN_PIXELS_WARN);
+  EXPECT_EQ(kiln_pixel_limit(1, 2 * limit + 1, limit), KILN_PIXELS_REFUSE);
+  EXPECT_EQ(kiln_pixel_limit(65000, 65000, limit), KILN_PIXELS_REFUSE);
+  EXPECT_EQ(kiln_pixel_limit(65000, 65000, 0), KILN_PIXELS_WITHIN);
+  EXPECT_EQ(kiln_pixel_limit(uint64_t{1} << 40, uint64_t{1} << 40, 0), KILN_PIXELS_REFUSE);
+  EXPECT_EQ(kiln_pixel_limit(uint64_t{1} << 32, uint64_t{1} << 31, UINT64_MAX), KILN_PIXELS_WITHIN);
+  EXPECT_EQ(kiln_pixel_limit(UINT64_MAX, 1, UINT64_MAX / 2), KILN_PIXELS_REFUSE);
+  EXPECT_EQ(kiln_pixel_limit(UINT64_MAX, 1, UINT64_MAX / 2 + 1), KILN_PIXELS_WARN);
+}
+
+// The gradients dataset with `option` set to the string `value` (ABI 1.13's misbehaviours),
+// opened under a pixel limit of `max_pixels`.
+std::unique_ptr<DatasetSource> misbehaving(
+    const std::string& option, const std::string& value,
+    uint64_t max_pixels = kiln::data::kDefaultMaxImagePixels) {
+  const auto* c = gradients_registry().find(KILN_COMPONENT_DATASET, "gradients");
+  kiln::config::OptionSet options = kiln::plugin::default_options(*c);
+  if (option == "bomb_index") {
+    options.set(option, int_value(std::stoll(value)));
+  } else {
+    options.set(option, kiln::test::string_value(value));
+  }
+  return kiln::plugin::make_dataset_source(gradients_registry(), "gradients", options,
+                                           KILN_SPLIT_TRAIN, 0, max_pixels);
+}
+
+// An info that breaks the contract refuses the plugin (data::BrokenSource, exit 3 from the CLI),
+// naming it and its library: 2^40 x 2^40 samples, whose bytes cannot be counted, as well as no
+// samples or no channels.
+TEST(DatasetSource, AnInfoThatBreaksTheContractRefusesThePluginByName) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"huge_info",
+       "info reports a sample size of 1099511627776x1099511627776x3, whose bytes "
+       "overflow 64 bits"},
+      {"negative_samples", "info reports -24 samples"},
+      {"zero_channels", "info reports 0 channels"}};
+  for (const auto& [breach, what] : cases) {
+    SCOPED_TRACE(breach);
+    try {
+      misbehaving("breach", breach);
+      ADD_FAILURE() << "no error";
+    } catch (const kiln::data::BrokenSource& e) {
+      const std::string message = e.what();
+      EXPECT_NE(message.find("dataset 'gradients' (" + std::string(KILN_TEST_PLUGIN_DIR) +
+                             "/good/libgood_c_dataset.so) broke the dataset contract: " + what),
+                std::string::npos)
+          << message;
+    }
+  }
+}
+
+// A plugin that ignores kiln_dataset_open.max_pixels (as one built before ABI 1.13 does) is held
+// to the limit by the host: a probe claiming 65000 x 65000 is a SampleError naming the sample by
+// the plugin's sample_name, before the loader sizes a buffer by it; without a limit it passes.
+TEST(DatasetSource, TheHostHoldsEveryReportedSizeToThePixelLimit) {
+  const auto source = misbehaving("bomb_index", "5");
+  EXPECT_NO_THROW(source->probe(4));
+  try {
+    source->probe(5);
+    ADD_FAILURE() << "no error";
+  } catch (const kiln::data::SampleError& e) {
+    EXPECT_NE(std::string(e.what()).find("sample 5 (gradients.bin: record 5) is 65000x65000, more "
+                                         "than twice data.max_image_pixels (89478485 pixels)"),
+              std::string::npos)
+        << e.what();
+  }
+  EXPECT_EQ(misbehaving("bomb_index", "5", 0)->probe(5).height, 65000);
+  EXPECT_EQ(source->sample_name(3), "sample 3 (gradients.bin: record 3)");
 }
 
 TEST(DatasetSource, AnUnknownNameListsTheDatasetsThereAre) {

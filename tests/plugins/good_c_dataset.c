@@ -10,7 +10,13 @@
  * With multi_label (ABI 1.10), sample i has class k when bit k of (i + 1) is set (every sample
  * at least one class), its target row 1 there and 0 elsewhere; bad_target makes sample
  * bad_target's row hold 2 (outside [0, 1]), for the host's refusal. Built against headers
- * older than 1.10 (tests/sdk/frozen/v1.9) it has neither option. */
+ * older than 1.10 (tests/sdk/frozen/v1.9) it has neither option.
+ *
+ * Since ABI 1.13 each sample is named "gradients.bin: record <i>" (the sample_name slot), and
+ * options make it misbehave for the host's checks, ignoring kiln_dataset_open.max_pixels as an
+ * older plugin would: bomb_index, a sample whose probe claims 65000 x 65000; breach, one way of
+ * breaking the contract (huge_info: every sample 2^40 x 2^40; negative_samples; zero_channels;
+ * decode_size: sample 1 decodes a row short of what probe reports). */
 #include <stdio.h>
 #include <stdlib.h>
 
@@ -25,10 +31,16 @@ typedef struct gradients {
   int64_t fail_index; /* -1: none */
   int multi_label;
   int64_t bad_target; /* -1: none */
+  int64_t bomb_index; /* -1: none */
+  char breach[24];    /* "none" or how the contract is broken */
 } gradients;
 
 #ifdef KILN_DATASET_VTABLE_V1_10_SIZE
 #define WITH_TARGETS 1
+#endif
+#ifdef KILN_DATASET_VTABLE_V1_13_SIZE
+#include <string.h>
+#define WITH_NAMES 1
 #endif
 
 static const char* const class_names[] = {"red", "green", "blue", "cyan", "magenta", "yellow"};
@@ -57,6 +69,13 @@ static kiln_status* gradients_create(const kiln_host_api* host, const kiln_optio
   g->fail_index = kiln_options_int(options, "fail_index", -1);
   g->multi_label = 0;
   g->bad_target = -1;
+  g->bomb_index = -1;
+  g->breach[0] = '\0';
+#ifdef WITH_NAMES
+  g->bomb_index = kiln_options_int(options, "bomb_index", -1);
+  strncpy(g->breach, kiln_options_string(options, "breach", "none"), sizeof g->breach - 1);
+  g->breach[sizeof g->breach - 1] = '\0';
+#endif
 #ifdef WITH_TARGETS
   g->multi_label = kiln_options_bool(options, "multi_label", 0);
   g->bad_target = kiln_options_int(options, "bad_target", -1);
@@ -81,6 +100,11 @@ static kiln_status* gradients_info(void* instance, kiln_dataset_info* out) {
   out->height = 0; /* sizes differ: probe gives each one's */
   out->width = 0;
   out->class_names = class_names;
+#ifdef WITH_NAMES
+  if (strcmp(g->breach, "huge_info") == 0) out->height = out->width = (int64_t)1 << 40;
+  if (strcmp(g->breach, "negative_samples") == 0) out->num_samples = -g->samples;
+  if (strcmp(g->breach, "zero_channels") == 0) out->channels = 0;
+#endif
 #ifdef WITH_TARGETS
   if (KILN_HAS_FIELD(out, kiln_dataset_info, reserved2)) {
     out->target_kind = g->multi_label ? KILN_TARGET_MULTI_LABEL : KILN_TARGET_CLASS;
@@ -165,6 +189,41 @@ gradients_targets(void* instance, int64_t index, float* out, int64_t count) {
 }
 #endif
 
+#ifdef WITH_NAMES
+#if (defined(MISSING_SLOT) || defined(NO_TARGETS_SLOT)) && defined(__GNUC__)
+#define UNUSED_SLOT __attribute__((unused))
+#else
+#define UNUSED_SLOT
+#endif
+UNUSED_SLOT static kiln_status* gradients_sample_name(void* instance, int64_t index, char* out,
+                                                      size_t capacity) {
+  const gradients* g = (const gradients*)instance;
+  kiln_status* status = check_index(g, index);
+  if (status != NULL) return status;
+  snprintf(out, capacity, "gradients.bin: record %lld", (long long)index);
+  return NULL;
+}
+
+/* probe and decode as above, misbehaving where bomb_index and breach say (for the host's
+ * checks; a real dataset has no use for them). */
+UNUSED_SLOT static kiln_status* misbehaving_probe(void* instance, int64_t index,
+                                                  kiln_sample_header* out) {
+  const gradients* g = (const gradients*)instance;
+  kiln_status* status = gradients_probe(instance, index, out);
+  if (status == NULL && index == g->bomb_index) out->height = out->width = 65000;
+  return status;
+}
+
+UNUSED_SLOT static kiln_status* misbehaving_decode(void* instance, int64_t index,
+                                                   const kiln_decode_request* request,
+                                                   kiln_decoded_sample* out) {
+  const gradients* g = (const gradients*)instance;
+  kiln_status* status = gradients_decode(instance, index, request, out);
+  if (status == NULL && index == 1 && strcmp(g->breach, "decode_size") == 0) --out->height;
+  return status;
+}
+#endif
+
 static const kiln_option_spec options[] = {
     KILN_OPTION_MIN_INIT("samples", KILN_OPT_INT, 1.0, "24", "training samples"),
     KILN_OPTION_RANGE_INIT("classes", KILN_OPT_INT, 1.0, 6.0, "3", "classes"),
@@ -174,9 +233,22 @@ static const kiln_option_spec options[] = {
     KILN_OPTION_INIT("multi_label", KILN_OPT_BOOL, "false", "classes by the bits of index + 1"),
     KILN_OPTION_INIT("bad_target", KILN_OPT_INT, "-1", "a sample whose target row holds 2"),
 #endif
+#ifdef WITH_NAMES
+    KILN_OPTION_INIT("bomb_index", KILN_OPT_INT, "-1",
+                     "a sample whose probe claims 65000 x 65000 (-1: none)"),
+    KILN_OPTION_CHOICES_INIT("breach", "none,huge_info,negative_samples,zero_channels,decode_size",
+                             "\"none\"", "how the dataset breaks its contract"),
+#endif
 };
 
-#if !defined(MISSING_SLOT) && !defined(NO_TARGETS_SLOT) && defined(WITH_TARGETS)
+#if !defined(MISSING_SLOT) && !defined(NO_TARGETS_SLOT) && defined(WITH_NAMES)
+static const kiln_dataset_vtable vtable = KILN_DATASET_VTABLE_NAMED_INIT(
+    gradients_create, gradients_destroy, gradients_info, misbehaving_probe, misbehaving_decode,
+    gradients_targets, gradients_sample_name);
+#define COMPONENT_NAME "gradients"
+#define LIBRARY_NAME "good-c-dataset"
+#elif !defined(MISSING_SLOT) && !defined(NO_TARGETS_SLOT) && defined(WITH_TARGETS)
+/* Built against the headers of 1.10 to 1.12. */
 static const kiln_dataset_vtable vtable =
     KILN_DATASET_VTABLE_TARGETS_INIT(gradients_create, gradients_destroy, gradients_info,
                                      gradients_probe, gradients_decode, gradients_targets);

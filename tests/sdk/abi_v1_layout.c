@@ -99,7 +99,7 @@ _Static_assert(KILN_MODEL_VTABLE_V1_SIZE == 24, "model vtable v1 size");
 _Static_assert(KILN_MODEL_VTABLE_V1_8_SIZE == 32, "model vtable 1.8 size");
 
 /* 1.7: the dataset component (kiln/dataset.h) */
-PIN_SIZE(kiln_dataset_open, 24);
+PIN_SIZE(kiln_dataset_open, 32); /* 1.13: max_pixels appended */
 PIN_SIZE(kiln_dataset_info, 64); /* 1.10: target_kind, reserved2 appended */
 PIN_OFFSET(kiln_dataset_info, num_samples, 8);
 PIN_OFFSET(kiln_dataset_info, channels, 24);
@@ -111,7 +111,7 @@ PIN_OFFSET(kiln_decode_request, pixels, 16);
 PIN_OFFSET(kiln_decode_request, capacity, 24);
 PIN_SIZE(kiln_decoded_sample, 40);
 PIN_OFFSET(kiln_decoded_sample, scale, 32);
-PIN_SIZE(kiln_dataset_vtable, 56); /* 1.10: targets appended */
+PIN_SIZE(kiln_dataset_vtable, 64); /* 1.10: targets; 1.13: sample_name appended */
 _Static_assert(KILN_DATASET_VTABLE_V1_SIZE == 48, "dataset vtable v1 size");
 _Static_assert(KILN_COMPONENT_DATASET == 6, "dataset kind");
 _Static_assert(KILN_ERR_DATA_LOSS == 7, "data-loss code");
@@ -131,3 +131,12 @@ _Static_assert(KILN_DATASET_INFO_V1_7_SIZE == 56, "dataset info 1.7 size");
 PIN_OFFSET(kiln_dataset_vtable, targets, 48);
 _Static_assert(KILN_DATASET_VTABLE_V1_10_SIZE == 56, "dataset vtable 1.10 size");
 _Static_assert(KILN_TARGET_CLASS == 0 && KILN_TARGET_MULTI_LABEL == 1, "target kinds");
+
+/* 1.13: data from elsewhere (kiln/dataset.h) */
+PIN_OFFSET(kiln_dataset_open, seed, 16);
+PIN_OFFSET(kiln_dataset_open, max_pixels, 24);
+_Static_assert(KILN_DATASET_OPEN_V1_7_SIZE == 24, "dataset open 1.7 size");
+PIN_OFFSET(kiln_dataset_vtable, sample_name, 56);
+_Static_assert(KILN_DATASET_VTABLE_V1_13_SIZE == 64, "dataset vtable 1.13 size");
+_Static_assert(KILN_PIXELS_WITHIN == 0 && KILN_PIXELS_WARN == 1 && KILN_PIXELS_REFUSE == 2,
+               "pixel-limit verdicts");

@@ -108,15 +108,31 @@ void RandomAccessFile::read(uint64_t offset, void* out, uint64_t length,
   }
 }
 
+// The most classes a count taken from the labels may give (2^24: more than any class count in
+// use, far fewer than a stray huge label would claim).
+constexpr int64_t kMaxInferredClasses = int64_t{1} << 24;
+
 int64_t check_labels(const std::vector<int64_t>& labels, int64_t num_classes,
                      const std::string& file, const char* component) {
   int64_t largest = -1;
   for (size_t i = 0; i < labels.size(); ++i) {
     const int64_t label = labels[i];
-    if (label < 0 || (num_classes > 0 && label >= num_classes)) {
-      invalid(std::string(component) + ": " + file + ": label " + std::to_string(label) +
-              " of sample " + std::to_string(i) + " is outside [0, " + std::to_string(num_classes) +
-              ") (option 'num_classes'; 0 takes the count from " + "the labels)");
+    const std::string where = std::string(component) + ": " + file + ": label " +
+                              std::to_string(label) + " of sample " + std::to_string(i);
+    if (num_classes > 0 && (label < 0 || label >= num_classes)) {
+      invalid(where + " is outside [0, " + std::to_string(num_classes) +
+              ") (option 'num_classes'; 0 takes the count from the labels)");
+    }
+    // With the count taken from the labels there is no upper bound to quote.
+    if (label < 0) {
+      invalid(where + " is negative: labels are class indices 0, 1, 2, ...");
+    }
+    // A count taken from the data sizes the model's head: a stray 2^63 - 1 is not 2^63 classes
+    // (nor an overflow of largest + 1).
+    if (num_classes == 0 && label >= kMaxInferredClasses) {
+      invalid(where + " would make " + std::to_string(label) +
+              " + 1 classes (option 'num_classes' = 0 takes the count from the largest label); "
+              "set num_classes if the data really has that many");
     }
     largest = std::max(largest, label);
   }

@@ -46,9 +46,22 @@ std::unique_ptr<FixedDataset> open_idx(const kiln_options* options, const kiln_d
   const int64_t num_classes = int_option(options, "num_classes");
   if (num_classes < 0) invalid(std::string(Name) + ": option 'num_classes' is negative");
 
+  // A gzip stream inflates far past its file: an image's size is held to the pixel limit
+  // (kiln_pixel_limit) from the header, before its data is read.
+  const uint64_t max_pixels =
+      KILN_HAS_FIELD(&open, kiln_dataset_open, max_pixels) ? open.max_pixels : 0;
+  const auto check_dims = [&](const std::vector<uint64_t>& dims) {
+    const uint64_t h = dims[dims.size() - 2], w = dims.back();
+    if (kiln_pixel_limit(h, w, max_pixels) == KILN_PIXELS_REFUSE) {
+      invalid(std::string(Name) + ": " + images_path + ": images of " + std::to_string(h) + "x" +
+              std::to_string(w) + " pixels, more than twice data.max_image_pixels (" +
+              std::to_string(max_pixels) + ")");
+    }
+  };
   auto d = std::make_unique<IdxDataset>();
   try {
-    data::IdxBytes images = data::read_idx_ubyte(images_path, 3, 4, "image", "pixel data");
+    data::IdxBytes images =
+        data::read_idx_ubyte(images_path, 3, 4, "image", "pixel data", check_dims);
     const bool gray = images.dims.size() == 3;
     const uint64_t n = images.dims[0];
     const uint64_t c = gray ? 1 : images.dims[1];

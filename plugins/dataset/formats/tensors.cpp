@@ -29,6 +29,8 @@ class TensorsDataset final : public FixedDataset {
   }
 
   void targets(int64_t index, float* out) const override {
+    // One label per sample: no rows to read (they are empty), so refuse as the base does.
+    if (!multi_label) return FixedDataset::targets(index, out);
     const auto row = static_cast<size_t>(index * num_classes);
     for (size_t k = 0; k < static_cast<size_t>(num_classes); ++k) {
       out[k] = target_floats.empty() ? static_cast<float>(target_bytes[row + k])

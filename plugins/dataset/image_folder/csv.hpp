@@ -1,7 +1,8 @@
 // Records of a CSV file as RFC 4180 writes them (and Python's csv module with its default
-// dialect): fields split at commas; a field in double quotes may hold commas, line breaks and
-// quotes written twice. Used by the image_list dataset, whose paths and class names may hold
-// commas.
+// dialect): fields split at every unquoted comma; a field in double quotes may hold commas, line
+// breaks and quotes written twice. Parsed by libcsv (Debian's libcsv-dev) in strict mode; this
+// reader adds the line each record starts on, for messages. Used by the image_list dataset,
+// whose paths and class names may hold commas.
 #pragma once
 
 #include <cstdint>
@@ -12,7 +13,7 @@
 
 namespace kiln::image_folder {
 
-// A record that breaks the format; what() says how, line() where it starts.
+// A record that breaks the format; what() says how, line() where.
 class CsvError : public std::runtime_error {
  public:
   CsvError(int64_t line, const std::string& what) : std::runtime_error(what), line_(line) {}
@@ -22,19 +23,14 @@ class CsvError : public std::runtime_error {
   int64_t line_;
 };
 
-class CsvReader {
- public:
-  explicit CsvReader(std::istream& in) : in_(in) {}
-
-  // The next record's fields (unquoted, spaces kept) into `fields`, and the 1-based line it
-  // starts on into `line`; false at the end of the input. A blank line is a record of one empty
-  // field. Throws CsvError for a quote left open at the end of the input, or text between a
-  // closing quote and the next comma.
-  bool next(std::vector<std::string>& fields, int64_t& line);
-
- private:
-  std::istream& in_;
-  int64_t lines_ = 0;  // physical lines read so far
+struct CsvRecord {
+  std::vector<std::string> fields;  // unquoted, spaces kept
+  int64_t line = 0;                 // 1-based line the record starts on
 };
+
+// Every record of `in`; blank lines are not records. Throws CsvError for a misplaced quote (text
+// after a closing quote, a quote inside an unquoted field) with the line it is on, or a quote
+// left open at the end of the input with the line its record starts on.
+std::vector<CsvRecord> read_csv(std::istream& in);
 
 }  // namespace kiln::image_folder

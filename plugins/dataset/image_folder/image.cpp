@@ -13,6 +13,7 @@
 
 #include "color.hpp"
 #include "jpeg.hpp"
+#include "kiln/dataset.h"
 #include "kiln/sdk.hpp"
 #include "png_decode.h"
 
@@ -98,15 +99,18 @@ void check_capacity(const std::string& path, const Header& h, int channels, size
 }
 
 Decoded png_decode(const std::vector<uint8_t>& bytes, const std::string& path, int channels,
-                   uint8_t* pixels, size_t capacity) {
+                   uint8_t* pixels, size_t capacity, uint64_t max_pixels) {
   const Header h = png_header(bytes, path);
+  check_pixels(path, h.height, h.width, max_pixels);
   check_capacity(path, h, channels, capacity);
   kiln_png_image image;
   if (kiln_png_decode(bytes.data(), bytes.size(),
                       static_cast<uint64_t>(h.height) * static_cast<uint64_t>(h.width),
                       &image) != 0) {
-    if (std::strcmp(image.error, "out of memory") == 0) throw std::bad_alloc();
-    data_loss(path, std::string("is not a readable PNG: ") + image.error);
+    // Out of memory too: this image cannot be decoded here, and the loader skips or stops
+    // with its path as for any unreadable one.
+    data_loss(path, std::string("is not a readable PNG: ") + image.error + " (" +
+                        std::to_string(h.width) + " x " + std::to_string(h.height) + ")");
   }
   const std::unique_ptr<uint8_t, decltype(&std::free)> owned(image.pixels, &std::free);
   if (image.width != h.width || image.height != h.height) {
@@ -144,14 +148,27 @@ Header probe_image(const std::string& path) {
   not_an_image(path);
 }
 
+void check_pixels(const std::string& path, int64_t height, int64_t width, uint64_t max_pixels) {
+  if (kiln_pixel_limit(static_cast<uint64_t>(height), static_cast<uint64_t>(width), max_pixels) !=
+      KILN_PIXELS_REFUSE) {
+    return;
+  }
+  const std::string size = std::to_string(width) + " x " + std::to_string(height);
+  data_loss(path, "claims " + size + " pixels, more than twice data.max_image_pixels (" +
+                      std::to_string(max_pixels) +
+                      "): a decompression bomb? (raise data.max_image_pixels if the image is "
+                      "genuine)");
+}
+
 Decoded decode_image(const std::string& path, int scale_denom, int channels, uint8_t* pixels,
-                     size_t capacity) {
+                     size_t capacity, uint64_t max_pixels) {
   const std::vector<uint8_t> bytes = read_file(path);
   switch (sniff(bytes)) {
     case Format::jpeg:
-      return jpeg_decode(bytes.data(), bytes.size(), path, scale_denom, channels, pixels, capacity);
+      return jpeg_decode(bytes.data(), bytes.size(), path, scale_denom, channels, pixels, capacity,
+                         max_pixels);
     case Format::png:
-      return png_decode(bytes, path, channels, pixels, capacity);
+      return png_decode(bytes, path, channels, pixels, capacity, max_pixels);
     case Format::other:
       break;
   }

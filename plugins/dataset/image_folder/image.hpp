@@ -24,11 +24,16 @@ struct Decoded {
 
 Header probe_image(const std::string& path);
 
+// Throws KILN_ERR_DATA_LOSS naming `path` and the size its header claims when kiln_pixel_limit
+// refuses it under `max_pixels` (0: no limit): a decompression bomb is refused before anything
+// the size of its pixels is allocated.
+void check_pixels(const std::string& path, int64_t height, int64_t width, uint64_t max_pixels);
+
 // Decodes `path` into `pixels` (HWC, `channels` 1 or 3), reduced by the largest d in {1, 2, 4,
 // 8} dividing `scale_denom` that the format offers (JPEG; PNG decodes at d = 1). Writes nothing
-// when `capacity` is too small.
+// when `capacity` is too small, or when the header's size fails check_pixels (checked first).
 Decoded decode_image(const std::string& path, int scale_denom, int channels, uint8_t* pixels,
-                     size_t capacity);
+                     size_t capacity, uint64_t max_pixels);
 
 // The extensions of the formats decoded (lower case, with the dot).
 bool decodable_extension(const std::string& extension);

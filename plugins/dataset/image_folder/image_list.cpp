@@ -60,27 +60,27 @@ ImageList ImageList::read(const std::string& file, const std::string& option,
   if (!in) refuse(option, file + ": cannot open");
   std::vector<std::string> paths;
   std::vector<std::vector<std::string>> names;
-  CsvReader csv(in);
-  std::vector<std::string> fields;
-  int64_t number = 0;
-  for (bool first = true;; first = false) {
-    try {
-      if (!csv.next(fields, number)) break;
-    } catch (const CsvError& e) {
-      refuse(option, file + ":" + std::to_string(e.line()) + ": " + e.what());
-    }
-    if (first && format.header) continue;
+  std::vector<CsvRecord> records;
+  try {
+    records = read_csv(in);
+  } catch (const CsvError& e) {
+    refuse(option, file + ":" + std::to_string(e.line()) + ": " + e.what());
+  }
+  for (size_t r = format.header ? 1 : 0; r < records.size(); ++r) {
+    const std::vector<std::string>& fields = records[r].fields;
     if (fields.size() == 1 && trim(fields[0]).empty()) continue;
-    const std::string where = file + ":" + std::to_string(number) + ": ";
+    const std::string where = file + ":" + std::to_string(records[r].line) + ": ";
     if (fields.size() < 2) refuse(option, where + "no comma: each line is path,classes");
+    // An unquoted comma separates fields (RFC 4180): a third field is not read as more classes.
+    if (fields.size() > 2) {
+      refuse(option, where + std::to_string(fields.size()) +
+                         " fields; each line is path,classes: put a path or classes that hold "
+                         "a comma in double quotes (a.jpg,\"cat,dog\")");
+    }
     const std::string path = trim(fields[0]);
     if (path.empty()) refuse(option, where + "the path is empty");
     paths.push_back(listed_path(file, root, path));
-    // The classes: the rest of the record, its fields joined again by the commas between them,
-    // so that a separator of "," spreads them over several fields.
-    std::string rest = fields[1];
-    for (size_t f = 2; f < fields.size(); ++f) rest += "," + fields[f];
-    names.push_back(split(rest, format.separator));
+    names.push_back(split(fields[1], format.separator));
   }
   if (paths.empty()) refuse(option, file + ": lists no sample");
 

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <utility>
 
@@ -61,32 +62,58 @@ bool has_extension(const std::string& name, const std::vector<std::string>& exte
 }
 
 using Folder = std::pair<std::string, std::vector<std::string>>;  // path below root, file names
+using FolderId = std::pair<dev_t, ino_t>;
 
-// os.walk(top, followlinks=True): every folder below `rel` with its files. A folder already on
-// the way down (a link cycle) is not entered again: Python would recurse until paths overflow.
-void walk(const std::string& root, const std::string& rel,
-          std::vector<std::pair<dev_t, ino_t>>* way, std::vector<Folder>* out) {
+// The folders from `root` up to "/" (device and inode of each, the physical path's): a link to
+// any of them leads back into the root.
+std::vector<FolderId> root_and_above(const std::string& root) {
+  std::vector<FolderId> out;
+  char* resolved = realpath(root.c_str(), nullptr);
+  if (resolved == nullptr) return out;
+  std::string path = resolved;
+  std::free(resolved);
+  for (;;) {
+    struct stat st {};
+    if (stat(path.empty() ? "/" : path.c_str(), &st) == 0) out.emplace_back(st.st_dev, st.st_ino);
+    const size_t slash = path.rfind('/');
+    if (path.empty() || slash == std::string::npos) break;
+    path.resize(slash);
+  }
+  return out;
+}
+
+// os.walk(top, followlinks=True): every folder below `rel` with its files. A folder on the way
+// down from "/" (device and inode in `way`: a link cycle such as c0/up -> ..) is not entered:
+// Python would recurse until paths overflow, and entering the root again would list other
+// classes' images under this one. Its path goes to `cycles`, for a warning.
+void walk(const std::string& root, const std::string& rel, std::vector<FolderId>* way,
+          std::vector<Folder>* out, std::vector<std::string>* cycles) {
   const std::string dir = join(root, rel);
   struct stat st {};
   if (stat(dir.c_str(), &st) != 0) return;
-  const auto id = std::make_pair(st.st_dev, st.st_ino);
-  if (std::find(way->begin(), way->end(), id) != way->end()) return;
+  const FolderId id(st.st_dev, st.st_ino);
+  if (std::find(way->begin(), way->end(), id) != way->end()) {
+    cycles->push_back(dir);
+    return;
+  }
   Listing listing;
   if (!list(dir, &listing)) return;
   out->emplace_back(rel, std::move(listing.files));
   way->push_back(id);
-  for (const std::string& sub : listing.dirs) walk(root, join(rel, sub), way, out);
+  for (const std::string& sub : listing.dirs) walk(root, join(rel, sub), way, out, cycles);
   way->pop_back();
 }
 
 // The files of class folder `name` that end in one of `extensions`, below the root, in
-// ImageFolder's order; `skipped` counts those left out that end in one of `ignored`.
+// ImageFolder's order; `skipped` counts those left out that end in one of `ignored`, `cycles`
+// receives the links not followed because they lead back up.
 std::vector<std::string> class_samples(const std::string& root, const std::string& name,
                                        const std::vector<std::string>& extensions,
-                                       const std::vector<std::string>& ignored, int64_t* skipped) {
+                                       const std::vector<std::string>& ignored, int64_t* skipped,
+                                       std::vector<std::string>* cycles) {
   std::vector<Folder> folders;
-  std::vector<std::pair<dev_t, ino_t>> way;
-  walk(root, name, &way, &folders);
+  std::vector<FolderId> way = root_and_above(root);
+  walk(root, name, &way, &folders, cycles);
   // sorted(os.walk(...)): folders by their whole path, then each folder's files by name.
   std::sort(folders.begin(), folders.end(),
             [](const Folder& a, const Folder& b) { return a.first < b.first; });
@@ -126,15 +153,17 @@ std::vector<std::string> list_classes(const std::string& root, const std::string
 
 Index Index::build(const std::string& root, const std::string& option,
                    const std::vector<std::string>& extensions,
-                   const std::vector<std::string>& ignored, int64_t* skipped) {
+                   const std::vector<std::string>& ignored, int64_t* skipped,
+                   std::vector<std::string>* cycles) {
   Index index;
   index.root_ = root;
   index.classes_ = list_classes(root, option);
   *skipped = 0;
+  cycles->clear();
   std::vector<std::string> empty;
   for (size_t c = 0; c < index.classes_.size(); ++c) {
     const std::vector<std::string> files =
-        class_samples(root, index.classes_[c], extensions, ignored, skipped);
+        class_samples(root, index.classes_[c], extensions, ignored, skipped, cycles);
     if (files.empty()) empty.push_back(index.classes_[c]);
     for (const std::string& file : files) {
       index.offsets_.push_back(index.names_.size());
@@ -158,12 +187,20 @@ Index Index::build(const std::string& root, const std::string& option,
   return index;
 }
 
-std::string first_sample(const std::string& root, const std::vector<std::string>& classes,
-                         const std::vector<std::string>& extensions) {
+std::vector<std::string> first_samples(const std::string& root,
+                                       const std::vector<std::string>& classes,
+                                       const std::vector<std::string>& extensions, int64_t count) {
+  std::vector<std::string> out;
   int64_t skipped = 0;
-  const std::vector<std::string> files =
-      class_samples(root, classes.at(0), extensions, {}, &skipped);
-  return files.empty() ? std::string() : join(root, files.front());
+  std::vector<std::string> cycles;  // Index::build warns of them
+  for (size_t c = 0; c < classes.size() && static_cast<int64_t>(out.size()) < count; ++c) {
+    for (const std::string& file :
+         class_samples(root, classes[c], extensions, {}, &skipped, &cycles)) {
+      if (static_cast<int64_t>(out.size()) == count) break;
+      out.push_back(join(root, file));
+    }
+  }
+  return out;
 }
 
 std::string Index::path(int64_t i) const {

@@ -15,10 +15,13 @@ class Index {
   // (KILN_ERR_INVALID_ARGUMENT) when the root is missing or not a folder, holds no class folder,
   // or a class folder holds no matching file. `extensions` are lower case with their dot.
   // `skipped` receives how many files were left out for an image extension in `ignored` (the
-  // ImageFolder extensions this plugin does not decode), for a warning.
+  // ImageFolder extensions this plugin does not decode), for a warning; `cycles` the folder
+  // links not followed because they lead back to the root or above it (c0/up -> ..), which
+  // would list the images below them twice, under another class.
   static Index build(const std::string& root, const std::string& option,
                      const std::vector<std::string>& extensions,
-                     const std::vector<std::string>& ignored, int64_t* skipped);
+                     const std::vector<std::string>& ignored, int64_t* skipped,
+                     std::vector<std::string>* cycles);
 
   const std::vector<std::string>& classes() const { return classes_; }
   int64_t size() const { return static_cast<int64_t>(labels_.size()); }
@@ -39,9 +42,10 @@ class Index {
 // throws as Index::build when `root` is missing or holds none.
 std::vector<std::string> list_classes(const std::string& root, const std::string& option);
 
-// The path of `root`'s first sample (the one Index::build would put first), or "" when its
-// first class folder holds none; `classes` as list_classes gives them.
-std::string first_sample(const std::string& root, const std::vector<std::string>& classes,
-                         const std::vector<std::string>& extensions);
+// The paths of `root`'s first `count` samples at most (those Index::build would put first),
+// listing no more class folders than it takes; `classes` as list_classes gives them.
+std::vector<std::string> first_samples(const std::string& root,
+                                       const std::vector<std::string>& classes,
+                                       const std::vector<std::string>& extensions, int64_t count);
 
 }  // namespace kiln::image_folder

@@ -68,10 +68,12 @@ bool jpeg_header(const uint8_t* data, size_t size, const std::string& path, Head
 }
 
 Decoded jpeg_decode(const uint8_t* data, size_t size, const std::string& path, int scale_denom,
-                    int channels, uint8_t* pixels, size_t capacity) {
+                    int channels, uint8_t* pixels, size_t capacity, uint64_t max_pixels) {
   Handle h;
   Raw raw;
   if (!read_header(h, data, size, &raw)) corrupt(path, h);
+  // Before libjpeg allocates anything of the image's size (a progressive JPEG's coefficients).
+  check_pixels(path, raw.height, raw.width, max_pixels);
   const int d = pick_scale(scale_denom);
   const tjscalingfactor factor{1, d};
   Decoded out;

@@ -40,6 +40,7 @@ struct Dataset {
   bool listed = false;
   ImageList list;
   int channels = 3;
+  uint64_t max_pixels = 0;               // kiln_dataset_open.max_pixels (0: none, or a 1.12 host)
   std::vector<const char*> class_names;  // into classes()
 
   int64_t size() const { return listed ? list.size() : index.size(); }
@@ -90,6 +91,37 @@ std::string names(const std::vector<std::string>& list) {
   for (size_t i = 0; i < list.size() && i < 10; ++i) out += (i ? ", '" : "'") + list[i] + "'";
   if (list.size() > 10) out += " and " + std::to_string(list.size() - 10) + " more";
   return out;
+}
+
+// How many images from the start of a split are tried for its first readable one.
+constexpr int64_t kFirstTries = 64;
+
+// The paths of samples 0, 1, ... of `count` (kFirstTries at most).
+template <typename Path>
+std::vector<std::string> first_paths(int64_t count, Path path) {
+  std::vector<std::string> out;
+  for (int64_t i = 0; i < count && i < kFirstTries; ++i) out.push_back(path(i));
+  return out;
+}
+
+// The header of the first image of path(0), path(1), ... (of `count`) that can be read. One
+// that cannot, sorted first, is the loader's to stop at or skip (data.on_error) like any other;
+// when none of the first kFirstTries can, the folder or list is wrong: refused naming
+// `option` and the first image's fault.
+template <typename Path>
+Header first_header(const char* component, const std::string& option, int64_t count, Path path) {
+  std::string first_error;
+  for (int64_t i = 0; i < count && i < kFirstTries; ++i) {
+    try {
+      return probe_image(path(i));
+    } catch (const Error& e) {
+      if (first_error.empty()) first_error = e.what();
+    }
+  }
+  const int64_t tried = std::min(count, kFirstTries);
+  refuse_as(component, "option '" + option + "': cannot read the first image" +
+                           (tried > 1 ? " nor the next " + std::to_string(tried - 1) : "") + ": " +
+                           first_error);
 }
 
 // val_root's classes must be root's: a label means the same class in both splits.
@@ -159,6 +191,7 @@ kiln_status* create_with(const kiln_host_api* host, const kiln_dataset_open* ope
     }
     std::unique_ptr<Dataset> d = make(*open);
     d->host = host;
+    if (KILN_HAS_FIELD(open, kiln_dataset_open, max_pixels)) d->max_pixels = open->max_pixels;
     for (const std::string& c : d->classes()) d->class_names.push_back(c.c_str());
     *out = d.release();
   });
@@ -192,8 +225,16 @@ std::unique_ptr<Dataset> open_folder(const kiln_host_api* host, const kiln_optio
   }
   auto d = std::make_unique<Dataset>();
   int64_t skipped = 0;
-  d->index = val ? Index::build(val_root, "val_root", extensions, ignored, &skipped)
-                 : Index::build(root, "root", extensions, ignored, &skipped);
+  std::vector<std::string> cycles;
+  d->index = val ? Index::build(val_root, "val_root", extensions, ignored, &skipped, &cycles)
+                 : Index::build(root, "root", extensions, ignored, &skipped, &cycles);
+  if (!cycles.empty() && host->log != nullptr) {
+    const std::string message = "did not follow " + std::to_string(cycles.size()) +
+                                " folder link(s) that lead back to the root or above it (a " +
+                                "cycle: its images would be listed again under another " +
+                                "class): " + names(cycles);
+    host->log(KILN_LOG_WARN, kName, message.c_str());
+  }
   if (skipped > 0 && host->log != nullptr) {
     const std::string message = "left out " + std::to_string(skipped) + " image file(s) of '" +
                                 (val ? val_root : root) +
@@ -202,10 +243,14 @@ std::unique_ptr<Dataset> open_folder(const kiln_host_api* host, const kiln_optio
     host->log(KILN_LOG_WARN, kName, message.c_str());
   }
   if (color == "auto") {
-    // Both splits follow the training folder's first image, so they agree.
-    const std::string first = val ? first_sample(root, classes, extensions) : d->index.path(0);
+    // Both splits follow the training folder's first readable image, so they agree.
+    const std::vector<std::string> first =
+        val ? first_samples(root, classes, extensions, kFirstTries)
+            : first_paths(d->index.size(), [&](int64_t i) { return d->index.path(i); });
     if (first.empty()) refuse("option 'root': '" + root + "/" + classes[0] + "' holds no image");
-    d->channels = probe_image(first).channels;
+    d->channels = first_header(kName, "root", static_cast<int64_t>(first.size()), [&](int64_t i) {
+                    return first[static_cast<size_t>(i)];
+                  }).channels;
   } else {
     d->channels = color == "gray" ? 1 : 3;
   }
@@ -249,16 +294,13 @@ ListedOptions listed_options(const char* component, const kiln_host_api* host,
   return o;
 }
 
-// The channels of a listed split, after its first image: a wrong image folder shows there,
-// before the run, named by `folder_option`.
+// The channels of a listed split, after its first readable image: a wrong image folder shows
+// there, before the run, named by `folder_option`.
 void probe_first(const char* component, Dataset& d, const std::string& color,
                  const std::string& folder_option) {
-  try {
-    const Header h = probe_image(d.list.path(0));
-    d.channels = color == "auto" ? h.channels : color == "gray" ? 1 : 3;
-  } catch (const Error& e) {
-    refuse_as(component, "option '" + folder_option + "': the first listed image: " + e.what());
-  }
+  const Header h = first_header(component, folder_option, d.list.size(),
+                                [&](int64_t i) { return d.list.path(i); });
+  d.channels = color == "auto" ? h.channels : color == "gray" ? 1 : 3;
 }
 
 // image_list: the split's CSV, paths relative to `root` (or to the list's folder); the classes
@@ -341,7 +383,9 @@ kiln_status* probe(void* instance, int64_t index, kiln_sample_header* out) {
   return KILN_GUARD(host, {
     const Dataset& d = instance_of(instance);
     check_index(d, index);
-    const Header h = probe_image(d.path(index));
+    const std::string path = d.path(index);
+    const Header h = probe_image(path);
+    check_pixels(path, h.height, h.width, d.max_pixels);
     kiln_sample_header full{};
     full.struct_size = sizeof full;
     full.height = h.height;
@@ -370,8 +414,8 @@ kiln_status* decode(void* instance, int64_t index, const kiln_decode_request* re
     if (out == nullptr || out->struct_size < KILN_SIZE_UP_TO(kiln_decoded_sample, reserved)) {
       refuse("decode: the output is NULL or smaller than its version 1");
     }
-    const Decoded r =
-        decode_image(d.path(index), s, d.channels, request->pixels, request->capacity);
+    const Decoded r = decode_image(d.path(index), s, d.channels, request->pixels, request->capacity,
+                                   d.max_pixels);
     kiln_decoded_sample full{};
     full.struct_size = sizeof full;
     full.height = r.height;
@@ -397,9 +441,25 @@ kiln_status* targets(void* instance, int64_t index, float* out, int64_t count) {
   });
 }
 
-const kiln_dataset_vtable kVtable = KILN_DATASET_VTABLE_INIT(create, destroy, info, probe, decode);
+// ABI 1.13: a sample is named by its file in the host's messages.
+kiln_status* sample_name(void* instance, int64_t index, char* out, size_t capacity) {
+  const kiln_host_api* host = host_of(instance);
+  if (host == nullptr) return no_host_status();
+  return KILN_GUARD(host, {
+    const Dataset& d = instance_of(instance);
+    check_index(d, index);
+    if (out == nullptr || capacity == 0) refuse("sample_name: no room for the name");
+    const std::string path = d.path(index);
+    const size_t n = std::min(path.size(), capacity - 1);
+    std::memcpy(out, path.data(), n);
+    out[n] = '\0';
+  });
+}
+
+const kiln_dataset_vtable kVtable =
+    KILN_DATASET_VTABLE_NAMED_INIT(create, destroy, info, probe, decode, nullptr, sample_name);
 const kiln_dataset_vtable kListVtable =
-    KILN_DATASET_VTABLE_TARGETS_INIT(create_list, destroy, info, probe, decode, targets);
+    KILN_DATASET_VTABLE_NAMED_INIT(create_list, destroy, info, probe, decode, targets, sample_name);
 
 const kiln_option_spec kOptions[] = {
     KILN_OPTION_INIT("root", KILN_OPT_STRING, nullptr,
@@ -436,7 +496,7 @@ const kiln_option_spec kListOptions[] = {
 };
 
 const kiln_dataset_vtable kCocoVtable =
-    KILN_DATASET_VTABLE_TARGETS_INIT(create_coco, destroy, info, probe, decode, targets);
+    KILN_DATASET_VTABLE_NAMED_INIT(create_coco, destroy, info, probe, decode, targets, sample_name);
 
 const kiln_option_spec kCocoOptions[] = {
     KILN_OPTION_INIT("train", KILN_OPT_STRING, nullptr,

@@ -31,7 +31,37 @@ typedef struct kiln_dataset_open {
   /* The run's seed (run.seed), for datasets that generate or subsample their samples: the same
    * seed gives the same samples. */
   uint64_t seed;
+  /* Since ABI 1.13 (read only when struct_size covers it; 0 from an older host): the
+   * decompression-bomb limit, data.max_image_pixels (PIL's Image.MAX_IMAGE_PIXELS, 89,478,485
+   * by default); 0 means no limit. A dataset that decodes compressed images reads each image's
+   * size from its header before allocating anything, and refuses an image that
+   * kiln_pixel_limit() below calls KILN_PIXELS_REFUSE (more than twice this many pixels) with
+   * KILN_ERR_DATA_LOSS, naming the file and the size it claims; above the limit but not twice,
+   * it decodes the image and may warn through host->log, as PIL does. The host holds every
+   * size a plugin reports (info, probe, decode) to the same rule, so the limit binds a plugin
+   * that does not read this field too; only the plugin can name the file. */
+  uint64_t max_pixels;
 } kiln_dataset_open;
+#define KILN_DATASET_OPEN_V1_7_SIZE KILN_SIZE_UP_TO(kiln_dataset_open, seed)
+
+/* What kiln_pixel_limit() says of an image's size (PIL's decompression-bomb rule). */
+enum {
+  KILN_PIXELS_WITHIN = 0, /* at most max_pixels, or no limit */
+  KILN_PIXELS_WARN = 1,   /* above max_pixels, at most twice it: decoded, with a warning */
+  /* above twice max_pixels, or height x width beyond 64 bits: refused before any allocation */
+  KILN_PIXELS_REFUSE = 2
+};
+
+/* The rule for an image of height x width pixels under a limit of max_pixels (0: none); sizes
+ * as a header claims them, checked for overflow before they are multiplied. */
+static inline int kiln_pixel_limit(uint64_t height, uint64_t width, uint64_t max_pixels) {
+  uint64_t pixels;
+  if (width != 0 && height > UINT64_MAX / width) return KILN_PIXELS_REFUSE;
+  pixels = height * width;
+  if (max_pixels == 0 || pixels <= max_pixels) return KILN_PIXELS_WITHIN;
+  if (max_pixels <= UINT64_MAX / 2 && pixels > 2 * max_pixels) return KILN_PIXELS_REFUSE;
+  return KILN_PIXELS_WARN;
+}
 
 /* What each sample's target is (int32_t; kiln_dataset_info.target_kind, since ABI 1.10). */
 enum {
@@ -105,7 +135,16 @@ typedef struct kiln_decoded_sample {
  * KILN_ERR_DATA_LOSS and a message naming the file (and the record, where one file holds
  * many); the host then skips the sample or stops, as the pipeline says. Errors of `create` (a
  * missing root, an empty class folder) use KILN_ERR_INVALID_ARGUMENT and name the option and
- * the path: the host reports them as configuration errors, before the run. */
+ * the path: the host reports them as configuration errors, before the run.
+ *
+ * Breaking the contract refuses the plugin (the CLI exits 3, as for a library that does not
+ * load), whenever the host finds it: an `info` with no samples, classes or channels, a size
+ * whose bytes overflow, a non-zero reserved field, an unknown target kind, multi-label without
+ * `targets`; a `probe` of a size <= 0 or a label out of range; a `decode` that reports more
+ * than the buffer holds, a label out of range, or another size than `probe` (or a fixed-size
+ * `info`) reported, reduced by its scale; a target outside [0, 1]. A size over the pixel limit
+ * (kiln_dataset_open.max_pixels) is not a breach: it is the sample's fault, skipped or stopped
+ * at as the pipeline says. */
 typedef struct kiln_dataset_vtable {
   size_t struct_size; /* sizeof(kiln_dataset_vtable) as the plugin knows it */
 
@@ -140,22 +179,37 @@ typedef struct kiln_dataset_vtable {
    * it at once. */
   KILN_MUST_USE_SLOT kiln_status* (*targets)(void* instance, int64_t index, float* out,
                                              int64_t count);
+
+  /* Since ABI 1.13; optional (NULL, or outside struct_size: the host writes "sample <index>").
+   * Writes what names sample `index` to a person reading an error message — its file's path,
+   * or "<file>: record <r>" where one file holds many — NUL-terminated into `out` (host-owned,
+   * `capacity` > 0 bytes, valid for the call), cut short to fit. The host calls it only to
+   * write a message: when two samples differ in size, when a sample breaks the contract, when
+   * one is over the pixel limit. Thread-safe. */
+  KILN_MUST_USE_SLOT kiln_status* (*sample_name)(void* instance, int64_t index, char* out,
+                                                 size_t capacity);
 } kiln_dataset_vtable;
 
 /* The vtable with every slot named: KILN_DATASET_VTABLE_INIT(create, destroy, info, probe,
  * decode) (one class per sample), KILN_DATASET_VTABLE_TARGETS_INIT(create, destroy, info,
- * probe, decode, targets) (multi-label, ABI 1.10). */
+ * probe, decode, targets) (multi-label, ABI 1.10), KILN_DATASET_VTABLE_NAMED_INIT(create,
+ * destroy, info, probe, decode, targets, sample_name) (samples named in messages, ABI 1.13;
+ * targets may be NULL). */
 #define KILN_DATASET_VTABLE_INIT(create_, destroy_, info_, probe_, decode_) \
   KILN_DATASET_VTABLE_TARGETS_INIT(create_, destroy_, info_, probe_, decode_, NULL)
-#define KILN_DATASET_VTABLE_TARGETS_INIT(create_, destroy_, info_, probe_, decode_, targets_)  \
+#define KILN_DATASET_VTABLE_TARGETS_INIT(create_, destroy_, info_, probe_, decode_, targets_) \
+  KILN_DATASET_VTABLE_NAMED_INIT(create_, destroy_, info_, probe_, decode_, targets_, NULL)
+#define KILN_DATASET_VTABLE_NAMED_INIT(create_, destroy_, info_, probe_, decode_, targets_,    \
+                                       sample_name_)                                           \
   {                                                                                            \
     KILN_FIELD_(struct_size)                                                                   \
     sizeof(kiln_dataset_vtable), KILN_FIELD_(create)(create_), KILN_FIELD_(destroy)(destroy_), \
         KILN_FIELD_(info)(info_), KILN_FIELD_(probe)(probe_), KILN_FIELD_(decode)(decode_),    \
-        KILN_FIELD_(targets)(targets_)                                                         \
+        KILN_FIELD_(targets)(targets_), KILN_FIELD_(sample_name)(sample_name_)                 \
   }
 #define KILN_DATASET_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_dataset_vtable, decode)
 #define KILN_DATASET_VTABLE_V1_10_SIZE KILN_SIZE_UP_TO(kiln_dataset_vtable, targets)
+#define KILN_DATASET_VTABLE_V1_13_SIZE KILN_SIZE_UP_TO(kiln_dataset_vtable, sample_name)
 
 #ifdef __cplusplus
 } /* extern "C" */

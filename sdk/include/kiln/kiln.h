@@ -75,11 +75,11 @@ extern "C" {
 enum {
   KILN_ERR_CONFIG = 16,         /* the pipeline is invalid; the message names file:line:column
                                    and the key, and suggests the nearest valid key */
-  KILN_ERR_PLUGIN_REFUSED = 17, /* a plugin library was refused; the message has its path and
-                                   the reason */
-  KILN_ERR_RUN_FAILED = 18      /* building or training failed (missing data, a component, I/O,
-                                   a collective); a session it happened to is in
-                                   KILN_SESSION_FAILED and can only be destroyed */
+  KILN_ERR_PLUGIN_REFUSED = 17, /* a plugin library was refused, or a dataset plugin broke its
+                                   contract; the message has its path and the reason */
+  KILN_ERR_RUN_FAILED = 18      /* building or training failed (an unreadable sample, a
+                                   component, I/O, a collective); a session it happened to is
+                                   in KILN_SESSION_FAILED and can only be destroyed */
 };
 
 /* A training session: one resolved pipeline, its plugins, model, optimizer and data. Opaque;
