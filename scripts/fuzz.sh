@@ -6,6 +6,11 @@
 #   safetensors       safetensors files (model.init weights, checkpoint tensors)
 #   checkpoint_state  a checkpoint's state.toml
 #   idx               IDX image and label files, plain or gzip
+#   image             JPEG and PNG files as the image_folder dataset probes and decodes them
+#   cifar             cifar10 and cifar100 binary files through the dataset's slots
+#   image_list        an image_list dataset's CSV list
+#   coco              a coco dataset's annotation file (JSON)
+#   tensors           a tensors dataset's safetensors file through the dataset's slots
 #   all               each of the above in turn, SECONDS each
 # Exits 1 on a finding (crash reproducers are left in <build>/artifacts; minimise one with
 # `<build>/<TARGET>_fuzz -minimize_crash=1 -runs=10000 FILE` and add it to the target's corpus),
@@ -21,7 +26,7 @@ JOBS="${KILN_FUZZ_JOBS:-1}"
 CC_FUZZ="${KILN_FUZZ_CC:-clang}"
 CXX_FUZZ="${KILN_FUZZ_CXX:-clang++}"
 
-ALL_TARGETS=(config safetensors checkpoint_state idx)
+ALL_TARGETS=(config safetensors checkpoint_state idx image cifar image_list coco tensors)
 if [ "$TARGET" = all ]; then
   targets=("${ALL_TARGETS[@]}")
 elif [[ " ${ALL_TARGETS[*]} " == *" $TARGET "* ]]; then
