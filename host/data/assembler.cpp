@@ -236,7 +236,8 @@ int64_t BatchAssembler::load_or_replace(int64_t index, std::mt19937_64* gen, Scr
       return label;
     } catch (const SampleError& e) {
       if (!options_.skip_bad_samples || tries + 1 >= n) throw;
-      ++skipped_;
+      // One replaced sample however many unreadable ones its replacement passed over.
+      if (tries == 0) ++skipped_;
       {
         std::lock_guard<std::mutex> lock(logged_mutex_);
         if (logged_.insert(index).second) {

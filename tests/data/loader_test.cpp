@@ -560,6 +560,15 @@ TEST(Loader, UnderSkipTheFirstReadableSampleGivesTheSize) {
   const kiln::data::SampleHeader third = VaryingSource(10).probe(2);
   EXPECT_EQ(Loader(source, o).sample_shape(),
             (std::array<int64_t, 3>{3, third.height, third.width}));
+  // Two samples replaced (0 by 2 past 1, and 1 by 2): counted as two, not as every try.
+  LoaderOptions whole = o;
+  whole.batch_size = 3;
+  whole.shuffle = false;
+  whole.resize = whole.center_crop = 16;
+  Loader counting(source, whole);
+  counting.start_epoch(0);
+  ASSERT_TRUE(counting.next().has_value());
+  EXPECT_EQ(counting.skipped_samples(), 2);
   o.skip_bad_samples = false;
   EXPECT_THROW(Loader(source, o), kiln::data::SampleError);
   o.skip_bad_samples = true;
