@@ -18,6 +18,7 @@
 #include <regex>
 #include <sstream>
 
+#include "kiln_cli.hpp"
 #include "kiln_test_paths.h"
 #include "shell.hpp"
 
@@ -27,13 +28,8 @@ namespace {
 
 using Result = kiln::test::ShellResult;
 
-Result kiln_cli(const std::string& args, const std::string& env = "") {
-  return kiln::test::shell(env + " " KILN_CLI " " + args);
-}
-
-std::string pipeline(const std::string& name) {
-  return std::string(KILN_SOURCE_DIR) + "/tests/pipelines/" + name;
-}
+using kiln::test::kiln_cli;
+using kiln::test::pipeline;
 
 fs::path temp_dir() {
   fs::path dir =

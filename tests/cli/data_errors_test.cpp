@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 #include <string>
 
+#include "kiln_cli.hpp"
 #include "kiln_test_paths.h"
 #include "scratch.hpp"
 #include "shell.hpp"
@@ -17,13 +18,8 @@ namespace {
 
 using Result = kiln::test::ShellResult;
 
-Result kiln_cli(const std::string& args, const std::string& env = "") {
-  return kiln::test::shell(env + " " KILN_CLI " " + args);
-}
-
-std::string pipeline(const std::string& name) {
-  return std::string(KILN_SOURCE_DIR) + "/tests/pipelines/" + name;
-}
+using kiln::test::kiln_cli;
+using kiln::test::pipeline;
 
 // The hostile folders, made once for the process.
 const kiln::test::Scratch& folders() {

@@ -17,11 +17,13 @@
 
 #include "coco.hpp"
 #include "fuzz_finding.hpp"
+#include "fuzz_list_checks.hpp"
 #include "fuzz_scratch.hpp"
 #include "kiln/sdk.hpp"
 
 namespace {
 
+using kiln::fuzz::row;
 using kiln::image_folder::CocoCategory;
 using kiln::image_folder::CocoFormat;
 using kiln::image_folder::ImageList;
@@ -48,12 +50,6 @@ bool read(const std::string& file, bool skip_unannotated, const std::vector<Coco
   }
 }
 
-std::vector<float> row(const ImageList& list, int64_t i) {
-  std::vector<float> out(list.classes().size());
-  list.row(i, out.data());
-  return out;
-}
-
 bool any(const std::vector<float>& r) {
   for (const float v : r) {
     if (v != 0.0F) return true;
@@ -66,12 +62,7 @@ void check(const ImageList& list, const std::vector<CocoCategory>& categories) {
   for (const CocoCategory& c : categories) names.push_back(c.second);
   if (list.classes() != names) finding("read_coco's classes are not its categories' names");
   if (list.size() <= 0) finding("accepted a file of no sample");
-  for (int64_t i = 0; i < list.size(); ++i) {
-    if (list.path(i).empty()) finding("accepted an empty path");
-    for (const float v : row(list, i)) {
-      if (v != 0.0F && v != 1.0F) finding("a row value of " + std::to_string(v));
-    }
-  }
+  kiln::fuzz::check_samples(list, finding);
 }
 
 }  // namespace

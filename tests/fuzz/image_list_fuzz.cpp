@@ -16,12 +16,14 @@
 #include <vector>
 
 #include "fuzz_finding.hpp"
+#include "fuzz_list_checks.hpp"
 #include "fuzz_scratch.hpp"
 #include "image_list.hpp"
 #include "kiln/sdk.hpp"
 
 namespace {
 
+using kiln::fuzz::row;
 using kiln::image_folder::ImageList;
 using kiln::image_folder::ListFormat;
 
@@ -45,13 +47,6 @@ bool read(const std::string& file, const ListFormat& format,
   }
 }
 
-// Sample i's row.
-std::vector<float> row(const ImageList& list, int64_t i) {
-  std::vector<float> out(list.classes().size());
-  list.row(i, out.data());
-  return out;
-}
-
 // What read promises of a list it accepted; `own_classes`: the classes came from the list.
 void check(const ImageList& list, bool own_classes) {
   if (list.size() <= 0) finding("accepted a list of no sample");
@@ -63,12 +58,7 @@ void check(const ImageList& list, bool own_classes) {
       if (k > 0 && !(classes[k - 1] < classes[k])) finding("classes not sorted and unique");
     }
   }
-  for (int64_t i = 0; i < list.size(); ++i) {
-    if (list.path(i).empty()) finding("accepted an empty path");
-    for (const float v : row(list, i)) {
-      if (v != 0.0F && v != 1.0F) finding("a row value of " + std::to_string(v));
-    }
-  }
+  kiln::fuzz::check_samples(list, finding);
 }
 
 }  // namespace
