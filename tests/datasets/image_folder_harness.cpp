@@ -72,6 +72,13 @@ const kiln_dataset_vtable& vtable() {
   return *static_cast<const kiln_dataset_vtable*>(component().vtable);
 }
 
+std::string refusal(const Status& status, int32_t code) {
+  EXPECT_NE(status, nullptr);
+  if (status == nullptr) return "";
+  EXPECT_EQ(status->code, code) << status->message;
+  return status->message;
+}
+
 Dataset::~Dataset() { vtable().destroy(instance_); }
 
 Status Dataset::create(const Config& config, int32_t split) {

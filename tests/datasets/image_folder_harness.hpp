@@ -64,6 +64,9 @@ class Dataset {
   void* instance_ = nullptr;
 };
 
+// The message of a refusal expected with `code`, "" (and a test failure) otherwise.
+std::string refusal(const Status& status, int32_t code);
+
 const kiln_dataset_vtable& vtable();
 const kiln_component_descriptor& component();
 const kiln_plugin_descriptor& library();

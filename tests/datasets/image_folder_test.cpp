@@ -29,14 +29,6 @@ Config train_config() {
   return c;
 }
 
-// The message of a refusal expected with `code`, "" (and a failure) otherwise.
-std::string refusal(const Status& status, int32_t code) {
-  EXPECT_NE(status, nullptr);
-  if (status == nullptr) return "";
-  EXPECT_EQ(status->code, code) << status->message;
-  return status->message;
-}
-
 // Number of bytes that differ and the largest difference.
 std::pair<size_t, int> difference(const std::vector<uint8_t>& a, const std::vector<uint8_t>& b) {
   size_t count = 0;

@@ -61,13 +61,6 @@ std::vector<uint8_t> png_claiming(std::vector<uint8_t> png, uint32_t height, uin
   return png;
 }
 
-std::string refusal(const Status& status, int32_t code) {
-  EXPECT_NE(status, nullptr);
-  if (status == nullptr) return "";
-  EXPECT_EQ(status->code, code) << status->message;
-  return status->message;
-}
-
 // A 700-byte JPEG claiming 65000 x 65000 and a PNG claiming 100000 x 100000 are refused from
 // their headers, naming the file and the size it claims: by probe, and by decode before it
 // allocates anything, whatever buffer it is given. Without a limit (0) the header is reported.
