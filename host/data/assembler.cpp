@@ -99,11 +99,25 @@ void BatchAssembler::check_decoded(int64_t index, const SampleHeader& header,
                                    const DecodedSample& s) const {
   const int64_t d = s.scale;
   if (s.height == (header.height + d - 1) / d && s.width == (header.width + d - 1) / d) return;
+  broken(index, "decoded as " + std::to_string(s.height) + "x" + std::to_string(s.width) +
+                    " at scale 1/" + std::to_string(d) + "; probe reported " +
+                    std::to_string(header.height) + "x" + std::to_string(header.width));
+}
+
+void BatchAssembler::broken(int64_t index, const std::string& what) const {
   const std::string who = source_.provider().empty() ? "the source" : source_.provider();
-  throw BrokenSource(who + " broke the dataset contract: " + source_.sample_name(index) +
-                     " decoded as " + std::to_string(s.height) + "x" + std::to_string(s.width) +
-                     " at scale 1/" + std::to_string(d) + "; probe reported " +
-                     std::to_string(header.height) + "x" + std::to_string(header.width));
+  throw BrokenSource(who + " broke the dataset contract: " + source_.sample_name(index) + " " +
+                     what);
+}
+
+void BatchAssembler::differ(int64_t index, int64_t height, int64_t width, const char* after) const {
+  // Not a SampleError: skipping would not help, the pipeline needs a crop.
+  throw std::invalid_argument(
+      source_.sample_name(index) + " is " + std::to_string(height) + "x" + std::to_string(width) +
+      after + ", " + source_.sample_name(first_index_) + " " + std::to_string(out_h_) + "x" +
+      std::to_string(out_w_) +
+      ": samples differ in size: set data.random_resized_crop or data.resize + "
+      "data.center_crop");
 }
 
 at::Tensor BatchAssembler::allocate(at::IntArrayRef shape, at::ScalarType dtype) const {
@@ -141,11 +155,9 @@ int64_t BatchAssembler::load_plain(int64_t index, uint8_t* dst) const {
   }
   if (s.height != out_h_ || s.width != out_w_) {
     if (!check_sizes_) {
-      const std::string who = source_.provider().empty() ? "the source" : source_.provider();
-      throw BrokenSource(who + " broke the dataset contract: " + source_.sample_name(index) +
-                         " decoded as " + std::to_string(s.height) + "x" + std::to_string(s.width) +
-                         "; every sample is " + std::to_string(out_h_) + "x" +
-                         std::to_string(out_w_));
+      broken(index, "decoded as " + std::to_string(s.height) + "x" + std::to_string(s.width) +
+                        "; every sample is " + std::to_string(out_h_) + "x" +
+                        std::to_string(out_w_));
     }
     // Another size than the first sample's: its header says whether the image is another size
     // or the source decoded another size than it reports.
@@ -201,14 +213,7 @@ int64_t BatchAssembler::load_sample(int64_t index, std::mt19937_64* gen, Scratch
              center_crop_box(h, w, options_.center_crop, options_.center_crop), false, dst);
   } else {
     if (resized.size(2) != out_h_ || resized.size(3) != out_w_) {
-      // Not a SampleError: skipping would not help, the pipeline needs a crop.
-      throw std::invalid_argument(
-          source_.sample_name(index) + " is " + std::to_string(resized.size(2)) + "x" +
-          std::to_string(resized.size(3)) + " after resizing, " +
-          source_.sample_name(first_index_) + " " + std::to_string(out_h_) + "x" +
-          std::to_string(out_w_) +
-          ": samples differ in size: set data.random_resized_crop or data.resize + "
-          "data.center_crop");
+      differ(index, resized.size(2), resized.size(3), " after resizing");
     }
     copy_out(resized.contiguous(at::MemoryFormat::ChannelsLast));
   }
@@ -216,14 +221,8 @@ int64_t BatchAssembler::load_sample(int64_t index, std::mt19937_64* gen, Scratch
 }
 
 void BatchAssembler::check_same_size(int64_t index, const SampleHeader& header) const {
-  if (header.height == out_h_ && header.width == out_w_) return;
-  // Not a SampleError: skipping would not help, the pipeline needs a crop.
-  throw std::invalid_argument(
-      source_.sample_name(index) + " is " + std::to_string(header.height) + "x" +
-      std::to_string(header.width) + ", " + source_.sample_name(first_index_) + " " +
-      std::to_string(out_h_) + "x" + std::to_string(out_w_) +
-      ": samples differ in size: set data.random_resized_crop or data.resize + "
-      "data.center_crop");
+  if (header.height != out_h_ || header.width != out_w_)
+    differ(index, header.height, header.width, "");
 }
 
 int64_t BatchAssembler::load_or_replace(int64_t index, std::mt19937_64* gen, Scratch& scratch,

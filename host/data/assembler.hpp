@@ -9,6 +9,7 @@
 #include <mutex>
 #include <random>
 #include <set>
+#include <string>
 #include <vector>
 
 #include "data/loader.hpp"
@@ -58,6 +59,11 @@ class BatchAssembler {
   void check_decoded(int64_t index, const SampleHeader& header, const DecodedSample& s) const;
   // Throws std::invalid_argument naming both samples when `header` is not the first's size.
   void check_same_size(int64_t index, const SampleHeader& header) const;
+  // Throws BrokenSource: "<source> broke the dataset contract: <sample> <what>".
+  [[noreturn]] void broken(int64_t index, const std::string& what) const;
+  // Throws std::invalid_argument: sample `index` is height x width (`after` a transform, "" for
+  // none), not the first sample's size.
+  [[noreturn]] void differ(int64_t index, int64_t height, int64_t width, const char* after) const;
 
   const Source& source_;
   LoaderOptions options_;

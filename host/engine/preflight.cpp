@@ -47,7 +47,7 @@ std::string preflight(const config::Pipeline& p, c10::Device device, int64_t wor
     plugin::LrPolicyAdapter policy(*p.lr_policy.component, p.lr_policy.options,
                                    to_policy_schedule(frame));
     (void)LossScaler(plan, precision, p.settings.run.max_nonfinite_steps);
-    return describe_data(p, splits);
+    return describe_data(p, splits, shape);
   });
 }
 

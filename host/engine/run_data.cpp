@@ -110,9 +110,9 @@ DataSplits load_data(const config::Pipeline& p) {
   return splits;
 }
 
-std::string describe_data(const config::Pipeline& p, const DataSplits& splits) {
+std::string describe_data(const config::Pipeline& p, const DataSplits& splits,
+                          const std::array<int64_t, 3>& shape) {
   const data::Source& train = *splits.train;
-  const auto shape = train_sample_shape(p.settings.data, train);
   std::string text =
       fmt::format("data: '{}', training split {} samples of {} classes{}", p.settings.data.dataset,
                   train.size(), train.num_classes(), train.multi_label() ? " (multi-label)" : "");

@@ -30,8 +30,10 @@ struct DataSplits {
 DataSplits load_data(const config::Pipeline& pipeline);
 
 // What the splits hold, for `kiln validate` and a run's log: "data: 'image_folder', training
-// split 8 samples of 2 classes, validation split 4 samples; batches of 3x32x32 samples".
-std::string describe_data(const config::Pipeline& pipeline, const DataSplits& splits);
+// split 8 samples of 2 classes, validation split 4 samples; samples 3x32x32 as batched";
+// `shape` is the training batches' sample shape, which the caller's loader already knows.
+std::string describe_data(const config::Pipeline& pipeline, const DataSplits& splits,
+                          const std::array<int64_t, 3>& shape);
 
 // The training split alone (`kiln plan`, `kiln lr-schedule`: its size and sample shape).
 std::shared_ptr<const data::Source> open_train_split(const config::Pipeline& pipeline);

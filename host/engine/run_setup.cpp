@@ -54,10 +54,10 @@ std::unique_ptr<RunData> load_run_data(const config::Pipeline& p, at::Device dev
   const uint64_t seed = p.settings.run.seed;
   auto r = std::make_unique<RunData>();
   DataSplits splits = load_data(p);
-  r->summary = describe_data(p, splits);
-  r->train_set = std::move(splits.train);
-  r->test_set = std::move(splits.test);
+  r->train_set = splits.train;
+  r->test_set = splits.test;
   r->train.emplace(*r->train_set, loader_options(d, seed, true, device, ranks.rank, ranks.world));
+  r->summary = describe_data(p, splits, r->train->sample_shape());
   if (r->test_set) {
     r->test.emplace(*r->test_set, loader_options(d, seed, false, device, ranks.rank, ranks.world));
   }
