@@ -25,6 +25,12 @@ std::string size_text(int64_t height, int64_t width) {
   return std::to_string(height) + "x" + std::to_string(width);
 }
 
+// Whether height x width x channels bytes (all > 0) can be counted in an int64_t.
+bool countable(uint64_t height, uint64_t width, uint64_t channels) {
+  return kiln_pixel_limit(height, width, 0) != KILN_PIXELS_REFUSE &&
+         height * width <= static_cast<uint64_t>(INT64_MAX) / channels;
+}
+
 // What `info` reported, against the contract of kiln/dataset.h; `who` names the plugin.
 void check_info(const kiln_dataset_info& info, const std::string& who) {
   if (info.num_samples <= 0) {
@@ -46,10 +52,9 @@ void check_info(const kiln_dataset_info& info, const std::string& who) {
                     "; both positive, or both 0 when sizes differ");
   }
   // A sample's bytes must be countable before anything multiplies them.
-  const auto h = static_cast<uint64_t>(info.height), w = static_cast<uint64_t>(info.width);
-  const auto c = static_cast<uint64_t>(info.channels);
-  if (h > 0 && (kiln_pixel_limit(h, w, 0) == KILN_PIXELS_REFUSE ||
-                h * w > static_cast<uint64_t>(INT64_MAX) / c)) {
+  if (info.height > 0 &&
+      !countable(static_cast<uint64_t>(info.height), static_cast<uint64_t>(info.width),
+                 static_cast<uint64_t>(info.channels))) {
     broken(who, "info reports a sample size of " + size_text(info.height, info.width) + "x" +
                     std::to_string(info.channels) + ", whose bytes overflow 64 bits");
   }
@@ -188,12 +193,10 @@ std::string DatasetSource::sample_name(int64_t index) const {
 void DatasetSource::check_pixels(int64_t index, int64_t height, int64_t width,
                                  const char* entry) const {
   const auto h = static_cast<uint64_t>(height), w = static_cast<uint64_t>(width);
-  int verdict = kiln_pixel_limit(h, w, max_pixels_);
   // Without a limit the bytes must still be countable: refused as a size beyond 64 bits.
-  if (verdict != KILN_PIXELS_REFUSE &&
-      h * w > static_cast<uint64_t>(INT64_MAX) / static_cast<uint64_t>(channels_)) {
-    verdict = KILN_PIXELS_REFUSE;
-  }
+  const int verdict = countable(h, w, static_cast<uint64_t>(channels_))
+                          ? kiln_pixel_limit(h, w, max_pixels_)
+                          : KILN_PIXELS_REFUSE;
   if (verdict == KILN_PIXELS_WITHIN) return;
   const std::string size = size_text(height, width);
   if (verdict == KILN_PIXELS_REFUSE) {

@@ -106,13 +106,14 @@ void walk(const std::string& root, const std::string& rel, std::vector<FolderId>
 
 // The files of class folder `name` that end in one of `extensions`, below the root, in
 // ImageFolder's order; `skipped` counts those left out that end in one of `ignored`, `cycles`
-// receives the links not followed because they lead back up.
+// receives the links not followed because they lead back up (`above`: root_and_above(root)).
 std::vector<std::string> class_samples(const std::string& root, const std::string& name,
                                        const std::vector<std::string>& extensions,
-                                       const std::vector<std::string>& ignored, int64_t* skipped,
+                                       const std::vector<std::string>& ignored,
+                                       const std::vector<FolderId>& above, int64_t* skipped,
                                        std::vector<std::string>* cycles) {
   std::vector<Folder> folders;
-  std::vector<FolderId> way = root_and_above(root);
+  std::vector<FolderId> way = above;
   walk(root, name, &way, &folders, cycles);
   // sorted(os.walk(...)): folders by their whole path, then each folder's files by name.
   std::sort(folders.begin(), folders.end(),
@@ -160,10 +161,11 @@ Index Index::build(const std::string& root, const std::string& option,
   index.classes_ = list_classes(root, option);
   *skipped = 0;
   cycles->clear();
+  const std::vector<FolderId> above = root_and_above(root);
   std::vector<std::string> empty;
   for (size_t c = 0; c < index.classes_.size(); ++c) {
     const std::vector<std::string> files =
-        class_samples(root, index.classes_[c], extensions, ignored, skipped, cycles);
+        class_samples(root, index.classes_[c], extensions, ignored, above, skipped, cycles);
     if (files.empty()) empty.push_back(index.classes_[c]);
     for (const std::string& file : files) {
       index.offsets_.push_back(index.names_.size());
@@ -193,9 +195,10 @@ std::vector<std::string> first_samples(const std::string& root,
   std::vector<std::string> out;
   int64_t skipped = 0;
   std::vector<std::string> cycles;  // Index::build warns of them
+  const std::vector<FolderId> above = root_and_above(root);
   for (size_t c = 0; c < classes.size() && static_cast<int64_t>(out.size()) < count; ++c) {
     for (const std::string& file :
-         class_samples(root, classes[c], extensions, {}, &skipped, &cycles)) {
+         class_samples(root, classes[c], extensions, {}, above, &skipped, &cycles)) {
       if (static_cast<int64_t>(out.size()) == count) break;
       out.push_back(join(root, file));
     }

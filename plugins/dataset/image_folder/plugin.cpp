@@ -104,24 +104,23 @@ std::vector<std::string> first_paths(int64_t count, Path path) {
   return out;
 }
 
-// The header of the first image of path(0), path(1), ... (of `count`) that can be read. One
+// The header of the first of `paths` (a split's first, first_paths) that can be read. One
 // that cannot, sorted first, is the loader's to stop at or skip (data.on_error) like any other;
-// when none of the first kFirstTries can, the folder or list is wrong: refused naming
-// `option` and the first image's fault.
-template <typename Path>
-Header first_header(const char* component, const std::string& option, int64_t count, Path path) {
+// when none can, the folder or list is wrong: refused naming `option` and the first's fault.
+Header first_header(const char* component, const std::string& option,
+                    const std::vector<std::string>& paths) {
   std::string first_error;
-  for (int64_t i = 0; i < count && i < kFirstTries; ++i) {
+  for (const std::string& path : paths) {
     try {
-      return probe_image(path(i));
+      return probe_image(path);
     } catch (const Error& e) {
       if (first_error.empty()) first_error = e.what();
     }
   }
-  const int64_t tried = std::min(count, kFirstTries);
-  refuse_as(component, "option '" + option + "': cannot read the first image" +
-                           (tried > 1 ? " nor the next " + std::to_string(tried - 1) : "") + ": " +
-                           first_error);
+  refuse_as(component,
+            "option '" + option + "': cannot read the first image" +
+                (paths.size() > 1 ? " nor the next " + std::to_string(paths.size() - 1) : "") +
+                ": " + first_error);
 }
 
 // val_root's classes must be root's: a label means the same class in both splits.
@@ -248,9 +247,7 @@ std::unique_ptr<Dataset> open_folder(const kiln_host_api* host, const kiln_optio
         val ? first_samples(root, classes, extensions, kFirstTries)
             : first_paths(d->index.size(), [&](int64_t i) { return d->index.path(i); });
     if (first.empty()) refuse("option 'root': '" + root + "/" + classes[0] + "' holds no image");
-    d->channels = first_header(kName, "root", static_cast<int64_t>(first.size()), [&](int64_t i) {
-                    return first[static_cast<size_t>(i)];
-                  }).channels;
+    d->channels = first_header(kName, "root", first).channels;
   } else {
     d->channels = color == "gray" ? 1 : 3;
   }
@@ -298,8 +295,9 @@ ListedOptions listed_options(const char* component, const kiln_host_api* host,
 // there, before the run, named by `folder_option`.
 void probe_first(const char* component, Dataset& d, const std::string& color,
                  const std::string& folder_option) {
-  const Header h = first_header(component, folder_option, d.list.size(),
-                                [&](int64_t i) { return d.list.path(i); });
+  const Header h =
+      first_header(component, folder_option,
+                   first_paths(d.list.size(), [&](int64_t i) { return d.list.path(i); }));
   d.channels = color == "auto" ? h.channels : color == "gray" ? 1 : 3;
 }
 
