@@ -20,6 +20,11 @@ struct Workload {
   std::vector<at::Tensor> grads;
 };
 Workload make_workload();
+// The workload `optimizer` steps: ResNet-50's (`resnet`) for all but "muon", which steps 2-D
+// parameters only and gets ResNet-50's weights of two or more dimensions as matrices (a conv
+// weight [out, in, kh, kw] as [out, in * kh * kw], fc.weight as it is; the same values);
+// bench/optimizer_step.py's workload_for mirrors this.
+Workload workload_for(const std::string& optimizer, const Workload& resnet);
 
 class Arm {
  public:
@@ -29,10 +34,12 @@ class Arm {
   virtual std::string description() const = 0;
 };
 
-// "sgd", "adamw" or "lion" from `registry`; nullptr with `skip` set when there is no such plugin.
+// The Kiln optimizer `optimizer` from `registry` ("sgd", "adamw", "lion", "nadam", ...; a wrapper
+// such as "lookahead" with its inner optimizer); nullptr with `skip` set when the plugin folder has
+// no such plugin. `work`: the workload_for the optimizer.
 std::unique_ptr<Arm> make_kiln_arm(const plugin::Registry& registry, const std::string& optimizer,
                                    const Workload& work, std::string& skip);
-// torch::optim::SGD or AdamW; throws for another name.
+// torch::optim::SGD, AdamW or Adagrad; throws for another name.
 std::unique_ptr<Arm> make_torch_arm(const std::string& optimizer, const Workload& work);
 
 }  // namespace kiln::bench

@@ -2,9 +2,10 @@
 // times optimizer steps on request, so the driver can alternate these arms with torch.optim in
 // Python under the same thread settings. A line protocol on stdin/stdout:
 //   startup    -> {"params": [[name, [dims...]], ...], "plugin_dir": ..., "refused": [...]}
-//   setup ARM  -> "ok DESCRIPTION" | "skip REASON"     ARM: kiln-sgd, kiln-adamw, kiln-lion,
-//   run ARM N  -> "ms MEAN_MS_PER_STEP"                     torch-cpp-sgd, torch-cpp-adamw
-//   free ARM   -> "ok"
+//   setup ARM  -> "ok DESCRIPTION" | "skip REASON"     ARM: kiln-OPTIMIZER (sgd, adamw, lion,
+//   run ARM N  -> "ms MEAN_MS_PER_STEP"                     nadam, ..., muon, lookahead: see
+//   free ARM   -> "ok"                                      arms.cpp), torch-cpp-sgd,
+//                                                           torch-cpp-adamw, torch-cpp-adagrad
 //   quit
 // Any failure answers "error MESSAGE".
 #include <ATen/Parallel.h>
@@ -49,8 +50,14 @@ std::string default_plugin_dir() {
 
 std::unique_ptr<Arm> make_arm(const std::string& arm, const kiln::plugin::Registry& registry,
                               const kiln::bench::Workload& work, std::string& skip) {
-  if (arm.rfind("kiln-", 0) == 0) return make_kiln_arm(registry, arm.substr(5), work, skip);
-  if (arm.rfind("torch-cpp-", 0) == 0) return kiln::bench::make_torch_arm(arm.substr(10), work);
+  if (arm.rfind("kiln-", 0) == 0) {
+    const std::string optimizer = arm.substr(5);
+    return make_kiln_arm(registry, optimizer, kiln::bench::workload_for(optimizer, work), skip);
+  }
+  if (arm.rfind("torch-cpp-", 0) == 0) {
+    const std::string optimizer = arm.substr(10);
+    return kiln::bench::make_torch_arm(optimizer, kiln::bench::workload_for(optimizer, work));
+  }
   throw std::runtime_error("unknown arm '" + arm + "'");
 }
 

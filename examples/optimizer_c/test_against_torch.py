@@ -108,7 +108,7 @@ name = "mlp"
 hidden = {HIDDEN}
 init = "{folder / 'init.safetensors'}"
 [optimizer]
-name = "adagrad"
+name = "c_adagrad"
 {options}
 [plugins]
 paths = ["{plugin_dir}"]

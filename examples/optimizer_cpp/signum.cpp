@@ -56,7 +56,7 @@ kiln_status* step(void* instance, kiln_call_context* ctx, const kiln_param_group
   });
 }
 
-const kiln_optimizer_vtable kVtable = {sizeof(kiln_optimizer_vtable), create, destroy, step};
+const kiln_optimizer_vtable kVtable = KILN_OPTIMIZER_VTABLE_INIT(create, destroy, step);
 
 const kiln_option_spec kOptions[] = {
     {sizeof(kiln_option_spec), "beta", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 0.999, "0.9", nullptr,

@@ -46,22 +46,25 @@ std::vector<std::pair<std::string, at::Tensor>> model_tensors(torch::nn::Module&
 
 // The optimizer's state as "<parameter>.<slot>", parameters in the model's order (the store is
 // keyed by name, which would sort them), then any the model does not name.
+// Every optimizer's ([[optimizer.partition]]s' too); a wrapper's inner one as "inner.<slot>".
 void add_optimizer_state(engine::Trainer& trainer, kiln_tensor_list& list) {
-  const plugin::StateStore& store = trainer.optimizer().optimizer().state();
+  std::map<std::string, std::vector<std::pair<std::string, at::Tensor>>> store;
+  for (auto& [param, slot, tensor] : trainer.optimizer().state_tensors()) {
+    store[param].emplace_back(slot, tensor);
+  }
   std::map<std::string, bool> done;
-  auto add = [&](const std::string& param, const plugin::ParamState& slots) {
-    for (const auto& [slot, tensor] : slots) {
+  auto add = [&](const std::string& param) {
+    for (const auto& [slot, tensor] : store[param]) {
       list.names.push_back(param + "." + slot);
       list.tensors.push_back(tensor);
     }
     done[param] = true;
   };
   for (const auto& item : trainer.model().named_parameters()) {
-    const auto it = store.find(item.key());
-    if (it != store.end()) add(it->first, it->second);
+    if (store.count(item.key()) != 0) add(item.key());
   }
   for (const auto& [param, slots] : store) {
-    if (done.count(param) == 0) add(param, slots);
+    if (done.count(param) == 0) add(param);
   }
 }
 

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <optional>
 
@@ -17,6 +18,7 @@
 #include "engine/checks.hpp"
 #include "engine/lr_schedule.hpp"
 #include "engine/model_ema.hpp"
+#include "engine/optimizer_side.hpp"
 #include "engine/plan.hpp"
 #include "engine/preflight.hpp"
 #include "engine/run_data.hpp"
@@ -108,16 +110,18 @@ bool resolve(const PipelineArgs& args, Plugins& plugins, config::Pipeline& pipel
 
 std::string caps_text(uint64_t f) {
   std::vector<std::string> parts;
-  const std::pair<uint64_t, const char*> names[] = {{KILN_CAP_DEVICE_CPU, "cpu"},
-                                                    {KILN_CAP_DEVICE_CUDA, "cuda"},
-                                                    {KILN_CAP_DTYPE_F32, "fp32"},
-                                                    {KILN_CAP_DTYPE_F16, "fp16"},
-                                                    {KILN_CAP_DTYPE_BF16, "bf16"},
-                                                    {KILN_CAP_DTYPE_F64, "fp64"},
-                                                    {KILN_CAP_NEEDS_COLLECTIVES, "collectives"},
-                                                    {KILN_CAP_IN_PLACE, "in-place"},
-                                                    {KILN_CAP_MULTI_TENSOR, "multi-tensor"},
-                                                    {KILN_CAP_CAPTURABLE, "capturable"}};
+  const std::pair<uint64_t, const char*> names[] = {
+      {KILN_CAP_DEVICE_CPU, "cpu"},
+      {KILN_CAP_DEVICE_CUDA, "cuda"},
+      {KILN_CAP_DTYPE_F32, "fp32"},
+      {KILN_CAP_DTYPE_F16, "fp16"},
+      {KILN_CAP_DTYPE_BF16, "bf16"},
+      {KILN_CAP_DTYPE_F64, "fp64"},
+      {KILN_CAP_NEEDS_COLLECTIVES, "collectives"},
+      {KILN_CAP_IN_PLACE, "in-place"},
+      {KILN_CAP_MULTI_TENSOR, "multi-tensor"},
+      {KILN_CAP_CAPTURABLE, "capturable"},
+      {KILN_CAP_WRAPS_OPTIMIZER, "wraps an optimizer"}};
   for (const auto& [bit, name] : names) {
     if (f & bit) parts.emplace_back(name);
   }
@@ -279,6 +283,21 @@ int export_weights(const std::string& from, const std::string& to, const std::st
                                  "(its run had ema.decay = 0)");
       }
     }
+    // An optimizer that evaluates other weights than it trains (Schedule-Free's x) left them in
+    // the checkpoint: those are the model's weights to ship, as evaluation measured them.
+    std::string weights = ema ? "ema" : "trained";
+    if (!ema) {
+      const auto evaluation = engine::saved_eval_weights(data);
+      if (!evaluation.empty()) {
+        std::map<std::string, at::Tensor> by_name(evaluation.begin(), evaluation.end());
+        for (auto& [name, t] : data.model) {
+          const auto it = by_name.find(name);
+          if (it != by_name.end()) t = it->second.to(t.scalar_type());
+        }
+        weights = "evaluation";
+        spdlog::info("exporting the optimizer's evaluation weights ({} tensors)", by_name.size());
+      }
+    }
     const at::ScalarType target = dtype == "fp16"   ? at::kHalf
                                   : dtype == "bf16" ? at::kBFloat16
                                                     : at::kFloat;
@@ -289,7 +308,7 @@ int export_weights(const std::string& from, const std::string& to, const std::st
                           {{"format", "pt"},
                            {"source", checkpoint},
                            {"step", std::to_string(data.info.step)},
-                           {"weights", ema ? "ema" : "trained"}});
+                           {"weights", weights}});
     fmt::print("{}: {} {}tensors from {} (step {}), {}\n", to, data.model.size(),
                ema ? "moving-average " : "", checkpoint, data.info.step,
                dtype == "keep" ? "dtypes as trained" : dtype);
@@ -435,6 +454,15 @@ int plugins_describe(const std::string& name, const std::vector<std::string>& ex
              c->plugin->version.minor, c->plugin->version.patch, c->plugin->abi_major,
              c->plugin->abi_minor);
   fmt::print("  capabilities: {}\n", caps_text(d->capabilities->flags));
+  // What an optimizer's vtable (ABI 1.14) offers beyond step.
+  if (c->kind() == KILN_COMPONENT_OPTIMIZER) {
+    std::vector<std::string> slots;
+    if (plugin::has_eval_weights(*c)) slots.emplace_back("evaluation weights (eval_weights)");
+    if (plugin::steps_all_groups(*c)) {
+      slots.emplace_back("whole step with re-evaluation (step_all)");
+    }
+    if (!slots.empty()) fmt::print("  steps:        {}\n", fmt::join(slots, ", "));
+  }
   for (size_t i = 0; i < d->capabilities->attribute_count; ++i) {
     fmt::print("  {}: {}\n", d->capabilities->attributes[i].name,
                d->capabilities->attributes[i].value);

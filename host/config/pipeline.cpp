@@ -144,11 +144,11 @@ OptionSet plain_section(const Document& doc, const std::string& section, Diagnos
 // nullopt when absent or not a string (resolve_entries reports that).
 // The component a section names with `key` ("name"; [data]'s "dataset"), its schema's first
 // spec.
-std::optional<std::string> component_name(const Document& doc, const std::string& section,
+std::optional<std::string> component_name(const Document& doc, const Section* sec,
+                                          const std::string& section, const kiln_option_spec& spec,
                                           const std::string& key, Where& where) {
-  where = doc.file_where();
-  const kiln_option_spec& spec = core_schema(section).front();
-  if (const Section* sec = doc.find(section)) {
+  where = sec != nullptr && sec->node != nullptr ? sec->where : doc.file_where();
+  if (sec != nullptr) {
     for (const auto& entry : sec->entries) {
       if (entry.key != key) continue;
       std::string ignored;
@@ -158,6 +158,7 @@ std::optional<std::string> component_name(const Document& doc, const std::string
       return value->string_value;
     }
   }
+  if (spec.default_value == nullptr) return std::nullopt;  // required: resolve_entries reports it
   const auto value = parse_default(spec);
   if (!value) return std::nullopt;
   return value->string_value;
@@ -179,14 +180,18 @@ std::optional<std::string> swapped_norm(const Document& doc, std::optional<std::
   return name;
 }
 
+// A component's section: [section] of the file, or `given` (a table inside one, as
+// [optimizer.inner]) checked against the core keys of `schema` (default: `section`'s).
 ComponentChoice component_section(const Document& doc, const std::string& section, int32_t kind,
                                   const plugin::Registry& registry, Diagnostics& diagnostics,
-                                  const std::string& key = "name") {
+                                  const std::string& key = "name", const Section* given = nullptr,
+                                  const std::string& schema = "") {
   ComponentChoice choice;
   choice.section = section;
-  const auto& core = core_schema(section);
+  const auto& core = core_schema(schema.empty() ? section : schema);
+  const Section* sec = given != nullptr ? given : doc.find(section);
   Where name_where;
-  auto name = component_name(doc, section, key, name_where);
+  auto name = component_name(doc, sec, section, core.front(), key, name_where);
   std::string name_key = section + "." + key;  // the key an unknown name is reported under
   if (section == "norm") name = swapped_norm(doc, name, name_where, name_key);
   if (name) choice.component = registry.find(kind, *name);
@@ -207,11 +212,13 @@ ComponentChoice component_section(const Document& doc, const std::string& sectio
     for (std::size_t i = 0; i < d->option_count; ++i)
       specs.push_back(SpecRef{&d->options[i], true});
   }
-  // [optimizer.custom_keys] is a table of rules, read by param_rules().
+  // [optimizer.custom_keys], [optimizer.inner] and [[optimizer.partition]] have readers of
+  // their own (param_rules, optimizer_tables).
   const std::set<std::string> skip =
-      section == "optimizer" ? std::set<std::string>{"custom_keys"} : std::set<std::string>{};
-  const auto values = resolve_entries(doc, section, doc.find(section), specs,
-                                      choice.component != nullptr, diagnostics, skip);
+      section == "optimizer" ? std::set<std::string>{"custom_keys", "inner", "partition"}
+                             : std::set<std::string>{};
+  const auto values =
+      resolve_entries(doc, section, sec, specs, choice.component != nullptr, diagnostics, skip);
   for (const auto& [spec, value] : values) {
     // A copy of the binding: lambdas may not capture structured bindings before C++20 (clang).
     const kiln_option_spec* const resolved = spec;
@@ -295,6 +302,130 @@ std::vector<ParamRule> param_rules(const Document& doc, Diagnostics& diagnostics
   return rules;
 }
 
+// A table inside [optimizer] as a section of its own, named `name` in messages.
+Section sub_section(const Document& doc, const Entry& entry, const toml::node& node,
+                    const std::string& name) {
+  Section sec;
+  sec.name = name;
+  sec.where = where_of(doc, entry, node);
+  sec.node = &node;
+  if (const toml::table* table = node.as_table()) {
+    for (const auto& [key, value] : *table) {
+      Entry e;
+      e.key = std::string(key.str());
+      e.node = &value;
+      Where at = where_in_file(doc.name(), key.source());
+      e.key_where = at.group == 0 ? at : sec.where;
+      e.value_where = where_of(doc, entry, value);
+      sec.entries.push_back(std::move(e));
+    }
+  }
+  return sec;
+}
+
+// [optimizer.inner] and [[optimizer.partition]]: the optimizer a wrapper steps, and the
+// parameters other optimizers step, each a component section with its own options.
+void optimizer_tables(const Document& doc, const plugin::Registry& registry, Pipeline& p,
+                      Diagnostics& diagnostics) {
+  const Section* sec = doc.find("optimizer");
+  if (sec == nullptr) return;
+  for (const auto& entry : sec->entries) {
+    if (entry.key == "inner") {
+      const Section inner = sub_section(doc, entry, *entry.node, "optimizer.inner");
+      p.inner_optimizer = component_section(doc, "optimizer.inner", KILN_COMPONENT_OPTIMIZER,
+                                            registry, diagnostics, "name", &inner);
+      p.table_pos["optimizer.inner"] = inner.where.pos;
+      continue;
+    }
+    if (entry.key != "partition") continue;
+    const toml::array* list = entry.node->as_array();
+    if (list == nullptr) {
+      diagnostics.add(entry.value_where,
+                      "optimizer.partition: expected an array of tables ([[optimizer.partition]]), "
+                      "found " +
+                          std::string(toml_type_name(*entry.node)));
+      continue;
+    }
+    for (size_t i = 0; i < list->size(); ++i) {
+      const std::string name = "optimizer.partition[" + std::to_string(i) + "]";
+      const Section part = sub_section(doc, entry, *list->get(i), name);
+      OptimizerPartition out;
+      out.pos = part.where.pos;
+      out.optimizer = component_section(doc, name, KILN_COMPONENT_OPTIMIZER, registry, diagnostics,
+                                        "name", &part, "optimizer.partition");
+      const OptionSet& core = out.optimizer.core;
+      if (core.has("min_rank")) out.min_rank = core.get("min_rank").int_value;
+      if (core.has("max_rank")) out.max_rank = core.get("max_rank").int_value;
+      if (core.has("match")) out.match = core.get("match").string_value;
+      if (core.has("exclude")) out.exclude = core.get("exclude").string_value;
+      if (core.has("groups")) out.groups = core.get_string_list("groups");
+      if (core.has("lr_mult")) out.lr_mult = core.get("lr_mult").float_value;
+      if (core.has("decay_mult")) out.decay_mult = core.get("decay_mult").float_value;
+      for (const char* key : {"match", "exclude"}) {
+        if (!core.has(key)) continue;
+        if (const std::string problem = regex_problem(core.get(key).string_value);
+            !core.get(key).string_value.empty() && !problem.empty()) {
+          diagnostics.add(part.where, name + "." + key + ": " + problem);
+        }
+      }
+      p.partitions.push_back(std::move(out));
+    }
+  }
+}
+
+// What the optimizers' capabilities ask of those tables: a wrapper needs [optimizer.inner] and
+// only a wrapper takes one; an inner or partition optimizer steps one group at a time.
+void check_optimizer_tables(const Document& doc, const Pipeline& p, Diagnostics& diagnostics) {
+  const plugin::Component* main = p.optimizer.component;
+  const plugin::Component* inner = p.inner_optimizer.component;
+  const auto at = [&](const SourcePos& pos, const std::string& fallback_section) {
+    Where w = doc.file_where();
+    if (const Section* sec = doc.find(fallback_section)) w = sec->where;
+    if (!pos.file.empty() && pos.file != "<default>") {
+      w.pos = pos;
+      w.prefix = pos.text();
+      w.group = pos.line > 0 ? 0 : 2;
+      w.major = pos.line;
+      w.minor = pos.column;
+    }
+    return w;
+  };
+  if (main != nullptr && plugin::wraps_optimizer(*main) && inner == nullptr &&
+      p.inner_optimizer.section.empty()) {
+    diagnostics.add(at(p.optimizer.name_pos, "optimizer"),
+                    "optimizer.name: '" + std::string(main->name()) +
+                        "' steps another optimizer: name it in [optimizer.inner] (name = \"sgd\", "
+                        "and its options)");
+  }
+  if (main != nullptr && !plugin::wraps_optimizer(*main) && !p.inner_optimizer.section.empty()) {
+    diagnostics.add(at(p.inner_optimizer.name_pos, "optimizer"),
+                    "optimizer.inner: optimizer '" + std::string(main->name()) +
+                        "' does not wrap another optimizer (wrappers: `kiln plugins describe` "
+                        "shows \"wraps an optimizer\"); remove [optimizer.inner]");
+  }
+  const auto one_group_at_a_time = [&](const plugin::Component* c, const ComponentChoice& choice,
+                                       const std::string& key) {
+    if (c == nullptr) return;
+    std::string why;
+    if (plugin::wraps_optimizer(*c)) why = "wraps another optimizer";
+    if (plugin::steps_all_groups(*c)) why = "takes the whole step at once (step_all)";
+    if (why.empty()) return;
+    diagnostics.add(at(choice.name_pos, "optimizer"),
+                    key + ".name: optimizer '" + std::string(c->name()) + "' " + why +
+                        "; here only an optimizer that steps one group at a time can serve");
+  };
+  one_group_at_a_time(inner, p.inner_optimizer, "optimizer.inner");
+  if (main != nullptr && plugin::steps_all_groups(*main) && !p.partitions.empty()) {
+    diagnostics.add(at(p.partitions.front().pos, "optimizer"),
+                    "optimizer.partition: optimizer '" + std::string(main->name()) +
+                        "' takes the whole step (and may evaluate the model again), so it must "
+                        "step every parameter; remove [[optimizer.partition]]");
+  }
+  for (const OptimizerPartition& part : p.partitions) {
+    one_group_at_a_time(part.optimizer.component, part.optimizer, part.optimizer.section);
+  }
+}
+
 // A list of regular expressions (optimizer.freeze, model.init_skip): the engine compiles each
 // pattern, so a bad one is a config error here, at the key's value.
 void regex_list(const Document& doc, const std::string& section, const std::string& key,
@@ -339,6 +470,8 @@ Pipeline resolve(const Document& doc, const plugin::Registry& registry, Diagnost
   p.lr_policy =
       component_section(doc, "lr_policy", KILN_COMPONENT_LR_POLICY, registry, diagnostics);
   p.param_rules = param_rules(doc, diagnostics);
+  optimizer_tables(doc, registry, p, diagnostics);
+  check_optimizer_tables(doc, p, diagnostics);
   p.lr_scaling = plain_section(doc, "lr_scaling", diagnostics);
   p.precision =
       component_section(doc, "precision", KILN_COMPONENT_PRECISION, registry, diagnostics);
@@ -416,6 +549,16 @@ std::string to_toml(const Pipeline& pipeline) {
       out += toml_key(rule.pattern) + " = { lr_mult = " + format_toml_float(rule.lr_mult) +
              ", decay_mult = " + format_toml_float(rule.decay_mult) + " }\n";
     }
+  }
+  if (pipeline.inner_optimizer.component != nullptr) {
+    out += "\n[optimizer.inner]\n";
+    emit(out, pipeline.inner_optimizer.core);
+    emit(out, pipeline.inner_optimizer.options);
+  }
+  for (const OptimizerPartition& part : pipeline.partitions) {
+    out += "\n[[optimizer.partition]]\n";
+    emit(out, part.optimizer.core);
+    emit(out, part.optimizer.options);
   }
   component(pipeline.lr_policy);
   plain("lr_scaling", pipeline.lr_scaling);

@@ -30,22 +30,39 @@ struct ComponentChoice {
   SourcePos name_pos;                            // where `name` (data.dataset) was set
 };
 
+// [[optimizer.partition]]: parameters another optimizer steps. A parameter goes to the first
+// entry whose conditions all hold, else to [optimizer]'s optimizer.
+struct OptimizerPartition {
+  ComponentChoice optimizer;  // section "optimizer.partition[<i>]"; core: the keys below
+  int64_t min_rank = 0;
+  int64_t max_rank = -1;            // -1: no bound
+  std::string match;                // regular expression; "" = any
+  std::string exclude;              // regular expression; "" = none
+  std::vector<std::string> groups;  // parameter-group names; empty = any
+  double lr_mult = 1.0;
+  double decay_mult = 1.0;
+  SourcePos pos;  // the entry's table
+};
+
 struct Pipeline {
-  std::string path;                            // the TOML file
-  OptionSet run;                               // [run]
-  OptionSet data;                              // [data]: the host's keys (dataset.core)
-  ComponentChoice dataset;                     // [data]: data.dataset and its options
-  ComponentChoice model;                       // [model]
-  ComponentChoice norm;                        // [norm]
-  ComponentChoice optimizer;                   // [optimizer]
-  ComponentChoice lr_policy;                   // [lr_policy]
-  ComponentChoice precision;                   // [precision]
-  OptionSet lr_scaling;                        // [lr_scaling]
-  OptionSet dist;                              // [dist]: data-parallel settings
-  OptionSet memory;                            // [memory]: activation checkpointing
-  OptionSet loss;                              // [loss]: the training and evaluation loss
-  OptionSet ema;                               // [ema]: the weights' moving average
-  std::vector<ParamRule> param_rules;          // [optimizer.custom_keys], in file order
+  std::string path;                    // the TOML file
+  OptionSet run;                       // [run]
+  OptionSet data;                      // [data]: the host's keys (dataset.core)
+  ComponentChoice dataset;             // [data]: data.dataset and its options
+  ComponentChoice model;               // [model]
+  ComponentChoice norm;                // [norm]
+  ComponentChoice optimizer;           // [optimizer]
+  ComponentChoice lr_policy;           // [lr_policy]
+  ComponentChoice precision;           // [precision]
+  OptionSet lr_scaling;                // [lr_scaling]
+  OptionSet dist;                      // [dist]: data-parallel settings
+  OptionSet memory;                    // [memory]: activation checkpointing
+  OptionSet loss;                      // [loss]: the training and evaluation loss
+  OptionSet ema;                       // [ema]: the weights' moving average
+  std::vector<ParamRule> param_rules;  // [optimizer.custom_keys], in file order
+  // [optimizer.inner]: the optimizer a wrapper steps (component null when there is none)
+  ComponentChoice inner_optimizer;
+  std::vector<OptimizerPartition> partitions;  // [[optimizer.partition]], in file order
   std::vector<std::string> plugin_paths;       // [plugins] paths: extra plugin folders
   std::map<std::string, SourcePos> table_pos;  // where each [section] the file has begins
   Settings settings;                           // the host's keys above, typed

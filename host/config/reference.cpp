@@ -65,6 +65,24 @@ std::string section_note(const std::string& section) {
         "(searched, ECMAScript syntax) gets lr × lr_mult and weight decay × decay_mult; when "
         "several match, the longest matched text wins, then the longer expression. Custom "
         "keys take precedence over the bias and norm rules.\n";
+    const auto& inner = core_schema("optimizer.inner");
+    out +=
+        "\n`[optimizer.inner]`: the optimizer a wrapper steps (an optimizer whose `kiln plugins "
+        "describe` shows \"wraps an optimizer\", as `lookahead`); required by a wrapper and "
+        "refused by any other. Its own options follow `name`; the wrapper's options stay in "
+        "`[optimizer]`. It must step one group at a time (no wrapper, no `step_all`). Both "
+        "states are checkpointed (the inner one's slots as `inner.<slot>`).\n\n" +
+        table(inner.data(), inner.size());
+    const auto& part = core_schema("optimizer.partition");
+    out +=
+        "\n`[[optimizer.partition]]`: parameters another optimizer steps (Muon on the 2-D "
+        "weights, `[optimizer]`'s AdamW on the rest). Each entry names an optimizer with its "
+        "own options and selects parameters by rank, name and group; a parameter goes to the "
+        "first entry whose conditions all hold, else to `[optimizer]`'s. Its part of group G "
+        "becomes group `G/<optimizer>` (lr and weight decay × the entry's multipliers); `kiln "
+        "plan` lists which parameter goes where. An optimizer that takes the whole step "
+        "(`step_all`) cannot share the parameters with partitions.\n\n" +
+        table(part.data(), part.size());
   }
   if (section == "loss") {
     out +=

@@ -216,6 +216,31 @@ const std::map<std::string, std::vector<kiln_option_spec>>& schemas() {
                "micro-batch at 1 - (1 - m)^(1/k), so a step decays them by 1 - m as without "
                "accumulation; pooled_window = once per step at m, with the mean and unbiased "
                "variance of all the window's samples (ranks and micro-batches pooled)")}},
+      // [optimizer.inner]: the optimizer a wrapper (KILN_CAP_WRAPS_OPTIMIZER) steps; its own
+      // options follow `name`.
+      {"optimizer.inner",
+       {spec("name", KILN_OPT_STRING, nullptr,
+             "the inner optimizer component (any optimizer that steps one group at a time)")}},
+      // [[optimizer.partition]]: parameters handed to another optimizer; its options follow.
+      {"optimizer.partition",
+       {spec("name", KILN_OPT_STRING, nullptr,
+             "the optimizer component that steps the parameters this entry selects"),
+        spec("min_rank", KILN_OPT_INT, "0",
+             "selects parameters of at least this many dimensions (2: matrices and up)", 0),
+        spec("max_rank", KILN_OPT_INT, "-1",
+             "selects parameters of at most this many dimensions; -1 = no bound", -1),
+        spec("match", KILN_OPT_STRING, "\"\"",
+             "regular expression (ECMAScript, searched in the parameter name) a selected "
+             "parameter must match; \"\" = any"),
+        spec("exclude", KILN_OPT_STRING, "\"\"",
+             "regular expression a selected parameter must not match; \"\" = none"),
+        spec("groups", KILN_OPT_STRING_LIST, "[]",
+             "parameter groups (default, bias, norm, custom_keys[\"<pattern>\"]) a selected "
+             "parameter must belong to; [] = any"),
+        spec("lr_mult", KILN_OPT_FLOAT, "1.0",
+             "lr multiplier of the selected parameters, on top of their group's", 0),
+        spec("decay_mult", KILN_OPT_FLOAT, "1.0",
+             "weight-decay multiplier of the selected parameters, on top of their group's", 0)}},
       {"optimizer",
        {
            spec("name", KILN_OPT_STRING, "\"sgd\"", "optimizer component"),

@@ -1,4 +1,7 @@
 #include <chrono>
+#include <stdexcept>
+#include <utility>
+#include <vector>
 
 #include "data/loader.hpp"
 #include "dist/data_parallel.hpp"
@@ -39,24 +42,46 @@ class EagerWindow final : public WindowPass {
 
   WindowResult run(int64_t window, double scale, int64_t /*steps_done*/) override {
     WindowResult w;
+    kept_.clear();
     if (norm_window_) norm_window_->begin(window);
     for (int64_t micro = 0; micro < window; ++micro) {
       const auto fetch_start = Clock::now();
       std::optional<data::Batch> batch = in_.loader->next();
       w.data_time += std::chrono::duration<double>(Clock::now() - fetch_start).count();
       if (!batch) break;
-      const at::Tensor loss = forward_backward(*batch, micro, window, scale);
+      at::Tensor x = model_input(batch->images, in_);
+      at::Tensor y = loss_target(*batch, in_.device);
+      // Copies: the loader may hand the memory of these batches to later ones.
+      if (keep_) kept_.push_back({x.clone(), y.clone()});
+      const at::Tensor loss = forward_backward(x, y, micro, window, scale);
       accumulate(w, loss, batch->labels.size(0));
     }
     if (norm_window_) norm_window_->finish();  // pooled running statistics, once per step
     return w;
   }
 
+  WindowResult rerun(double scale) override {
+    if (!keep_) throw std::logic_error("rerun: the window keeps no batches");
+    WindowResult w;
+    const auto window = static_cast<int64_t>(kept_.size());
+    if (norm_window_) norm_window_->begin(window);
+    for (int64_t micro = 0; micro < window; ++micro) {
+      const auto& [x, y] = kept_[static_cast<size_t>(micro)];
+      const at::Tensor loss = forward_backward(x, y, micro, window, scale);
+      accumulate(w, loss, x.size(0));
+    }
+    if (norm_window_) norm_window_->finish();
+    return w;
+  }
+
+  void keep_batches(bool keep) override {
+    keep_ = keep;
+    kept_.clear();
+  }
+
  private:
-  at::Tensor forward_backward(const data::Batch& batch, int64_t micro, int64_t window,
-                              double scale) {
-    const at::Tensor x = model_input(batch.images, in_);
-    const at::Tensor y = loss_target(batch, in_.device);
+  at::Tensor forward_backward(const at::Tensor& x, const at::Tensor& y, int64_t micro,
+                              int64_t window, double scale) {
     // The window's last backward all-reduces (the Reducer averages over the ranks); the ones
     // before only accumulate, as under DDP's no_sync().
     const bool sync = sync_every_ || micro == window - 1;
@@ -91,6 +116,8 @@ class EagerWindow final : public WindowPass {
   dist::DataParallel* ddp_;
   plugin::NormWindow* norm_window_;
   bool sync_every_;
+  bool keep_ = false;
+  std::vector<std::pair<at::Tensor, at::Tensor>> kept_;  // the window's inputs and targets
 };
 
 }  // namespace

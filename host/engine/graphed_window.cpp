@@ -1,4 +1,5 @@
 #include <chrono>
+#include <stdexcept>
 
 #include "data/loader.hpp"
 #include "engine/graph_step.hpp"
@@ -18,6 +19,13 @@ class GraphedWindow final : public WindowPass {
       : in_(in), graph_(graph), scaler_(scaler) {}
 
   void begin() override {}  // GraphedStep drops or zeroes its gradient buffers itself
+  // step_graph leaves an optimizer that re-evaluates eager.
+  WindowResult rerun(double /*scale*/) override {
+    throw std::logic_error("a CUDA-graphed window cannot run its batches again");
+  }
+  void keep_batches(bool keep) override {
+    if (keep) throw std::logic_error("a CUDA-graphed window keeps no batches");
+  }
 
   // A window of one (run.cuda_graph needs accumulation 1).
   WindowResult run(int64_t /*window*/, double scale, int64_t steps_done) override {

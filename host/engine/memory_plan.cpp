@@ -34,7 +34,11 @@ OptimizerStateCost measure_optimizer_state(const config::Pipeline& p) {
   // A throwaway optimizer instance steps one probe tensor; what it asked the host to allocate is
   // its state. Options are the pipeline's, so e.g. momentum 0 (no buffer) is reflected.
   constexpr int64_t kProbe = 4096;
-  plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options);
+  // [optimizer]'s (a wrapper with its inner one); [[optimizer.partition]]s' are not counted.
+  const config::ComponentChoice& inner = p.inner_optimizer;
+  plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options, nullptr,
+                                     inner.component,
+                                     inner.component != nullptr ? &inner.options : nullptr);
   std::vector<at::Tensor> params = {at::zeros({kProbe}).requires_grad_(true)};
   params[0].mutable_grad() = at::ones_like(params[0]);
   std::vector<std::string> names = {"probe"};
@@ -43,18 +47,33 @@ OptimizerStateCost measure_optimizer_state(const config::Pipeline& p) {
   view.names = &names;
   view.step = 1;
   view.lr = 1e-3;
-  optimizer.step(view);
+  if (optimizer.steps_all()) {
+    // A re-evaluation that finds the same gradients: the state is what counts here.
+    const plugin::Reevaluate same = [] {
+      kiln_reevaluation r{};
+      r.struct_size = sizeof(r);
+      r.finite = 1;
+      return r;
+    };
+    optimizer.step_all({view}, 0.0, same);
+  } else {
+    optimizer.step(view);
+  }
   OptimizerStateCost cost;
-  for (const auto& [param, states] : optimizer.state()) {
-    for (const auto& [name, t] : states) {
-      const double bytes = static_cast<double>(t.numel() * bytes_of(t.scalar_type()));
-      if (t.numel() == kProbe) {
-        cost.bytes_per_element += bytes / kProbe;
-      } else {
-        cost.bytes_per_tensor += bytes;
+  const auto count = [&](const plugin::StateStore& store) {
+    for (const auto& [param, states] : store) {
+      for (const auto& [name, t] : states) {
+        const double bytes = static_cast<double>(t.numel() * bytes_of(t.scalar_type()));
+        if (t.numel() == kProbe) {
+          cost.bytes_per_element += bytes / kProbe;
+        } else {
+          cost.bytes_per_tensor += bytes;
+        }
       }
     }
-  }
+  };
+  count(optimizer.state());
+  if (optimizer.inner() != nullptr) count(optimizer.inner()->state());
   return cost;
 }
 

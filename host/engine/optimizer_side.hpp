@@ -5,7 +5,9 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "config/pipeline.hpp"
@@ -18,6 +20,18 @@
 #include "plugin/adapters.hpp"
 
 namespace kiln::engine {
+
+// A checkpoint's trainer part keeps the evaluation weights an optimizer gives (Schedule-Free's
+// x) as "<kEvalPrefix><name>"; `kiln export` writes them.
+inline constexpr const char* kEvalPrefix = "eval/";
+
+// The evaluation weights `data` holds, under the model's names; empty when it holds none.
+std::vector<std::pair<std::string, at::Tensor>> saved_eval_weights(const io::CheckpointData& data);
+
+// [optimizer] (with its [optimizer.inner]), then each [[optimizer.partition]]'s optimizer, as
+// a run creates them; `group` (null: one process) carries their collectives.
+std::vector<std::unique_ptr<plugin::OptimizerAdapter>> make_optimizers(const config::Pipeline& p,
+                                                                       dist::ProcessGroup* group);
 
 class OptimizerSide {
  public:
@@ -36,9 +50,29 @@ class OptimizerSide {
   StepOutcome step(int64_t step, const WindowResult& w, bool check_gradients);
 
   // Optimizer state, master weights, the schedule's count and the loss scale, into a
-  // checkpoint's trainer part; restore() puts them back (optimizer state onto `device`).
+  // checkpoint's trainer part, and the evaluation weights when an optimizer gives them
+  // ("eval/<name>"); restore() puts them back (optimizer state onto `device`).
   void state(io::CheckpointData& out) const;
   void restore(const io::CheckpointData& data, c10::Device device);
+  // Every optimizer state tensor as (parameter, slot, tensor); a wrapper's inner optimizer's
+  // slots are "inner.<slot>".
+  std::vector<std::tuple<std::string, std::string, at::Tensor>> state_tensors() const;
+
+  // Runs `f` with the evaluation weights in the model, where an optimizer gives them
+  // (Schedule-Free's x), and the training weights back after, also when `f` throws.
+  template <typename F>
+  auto with_eval_weights(F&& f) -> decltype(f()) {
+    if (!updates_.has_eval_weights()) return f();
+    updates_.swap_in_eval_weights();
+    try {
+      auto result = f();
+      updates_.swap_out_eval_weights();
+      return result;
+    } catch (...) {
+      updates_.swap_out_eval_weights();
+      throw;
+    }
+  }
 
   const std::vector<ParamGroup>& groups() const { return groups_; }
   std::vector<std::string> group_names() const;
@@ -46,11 +80,15 @@ class OptimizerSide {
   const LossScaler& scaler() const { return scaler_; }
   LrDriver& lr() { return lr_; }
   OptimizerStep& updates() { return updates_; }
-  const plugin::OptimizerAdapter& optimizer() const { return optimizer_; }
+  // [optimizer]'s; optimizers() also those of [[optimizer.partition]], in order.
+  const plugin::OptimizerAdapter& optimizer() const { return *optimizers_.front(); }
+  const std::vector<std::unique_ptr<plugin::OptimizerAdapter>>& optimizers() const {
+    return optimizers_;
+  }
 
  private:
   std::vector<ParamGroup> groups_;
-  plugin::OptimizerAdapter optimizer_;
+  std::vector<std::unique_ptr<plugin::OptimizerAdapter>> optimizers_;
   plugin::LrPolicyAdapter lr_policy_;
   LrDriver lr_;
   LossScaler scaler_;

@@ -7,6 +7,9 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/gradients.hpp"
@@ -14,6 +17,7 @@
 #include "engine/lr_driver.hpp"
 #include "engine/master_weights.hpp"
 #include "engine/param_groups.hpp"
+#include "engine/window_pass.hpp"
 #include "plugin/adapters.hpp"
 
 namespace kiln::engine {
@@ -24,14 +28,22 @@ struct StepOutcome {
   double scale = 1.0;             // the loss scale the step's gradients carried
   double lr = 0.0;                // the schedule's lr at this step (before group scales)
   std::vector<double> group_lrs;  // lr of each group at this step
+  int64_t reevaluations = 0;      // extra forward and backward passes the optimizer asked for
 };
+
+// Runs the step's window of micro-batches forward and backward again (the same batches), the
+// loss multiplied by `scale` / window, gradients accumulated into the model's; the model's
+// buffers as they were before. Set by the trainer for optimizers that re-evaluate.
+using WindowRerun = std::function<WindowResult(double scale)>;
 
 class OptimizerStep {
  public:
   // All references must outlive this object.
+  // `optimizers[k]` steps the groups whose ParamGroup::optimizer is k. `process_group` (null: one
+  // process) averages a re-evaluation's loss over the ranks.
   OptimizerStep(const std::vector<ParamGroup>& groups, const PrecisionPlan& plan,
-                plugin::OptimizerAdapter& optimizer, LossScaler& scaler, LrDriver& lr,
-                const ClipSettings& clip);
+                std::vector<plugin::OptimizerAdapter*> optimizers, LossScaler& scaler, LrDriver& lr,
+                const ClipSettings& clip, dist::ProcessGroup* process_group);
 
   // Drops the model's gradients (set_to_none) before a new accumulation window.
   void zero_grad();
@@ -44,6 +56,27 @@ class OptimizerStep {
   // clipping, the loss-scale update and the optimizer. Not for master weights.
   StepOutcome run_after_check(int64_t step, const GradCheck& read);
   const MasterWeights& stepped() const { return stepped_; }
+
+  // ---- re-evaluation (an optimizer's step_all, ABI 1.14) ----
+  // The window the next run() steps on: how many micro-batches and samples (its loss is a mean
+  // for one micro-batch, else a sum over samples), and how to run it again.
+  void set_window(int64_t micro_batches, int64_t samples) {
+    window_micro_batches_ = micro_batches;
+    window_samples_ = samples;
+  }
+  void set_rerun(WindowRerun rerun) { rerun_ = std::move(rerun); }
+  // Whether an optimizer takes the whole step (and may re-evaluate).
+  bool reevaluates() const;
+
+  // ---- evaluation weights (an optimizer's eval_weights, ABI 1.14) ----
+  // Whether an optimizer gives evaluation weights.
+  bool has_eval_weights() const;
+  // The evaluation weights of every parameter the optimizers give them for, under the model's
+  // names, as new tensors of the stepped dtype.
+  std::vector<std::pair<std::string, at::Tensor>> eval_weights() const;
+  // Puts the evaluation weights in the model, and the training weights back.
+  void swap_in_eval_weights();
+  void swap_out_eval_weights();
 
   // ---- the update inside a CUDA graph (run.cuda_graph) ----
   // Whether clipping and the optimizer can be enqueued without a host read: a capturable
@@ -64,10 +97,27 @@ class OptimizerStep {
   // The loss-scale update and the optimizer (or a skip) after the check; the optimizer is not
   // called again when `update_ran` (the device ran it, gated on the check).
   StepOutcome apply(int64_t step, GradCheck check, bool update_ran = false);
+  // Every optimizer on its groups; returns the re-evaluations they asked for.
+  int64_t step_optimizers(int64_t step, const std::vector<double>& group_lrs, double loss);
+  // The view of group `g` at step `step`.
+  plugin::GroupStep group_step(size_t g, int64_t step, double lr) const;
+  // One re-evaluation: the loss and gradients at the weights the optimizer wrote.
+  kiln_reevaluation reevaluate();
+  // The window's mean loss from a check's read (a mean, or a sum over samples), over the ranks.
+  double mean_loss(double read, int64_t micro_batches, int64_t samples) const;
 
   const std::vector<ParamGroup>& groups_;
   MasterWeights stepped_;
-  plugin::OptimizerAdapter& optimizer_;
+  std::vector<plugin::OptimizerAdapter*> optimizers_;
+  dist::ProcessGroup* process_group_;
+  WindowRerun rerun_;
+  int64_t window_micro_batches_ = 1;
+  int64_t window_samples_ = 1;
+  int64_t reevaluations_ = 0;           // in the step being applied
+  int64_t last_step_ = 0;               // the last applied step's number, for eval_weights
+  std::vector<double> last_group_lrs_;  // and its lrs
+  std::vector<at::Tensor> trained_;     // the model's weights while evaluation weights are in
+  std::vector<at::Tensor> swapped_;     // the model's tensors those belong to
   LossScaler& scaler_;
   LrDriver& lr_;
   ClipSettings clip_;

@@ -1,5 +1,6 @@
 #include "engine/param_groups.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <regex>
 #include <set>
@@ -18,6 +19,12 @@ GroupRules group_rules(const config::Pipeline& p) {
       std::isnan(o.weight_decay_norm) ? r.weight_decay * o.norm_decay_mult : o.weight_decay_norm;
   r.custom = p.param_rules;
   r.freeze = o.freeze;
+  r.partitions = p.partitions;
+  r.optimizer_names.emplace_back(p.optimizer.component ? p.optimizer.component->name() : "");
+  for (const auto& part : p.partitions) {
+    r.optimizer_names.emplace_back(part.optimizer.component ? part.optimizer.component->name()
+                                                            : "");
+  }
   return r;
 }
 
@@ -45,6 +52,72 @@ bool is_bias(const std::string& name) {
   return name == "bias" || (name.size() > 5 && name.compare(name.size() - 5, 5, ".bias") == 0);
 }
 
+// Which optimizer steps `param` of `group`: the first partition whose conditions all hold
+// (1-based), else 0.
+class PartitionRules {
+ public:
+  explicit PartitionRules(const std::vector<config::OptimizerPartition>& parts) : parts_(parts) {
+    for (const auto& part : parts) {
+      match_.emplace_back(part.match.empty() ? std::string(".*") : part.match);
+      exclude_.emplace_back(part.exclude.empty() ? std::string("$^") : part.exclude);
+    }
+  }
+  size_t pick(const std::string& name, const at::Tensor& param, const std::string& group) const {
+    for (size_t k = 0; k < parts_.size(); ++k) {
+      const config::OptimizerPartition& part = parts_[k];
+      const int64_t rank = param.dim();
+      if (rank < part.min_rank || (part.max_rank >= 0 && rank > part.max_rank)) continue;
+      if (!part.groups.empty() &&
+          std::find(part.groups.begin(), part.groups.end(), group) == part.groups.end()) {
+        continue;
+      }
+      if (!part.match.empty() && !std::regex_search(name, match_[k])) continue;
+      if (!part.exclude.empty() && std::regex_search(name, exclude_[k])) continue;
+      return k + 1;
+    }
+    return 0;
+  }
+
+ private:
+  const std::vector<config::OptimizerPartition>& parts_;
+  std::vector<std::regex> match_, exclude_;
+};
+
+// Moves the parameters partitions select out of their groups into "<group>/<optimizer>"
+// groups (lr and decay multiplied by the partition's), after all of [optimizer]'s.
+std::vector<ParamGroup> partition(std::vector<ParamGroup> groups, const GroupRules& rules) {
+  if (rules.partitions.empty()) return groups;
+  const PartitionRules pick(rules.partitions);
+  std::vector<ParamGroup> main, parts;
+  for (ParamGroup& g : groups) {
+    ParamGroup kept{g.name, g.lr_scale, g.weight_decay, {}, {}, 0};
+    std::vector<ParamGroup> split(rules.partitions.size());
+    for (size_t i = 0; i < g.params.size(); ++i) {
+      const size_t k = pick.pick(g.names[i], g.params[i], g.name);
+      ParamGroup& to = k == 0 ? kept : split[k - 1];
+      to.params.push_back(g.params[i]);
+      to.names.push_back(g.names[i]);
+    }
+    if (!kept.params.empty()) main.push_back(std::move(kept));
+    for (size_t k = 0; k < split.size(); ++k) {
+      if (split[k].params.empty()) continue;
+      const config::OptimizerPartition& part = rules.partitions[k];
+      const std::string& optimizer = rules.optimizer_names.at(k + 1);
+      // Two partitions of one optimizer would give two groups one name: number them.
+      const bool shared =
+          std::count(rules.optimizer_names.begin() + 1, rules.optimizer_names.end(), optimizer) > 1;
+      split[k].name =
+          g.name + "/" + optimizer + (shared ? "[" + std::to_string(k) + "]" : std::string());
+      split[k].lr_scale = g.lr_scale * part.lr_mult;
+      split[k].weight_decay = g.weight_decay * part.decay_mult;
+      split[k].optimizer = k + 1;
+      parts.push_back(std::move(split[k]));
+    }
+  }
+  for (ParamGroup& g : parts) main.push_back(std::move(g));
+  return main;
+}
+
 }  // namespace
 
 std::vector<ParamGroup> build_param_groups(torch::nn::Module& model, const GroupRules& rules) {
@@ -61,7 +134,7 @@ std::vector<ParamGroup> build_param_groups(torch::nn::Module& model, const Group
     for (auto& g : groups) {
       if (g.name == name) return g;
     }
-    groups.push_back(ParamGroup{name, lr_scale, wd, {}, {}});
+    groups.push_back(ParamGroup{name, lr_scale, wd, {}, {}, 0});
     return groups.back();
   };
 
@@ -105,7 +178,7 @@ std::vector<ParamGroup> build_param_groups(torch::nn::Module& model, const Group
   for (auto& g : groups) {
     if (!g.params.empty()) out.push_back(std::move(g));
   }
-  return out;
+  return partition(std::move(out), rules);
 }
 
 }  // namespace kiln::engine

@@ -22,21 +22,29 @@ struct GroupRules {
   double norm_weight_decay = 0.0;  // absolute weight decay of norm-layer parameters
   std::vector<config::ParamRule> custom;
   std::vector<std::string> freeze;  // regular expressions
+  // [[optimizer.partition]]: parameters other optimizers step (optimizer 1, 2, ... in order)
+  std::vector<config::OptimizerPartition> partitions;
+  std::vector<std::string> optimizer_names;  // [optimizer]'s, then each partition's
 };
 
 // The rules a pipeline's [optimizer] section describes.
 GroupRules group_rules(const config::Pipeline& pipeline);
 
 struct ParamGroup {
-  std::string name;           // "default", "bias", "norm" or custom_keys["<pattern>"]
+  // "default", "bias", "norm" or custom_keys["<pattern>"]; with partitions, the part another
+  // optimizer steps is "<group>/<optimizer>" ("default/muon")
+  std::string name;
   double lr_scale = 1.0;      // group lr = schedule lr × lr_scale
   double weight_decay = 0.0;  // absolute
   std::vector<at::Tensor> params;
   std::vector<std::string> names;
+  size_t optimizer = 0;  // 0: [optimizer]; k: [[optimizer.partition]] k - 1
 };
 
 // Groups the parameters of `model`; frozen ones get requires_grad = false and are left out.
 // Empty groups are not returned; "default" comes first, then groups in order of first member.
+// A parameter a partition selects (the first whose conditions hold) goes to that group's part
+// for the partition's optimizer, after the groups of [optimizer]'s.
 std::vector<ParamGroup> build_param_groups(torch::nn::Module& model, const GroupRules& rules);
 
 }  // namespace kiln::engine

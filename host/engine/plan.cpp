@@ -114,14 +114,28 @@ std::string describe_plan(const config::Pipeline& p) {
          fmt::format("{}", frame.base_lr) +
          (frame.base_lr != frame.unscaled_lr ? ", linearly scaled" : "") + ")\n";
   int64_t total = 0;
-  const std::vector<ParamGroup> groups = build_param_groups(*model, group_rules(p));
+  const GroupRules rules = group_rules(p);
+  const std::vector<ParamGroup> groups = build_param_groups(*model, rules);
   for (const ParamGroup& g : groups) {
     int64_t elements = 0;
     for (const auto& t : g.params) elements += t.numel();
     total += elements;
-    out += fmt::format("#   {:<10} {} tensors, {} elements, lr {} (x{}), weight_decay {}\n", g.name,
-                       g.params.size(), elements, frame.base_lr * g.lr_scale, g.lr_scale,
-                       g.weight_decay);
+    out += fmt::format(
+        "#   {:<10} {} tensors, {} elements, lr {} (x{}), weight_decay {}{}\n", g.name,
+        g.params.size(), elements, frame.base_lr * g.lr_scale, g.lr_scale, g.weight_decay,
+        rules.partitions.empty() ? std::string()
+                                 : ", optimizer " + rules.optimizer_names.at(g.optimizer));
+  }
+  // Which optimizer steps which parameter, when more than one does.
+  if (!rules.partitions.empty()) {
+    out += "# parameters by optimizer:\n";
+    for (const ParamGroup& g : groups) {
+      for (size_t i = 0; i < g.names.size(); ++i) {
+        out +=
+            fmt::format("#   {} {} -> {} ({})\n", g.names[i], fmt::join(g.params[i].sizes(), "x"),
+                        rules.optimizer_names.at(g.optimizer), g.name);
+      }
+    }
   }
   out += fmt::format("# trainable parameters: {}\n", total);
   out += fmt::format(

@@ -8,6 +8,7 @@
 #include "engine/loss_scaler.hpp"
 #include "engine/lr_driver.hpp"
 #include "engine/model_build.hpp"
+#include "engine/optimizer_side.hpp"
 #include "engine/param_groups.hpp"
 #include "engine/precision.hpp"
 #include "engine/resume.hpp"
@@ -41,7 +42,7 @@ std::string preflight(const config::Pipeline& p, c10::Device device, int64_t wor
     (void)build_loss(p, model, train.num_classes(), device);
 
     (void)build_param_groups(*model, group_rules(p));
-    plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options);
+    (void)make_optimizers(p, nullptr);
     const int64_t batches = batches_per_epoch(p.settings.data, train, static_cast<int>(world_size));
     const ScheduleFrame frame = schedule_frame(p, batches);
     plugin::LrPolicyAdapter policy(*p.lr_policy.component, p.lr_policy.options,

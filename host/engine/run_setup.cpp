@@ -169,6 +169,13 @@ std::unique_ptr<GraphedStep> step_graph(const config::Pipeline& p, const Ranks& 
     spdlog::warn("run.cuda_graph: {}; the step runs eagerly", why_not);
     return nullptr;
   }
+  if (optimizer.updates().reevaluates()) {
+    spdlog::warn(
+        "run.cuda_graph: optimizer '{}' takes the whole step and may evaluate the model again "
+        "inside it, which one captured graph cannot replay; the step runs eagerly",
+        optimizer.optimizer().name());
+    return nullptr;
+  }
   std::vector<at::Tensor> trainable;
   for (const auto& g : optimizer.groups())
     trainable.insert(trainable.end(), g.params.begin(), g.params.end());

@@ -3,6 +3,7 @@
 // epoch after epoch with an evaluation at each end (Trainer::run). docs/architecture.md walks it.
 #include "engine/trainer.hpp"
 
+#include <ATen/core/grad_mode.h>
 #include <fmt/format.h>
 #include <spdlog/spdlog.h>
 
@@ -176,6 +177,26 @@ void Trainer::Impl::build() {
   window = graph ? graphed_window(inputs(*data->train), *graph, optimizer->scaler())
                  : eager_window(inputs(*data->train), ddp.get(), model.norm_window.get(),
                                 s.dist.sync_every_micro_step);
+  if (optimizer->updates().reevaluates()) {
+    // The closure: the window's batches again at the weights the optimizer wrote; the model's
+    // buffers (norm layers' running statistics) stay as the step's own pass left them.
+    window->keep_batches(true);
+    optimizer->updates().set_rerun([this](double scale) {
+      at::NoGradGuard no_grad;
+      std::vector<at::Tensor> buffers, saved;
+      for (const at::Tensor& b : model.model->buffers()) {
+        buffers.push_back(b);
+        saved.push_back(b.clone());
+      }
+      WindowResult w;
+      {
+        at::AutoGradMode grad_mode(true);
+        w = window->rerun(scale);
+      }
+      for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(saved[i]);
+      return w;
+    });
+  }
   // Loss scaling, clipping and half-precision gradients need the pass to step safely, and data
   // parallel ranks must agree on a skip from the same (all-reduced) gradients, not their own
   // losses. One rank has no one to agree with (the pass cost `kiln launch --nproc 1` 4 % of a
@@ -326,6 +347,7 @@ StepReport Trainer::Impl::report_step(const WindowResult& w, StepOutcome outcome
   rec.skipped = outcome.verdict != StepVerdict::kApply;
   rec.skipped_total = optimizer->scaler().skipped_total();
   rec.micro_batches = w.micro_batches;
+  rec.reevaluations = outcome.reevaluations;
   meter.fill(rec, logged(rec.step));
   r.outcome = std::move(outcome);
   r.position = position;
@@ -399,7 +421,10 @@ io::EvalRecord Trainer::Impl::evaluate() {
   }
   const bool averaged = ema && s.ema.evaluate;
   const auto measure = [&] { return evaluate_model(inputs(*data->test), ranks.group.get()); };
-  const Evaluation e = averaged ? ema->with_average(measure) : measure();
+  // The weights' average, else the optimizer's evaluation weights (the training weights for
+  // most optimizers; Schedule-Free's x).
+  const Evaluation e =
+      averaged ? ema->with_average(measure) : optimizer->with_eval_weights(measure);
   // The epoch just trained: the open one, or the one before the next to open (0 before any).
   const int64_t epoch = epoch_open ? position.epoch : position.epoch - 1;
   io::EvalRecord record;

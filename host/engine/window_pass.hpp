@@ -56,6 +56,11 @@ class WindowPass {
   // `window` micro-batches, the loss multiplied by `scale` / window before backward.
   // `steps_done`: optimizer steps taken before this one.
   virtual WindowResult run(int64_t window, double scale, int64_t steps_done) = 0;
+  // The last run's micro-batches again, at the weights as they now are, gradients accumulated
+  // into the model's (an optimizer's re-evaluation); only after keep_batches(true).
+  virtual WindowResult rerun(double scale) = 0;
+  // Whether run() keeps its micro-batches for rerun().
+  virtual void keep_batches(bool keep) = 0;
 };
 
 // What both kinds of window read.

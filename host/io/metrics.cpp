@@ -135,8 +135,10 @@ void MetricsWriter::write(const StepRecord& r) {
       .field("tensor_mb", r.tensor_mb)
       .field("tensor_peak_mb", r.tensor_peak_mb)
       .field("activation_mb", r.activation_mb)
-      .field("allreduces", r.allreduces)
-      .text("}\n");
+      .field("allreduces", r.allreduces);
+  // Only an optimizer that re-evaluates adds passes: the lines of other runs stay as they were.
+  if (r.reevaluations != 0) line.field("reevaluations", r.reevaluations);
+  line.text("}\n");
   file_.flush_if_due();
 }
 

@@ -36,6 +36,9 @@ struct StepRecord {
   double tensor_peak_mb = 0.0;
   double activation_mb = 0.0;
   int64_t allreduces = 0;  // gradient all-reduces issued in this step (0: one process)
+  // Extra forward and backward passes of the window the optimizer asked for (SAM: 1); written
+  // to the metrics file only when nonzero.
+  int64_t reevaluations = 0;
 };
 
 struct EvalRecord {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <stdexcept>
 
 #include "kiln/torch.hpp"
@@ -71,7 +72,8 @@ std::string capability_problem(const Component& component, c10::DeviceType devic
 // ---- optimizer --------------------------------------------------------------------------------
 
 OptimizerAdapter::OptimizerAdapter(const Component& component, const config::OptionSet& options,
-                                   dist::ProcessGroup* group)
+                                   dist::ProcessGroup* group, const Component* inner,
+                                   const config::OptionSet* inner_options)
     : name_(component.name()),
       library_(component.library_path),
       vtable_(vtable_of<kiln_optimizer_vtable>(component)),
@@ -79,6 +81,17 @@ OptimizerAdapter::OptimizerAdapter(const Component& component, const config::Opt
   // A plugin built before 1.4 never reads lr_tensor or found_inf, whatever bits it sets.
   capturable_ = component.plugin->abi_minor >= 4 &&
                 (component.descriptor->capabilities->flags & KILN_CAP_CAPTURABLE) != 0;
+  steps_all_ = plugin::steps_all_groups(component);
+  eval_weights_ = plugin::has_eval_weights(component);
+  if (wraps_optimizer(component) != (inner != nullptr)) {
+    throw std::logic_error("optimizer '" + name_ + "': an inner optimizer is given exactly to " +
+                           "a wrapper (the configuration checks this)");
+  }
+  if (inner != nullptr) {
+    inner_ = std::make_unique<OptimizerAdapter>(*inner, *inner_options, group);
+    // A wrapper's step is not captured: the inner's capturability does not carry over.
+    capturable_ = false;
+  }
   check_options(
       call_plugin([&] { return entry_of(component, "create"); },
                   [&] { return vtable_->create(host_api(), options.c_view(), &instance_); }),
@@ -129,16 +142,15 @@ OptimizerAdapter::LiveGroup& OptimizerAdapter::live_group(const GroupStep& group
   return live;
 }
 
-void OptimizerAdapter::step(const GroupStep& group) {
-  const LiveGroup& live = live_group(group);
-  if (live.params.empty()) return;
-  grad_views_.clear();
-  for (const at::Tensor& p : live.params) grad_views_.push_back(kiln::as_dltensor(p.grad()));
+kiln_param_group OptimizerAdapter::group_view(const GroupStep& group, const LiveGroup& live,
+                                              std::vector<DLTensor>& grad_views) const {
+  grad_views.clear();
+  for (const at::Tensor& p : live.params) grad_views.push_back(kiln::as_dltensor(p.grad()));
   kiln_param_group view{};
   view.struct_size = sizeof(view);
   view.count = live.params.size();
   view.params = live.param_views.data();
-  view.grads = grad_views_.data();
+  view.grads = grad_views.data();
   view.names = live.names.data();
   view.group_index = group.group_index;
   view.step = group.step;
@@ -146,6 +158,37 @@ void OptimizerAdapter::step(const GroupStep& group) {
   view.weight_decay = group.weight_decay;
   view.stream = host_api()->current_stream(live.param_views[0].device);
   view.reuse_token = live.token;
+  return view;
+}
+
+void OptimizerAdapter::inner_step(const GroupStep& group, const kiln_param_group& given) {
+  LiveGroup& live = inner_->live_group(group);
+  if (given.count != live.params.size()) {
+    throw std::invalid_argument("inner_step: the group has " + std::to_string(given.count) +
+                                " parameters; the host gave the wrapper " +
+                                std::to_string(live.params.size()));
+  }
+  // The wrapper's view, with the inner's promise about its own state.
+  kiln_param_group view{};
+  std::memcpy(&view, &given, std::min(sizeof(view), given.struct_size));
+  view.struct_size = std::min(sizeof(view), given.struct_size);
+  if (KILN_HAS_FIELD(&view, kiln_param_group, reuse_token)) view.reuse_token = live.token;
+  kiln_call_context ctx;
+  ctx.params = &live.params;
+  ctx.state = &live.state;
+  ctx.group = group_;
+  OptimizerAdapter& inner = *inner_;
+  kiln_status* status =
+      call_plugin([&] { return inner.where("step"); },
+                  [&] { return inner.vtable_->step(inner.instance_, &ctx, &view); });
+  if (status != nullptr) check(status, "optimizer '" + inner.name_ + "' step (inner)");
+}
+
+void OptimizerAdapter::step(const GroupStep& group) {
+  if (steps_all_) throw std::logic_error("optimizer '" + name_ + "' takes the whole step");
+  const LiveGroup& live = live_group(group);
+  if (live.params.empty()) return;
+  kiln_param_group view = group_view(group, live, grad_views_);
   DLTensor lr_view{}, found_inf_view{};
   if (group.lr_tensor.defined()) {
     if (!capturable_ || !group.found_inf.defined()) {
@@ -161,10 +204,107 @@ void OptimizerAdapter::step(const GroupStep& group) {
   ctx.params = &live.params;
   ctx.state = &live.state;
   ctx.group = group_;
+  const std::function<void(const kiln_param_group&)> inner = [&](const kiln_param_group& g) {
+    inner_step(group, g);
+  };
+  if (inner_) ctx.inner_step = &inner;
   // Hot paths build the error's context only when there is an error.
   kiln_status* status = call_plugin([&] { return where("step"); },
                                     [&] { return vtable_->step(instance_, &ctx, &view); });
   if (status != nullptr) check(status, "optimizer '" + name_ + "' step");
+}
+
+void OptimizerAdapter::step_all(const std::vector<GroupStep>& groups, double loss,
+                                const Reevaluate& reevaluate) {
+  if (!steps_all_) throw std::logic_error("optimizer '" + name_ + "' steps one group at a time");
+  // Everything the call points into lives until it returns.
+  std::vector<const GroupStep*> stepped;
+  std::vector<LiveGroup*> lives;
+  for (const GroupStep& g : groups) {
+    LiveGroup& live = live_group(g);
+    if (live.params.empty()) continue;
+    stepped.push_back(&g);
+    lives.push_back(&live);
+  }
+  if (stepped.empty()) return;
+  std::vector<std::vector<DLTensor>> grad_views(stepped.size());
+  std::vector<kiln_param_group> views;
+  std::vector<kiln_call_context> contexts(stepped.size());
+  std::vector<kiln_call_context*> context_ptrs;
+  std::vector<std::function<void(const kiln_param_group&)>> inners;
+  inners.reserve(stepped.size());
+  for (size_t k = 0; k < stepped.size(); ++k) {
+    views.push_back(group_view(*stepped[k], *lives[k], grad_views[k]));
+    contexts[k].params = &lives[k]->params;
+    contexts[k].state = &lives[k]->state;
+    contexts[k].group = group_;
+    if (inner_) {
+      const GroupStep* g = stepped[k];
+      inners.emplace_back([this, g](const kiln_param_group& v) { inner_step(*g, v); });
+      contexts[k].inner_step = &inners.back();
+    }
+    context_ptrs.push_back(&contexts[k]);
+  }
+  kiln_call_context step_ctx;
+  step_ctx.group = group_;
+  step_ctx.reevaluate = &reevaluate;
+  kiln_optimizer_step_args args{};
+  args.struct_size = sizeof(args);
+  args.group_count = views.size();
+  args.groups = views.data();
+  args.group_contexts = context_ptrs.data();
+  args.ctx = &step_ctx;
+  args.loss = loss;
+  kiln_status* status = call_plugin([&] { return where("step_all"); },
+                                    [&] { return vtable_->step_all(instance_, &args); });
+  if (status != nullptr) check(status, "optimizer '" + name_ + "' step_all");
+}
+
+void OptimizerAdapter::eval_weights(const GroupStep& group, const std::vector<at::Tensor>& out) {
+  if (!eval_weights_) throw std::logic_error("optimizer '" + name_ + "' has no eval weights");
+  if (out.size() != group.params->size()) {
+    throw std::logic_error("eval_weights: one output per parameter of the group");
+  }
+  // The plugin sees the parameters it has stepped (those whose state it keeps); the others
+  // are evaluated as they are.
+  std::vector<at::Tensor> params;
+  std::vector<ParamState*> state;
+  std::vector<const char*> names;
+  std::vector<DLTensor> param_views, out_views;
+  for (size_t i = 0; i < group.params->size(); ++i) {
+    const std::string& name = (*group.names)[i];
+    const auto it = state_.find(name);
+    if (it == state_.end() || it->second.empty()) {
+      out[i].copy_((*group.params)[i]);
+      continue;
+    }
+    params.push_back((*group.params)[i]);
+    state.push_back(&it->second);
+    names.push_back(name.c_str());
+    param_views.push_back(kiln::as_dltensor(params.back()));
+    out_views.push_back(kiln::as_dltensor(out[i]));
+  }
+  if (params.empty()) return;
+  kiln_param_group view{};
+  view.struct_size = sizeof(view);
+  view.count = params.size();
+  view.params = param_views.data();
+  view.grads = nullptr;
+  view.names = names.data();
+  view.group_index = group.group_index;
+  view.step = group.step;
+  view.lr = group.lr;
+  view.weight_decay = group.weight_decay;
+  view.stream = host_api()->current_stream(param_views[0].device);
+  view.reuse_token = 0;
+  kiln_call_context ctx;
+  ctx.params = &params;
+  ctx.state = &state;
+  ctx.group = group_;
+  kiln_status* status =
+      call_plugin([&] { return where("eval_weights"); },
+                  [&] { return vtable_->eval_weights(instance_, &ctx, &view, out_views.data()); });
+  if (status != nullptr) check(status, "optimizer '" + name_ + "' eval_weights");
 }
 
 // ---- LR policy --------------------------------------------------------------------------------

@@ -4,6 +4,7 @@
 
 #include <ATen/core/Tensor.h>
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <utility>
@@ -42,18 +43,37 @@ struct GroupStep {
   at::Tensor found_inf;
 };
 
+// One optimizer step's re-evaluation (kiln_host_api.reevaluate): the loss and gradients at
+// the weights the plugin wrote, in the same gradient memory.
+using Reevaluate = std::function<kiln_reevaluation()>;
+
 class OptimizerAdapter {
  public:
   // `group`: the run's process group, behind the collectives of the plugin's steps (it must
-  // outlive the adapter); nullptr for a single process.
+  // outlive the adapter); nullptr for a single process. `inner` (with its options): the
+  // optimizer a wrapper (KILN_CAP_WRAPS_OPTIMIZER) steps, created alongside.
   OptimizerAdapter(const Component& component, const config::OptionSet& options,
-                   dist::ProcessGroup* group = nullptr);
+                   dist::ProcessGroup* group = nullptr, const Component* inner = nullptr,
+                   const config::OptionSet* inner_options = nullptr);
   ~OptimizerAdapter();
   OptimizerAdapter(const OptimizerAdapter&) = delete;
   OptimizerAdapter& operator=(const OptimizerAdapter&) = delete;
 
-  // Updates every parameter of the group that has a gradient.
+  // Updates every parameter of the group that has a gradient (not for steps_all()).
   void step(const GroupStep& group);
+  // The whole step over every group of this optimizer (steps_all()): `loss` is the window's
+  // mean loss, `reevaluate` the closure the plugin may call.
+  void step_all(const std::vector<GroupStep>& groups, double loss, const Reevaluate& reevaluate);
+  // Whether the plugin takes the whole step in one call (step_all, ABI 1.14).
+  bool steps_all() const { return steps_all_; }
+  // Whether the plugin gives evaluation weights (eval_weights, ABI 1.14).
+  bool has_eval_weights() const { return eval_weights_; }
+  // The group's evaluation weights into `out` (one tensor like each parameter of the group, in
+  // its order; parameters that never had a gradient get a copy of themselves).
+  void eval_weights(const GroupStep& group, const std::vector<at::Tensor>& out);
+  // The inner optimizer of a wrapper, else null.
+  OptimizerAdapter* inner() { return inner_.get(); }
+  const OptimizerAdapter* inner() const { return inner_.get(); }
   // Whether the plugin may be recorded into a CUDA graph (KILN_CAP_CAPTURABLE, ABI >= 1.4).
   bool capturable() const { return capturable_; }
   // The state store; the caller may change it (resume), so the per-group views are rebuilt.
@@ -71,7 +91,10 @@ class OptimizerAdapter {
   const kiln_optimizer_vtable* vtable_;
   void* instance_ = nullptr;
   bool capturable_ = false;
+  bool steps_all_ = false;
+  bool eval_weights_ = false;
   dist::ProcessGroup* group_;
+  std::unique_ptr<OptimizerAdapter> inner_;
   StateStore state_;
   uint64_t state_epoch_ = 0;  // bumped whenever state() hands out the store
   uint64_t last_token_ = 0;   // the last kiln_param_group.reuse_token handed out
@@ -92,6 +115,11 @@ class OptimizerAdapter {
     std::vector<const char*> names;  // into the GroupStep's names, which outlive the run
   };
   LiveGroup& live_group(const GroupStep& group);
+  // The plugin's view of a live group (grads from `grad_views`, which must outlive the call).
+  kiln_param_group group_view(const GroupStep& group, const LiveGroup& live,
+                              std::vector<DLTensor>& grad_views) const;
+  // The inner optimizer's step on `group`'s parameters, as the wrapper passes them.
+  void inner_step(const GroupStep& group, const kiln_param_group& view);
   std::vector<LiveGroup> live_;  // by group index
   std::vector<std::pair<const c10::TensorImpl*, const void*>> key_scratch_;
   std::vector<DLTensor> grad_views_;  // reused per call

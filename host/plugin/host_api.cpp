@@ -11,6 +11,7 @@
 #include <stdexcept>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "dist/process_group.hpp"
 #include "kiln/torch.hpp"
@@ -38,37 +39,53 @@ void log_line(int32_t level, const char* component, const char* message) {
   }
 }
 
+// The state slot `name` of parameter `param_index` in the call's group, created empty when
+// absent; `*problem` says why there is none (a status to return).
+at::Tensor* state_slot(kiln_call_context* ctx, size_t param_index, const char* name,
+                       const DLTensor* out, const at::Tensor** param, kiln_status** problem) {
+  if (ctx == nullptr || ctx->state == nullptr || ctx->params == nullptr) {
+    *problem = make_status(KILN_ERR_FAILED_PRECONDITION,
+                           "state_tensor is only available during an optimizer step");
+    return nullptr;
+  }
+  if (param_index >= ctx->params->size() || param_index >= ctx->state->size() || name == nullptr ||
+      out == nullptr) {
+    *problem = make_status(KILN_ERR_INVALID_ARGUMENT,
+                           ("state_tensor: parameter index " + std::to_string(param_index) +
+                            " out of range, or NULL name/out")
+                               .c_str());
+    return nullptr;
+  }
+  *param = &(*ctx->params)[param_index];
+  kiln::plugin::ParamState& states = *(*ctx->state)[param_index];
+  auto it = states.find(std::string_view(name));
+  if (it == states.end()) it = states.emplace(name, at::Tensor()).first;
+  at::Tensor& slot = it->second;
+  if (!slot.defined() && (*param)->is_cuda() &&
+      c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
+    // Made inside the graph, its initialisation would run again on every replay. The refusal
+    // fails the capture, and the run goes on eagerly (engine/graph_step.cpp).
+    *problem = make_status(
+        KILN_ERR_FAILED_PRECONDITION,
+        ("state_tensor: '" + std::string(name) + "' of parameter " + std::to_string(param_index) +
+         " is first asked for while the step is captured as a CUDA graph, "
+         "whose every replay would initialise it again")
+            .c_str());
+    return nullptr;
+  }
+  return &slot;
+}
+
 kiln_status* state_tensor(kiln_call_context* ctx, size_t param_index, const char* name,
                           int32_t init, DLTensor* out, int32_t* created) {
   try {
-    if (ctx == nullptr || ctx->state == nullptr || ctx->params == nullptr) {
-      return make_status(KILN_ERR_FAILED_PRECONDITION,
-                         "state_tensor is only available during an optimizer step");
-    }
-    if (param_index >= ctx->params->size() || param_index >= ctx->state->size() ||
-        name == nullptr || out == nullptr) {
-      return make_status(KILN_ERR_INVALID_ARGUMENT,
-                         ("state_tensor: parameter index " + std::to_string(param_index) +
-                          " out of range, or NULL name/out")
-                             .c_str());
-    }
-    const at::Tensor& param = (*ctx->params)[param_index];
-    kiln::plugin::ParamState& states = *(*ctx->state)[param_index];
-    auto it = states.find(std::string_view(name));
-    if (it == states.end()) it = states.emplace(name, at::Tensor()).first;
-    at::Tensor& slot = it->second;
-    bool fresh = !slot.defined();
-    if (fresh && param.is_cuda() &&
-        c10::cuda::currentStreamCaptureStatusMayInitCtx() != c10::cuda::CaptureStatus::None) {
-      // Made inside the graph, its initialisation would run again on every replay. The refusal
-      // fails the capture, and the run goes on eagerly (engine/graph_step.cpp).
-      return make_status(
-          KILN_ERR_FAILED_PRECONDITION,
-          ("state_tensor: '" + std::string(name) + "' of parameter " + std::to_string(param_index) +
-           " is first asked for while the step is captured as a CUDA graph, "
-           "whose every replay would initialise it again")
-              .c_str());
-    }
+    const at::Tensor* parameter = nullptr;
+    kiln_status* problem = nullptr;
+    at::Tensor* found = state_slot(ctx, param_index, name, out, &parameter, &problem);
+    if (found == nullptr) return problem;
+    const at::Tensor& param = *parameter;
+    at::Tensor& slot = *found;
+    const bool fresh = !slot.defined();
     if (fresh) {
       switch (init) {
         case KILN_STATE_ZEROS_LIKE_PARAM:
@@ -91,6 +108,50 @@ kiln_status* state_tensor(kiln_call_context* ctx, size_t param_index, const char
       }
     }
     *out = kiln::as_dltensor(slot);
+    if (created != nullptr) *created = fresh ? 1 : 0;
+    return nullptr;
+  } catch (const std::exception& e) {
+    return make_status(KILN_ERR_INTERNAL, e.what());
+  }
+}
+
+kiln_status* state_tensor_shaped(kiln_call_context* ctx, size_t param_index, const char* name,
+                                 DLDataType dtype, int32_t ndim, const int64_t* shape,
+                                 DLTensor* out, int32_t* created) {
+  try {
+    const bool floating =
+        (dtype.code == kDLFloat && (dtype.bits == 16 || dtype.bits == 32 || dtype.bits == 64)) ||
+        (dtype.code == kDLBfloat && dtype.bits == 16);
+    if (!floating || dtype.lanes != 1 || ndim < 0 || ndim > 8 || (ndim > 0 && shape == nullptr)) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT,
+                         "state_tensor_shaped: a float16/32/64 or bfloat16 dtype and 0 to 8 "
+                         "dimensions are required");
+    }
+    std::vector<int64_t> sizes(shape, shape + ndim);
+    for (int64_t d : sizes) {
+      if (d < 0) return make_status(KILN_ERR_INVALID_ARGUMENT, "state_tensor_shaped: size < 0");
+    }
+    const at::ScalarType type = dtype.code == kDLBfloat ? at::kBFloat16
+                                : dtype.bits == 16      ? at::kHalf
+                                : dtype.bits == 32      ? at::kFloat
+                                                        : at::kDouble;
+    const at::Tensor* param = nullptr;
+    kiln_status* problem = nullptr;
+    at::Tensor* slot = state_slot(ctx, param_index, name, out, &param, &problem);
+    if (slot == nullptr) return problem;
+    const bool fresh = !slot->defined();
+    if (fresh) {
+      *slot = at::zeros(sizes, param->options().dtype(type));
+    } else if (slot->sizes() != at::IntArrayRef(sizes) || slot->scalar_type() != type) {
+      return make_status(
+          KILN_ERR_INVALID_ARGUMENT,
+          ("state_tensor_shaped: '" + std::string(name) + "' of parameter " +
+           std::to_string(param_index) + " is " + c10::toString(slot->scalar_type()) + " " +
+           c10::str(slot->sizes()) + "; asked for " + c10::toString(type) + " " +
+           c10::str(at::IntArrayRef(sizes)))
+              .c_str());
+    }
+    *out = kiln::as_dltensor(*slot);
     if (created != nullptr) *created = fresh ? 1 : 0;
     return nullptr;
   } catch (const std::exception& e) {
@@ -239,6 +300,53 @@ kiln_status* create_norm_layer(const kiln_norm_request* request, kiln_torch_modu
   return create_norm_layer_in(t_model_create, request, out);
 }
 
+// The closure of torch.optim for a step_all call (optimizer_step.cpp runs it).
+kiln_status* reevaluate(kiln_call_context* ctx, kiln_reevaluation* out) {
+  try {
+    if (ctx == nullptr || ctx->reevaluate == nullptr || !*ctx->reevaluate) {
+      return make_status(KILN_ERR_FAILED_PRECONDITION,
+                         "reevaluate is only available inside an optimizer's step_all, with that "
+                         "call's args->ctx");
+    }
+    if (out != nullptr && out->struct_size < KILN_SIZE_UP_TO(kiln_reevaluation, finite)) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT,
+                         "reevaluate: out->struct_size is smaller than kiln_reevaluation of ABI "
+                         "1.14 (set it to sizeof(kiln_reevaluation))");
+    }
+    const kiln_reevaluation result = (*ctx->reevaluate)();
+    if (out != nullptr) {
+      out->loss = result.loss;
+      out->finite = result.finite;
+    }
+    return nullptr;
+  } catch (const std::exception& e) {
+    return make_status(KILN_ERR_INTERNAL, (std::string("reevaluate: ") + e.what()).c_str());
+  } catch (...) {
+    return make_status(KILN_ERR_INTERNAL, "reevaluate: unknown exception");
+  }
+}
+
+// A wrapper's call of its inner optimizer (adapters.cpp builds the step).
+kiln_status* inner_step(kiln_call_context* ctx, const kiln_param_group* group) {
+  try {
+    if (ctx == nullptr || ctx->inner_step == nullptr || !*ctx->inner_step) {
+      return make_status(KILN_ERR_FAILED_PRECONDITION,
+                         "inner_step is only available to an optimizer that wraps another "
+                         "(KILN_CAP_WRAPS_OPTIMIZER), inside its step or step_all, with that "
+                         "group's ctx");
+    }
+    if (group == nullptr || group->struct_size < KILN_SIZE_UP_TO(kiln_param_group, weight_decay)) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT, "inner_step: NULL or too small group");
+    }
+    (*ctx->inner_step)(*group);
+    return nullptr;
+  } catch (const std::exception& e) {
+    return make_status(KILN_ERR_INTERNAL, e.what());
+  } catch (...) {
+    return make_status(KILN_ERR_INTERNAL, "inner_step: unknown exception");
+  }
+}
+
 const kiln_host_api kTable = {
     sizeof(kiln_host_api),
     KILN_ABI_MAJOR,
@@ -257,6 +365,9 @@ const kiln_host_api kTable = {
     status_message,
     free_status,
     create_norm_layer_in,
+    reevaluate,
+    inner_step,
+    state_tensor_shaped,
 };
 
 }  // namespace

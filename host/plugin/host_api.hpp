@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "kiln/host.h"
+#include "kiln/optimizer.h"
 
 namespace kiln {
 class NormLayer;
@@ -46,6 +47,11 @@ struct kiln_call_context {
   kiln::dist::ProcessGroup* group = nullptr;  // collectives: NULL for a single process
   // model create calls: the run's norm layers (create_norm_layer_in); NULL elsewhere
   const kiln::plugin::NormFactory* norm_factory = nullptr;
+  // a wrapper's step calls (ABI 1.14): the inner optimizer's step on this group's parameters
+  // (inner_step); NULL elsewhere
+  const std::function<void(const kiln_param_group&)>* inner_step = nullptr;
+  // step_all's own ctx (ABI 1.14): the step's re-evaluation (reevaluate); NULL elsewhere
+  const std::function<kiln_reevaluation()>* reevaluate = nullptr;
 };
 
 namespace kiln::plugin {

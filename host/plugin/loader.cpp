@@ -212,10 +212,22 @@ std::string check_component(const kiln_component_descriptor* c, size_t index, ui
            " bytes, smaller than the " + std::to_string(rule.v1_size) + " bytes of ABI 1." +
            std::to_string(rule.since_minor);
   }
+  // Since 1.14 an optimizer with step_all needs no step.
+  bool steps_all = false;
+  if (c->kind == KILN_COMPONENT_OPTIMIZER && abi_minor >= 14 &&
+      vsize >= KILN_SIZE_UP_TO(kiln_optimizer_vtable, step_all)) {
+    void* fn = nullptr;
+    std::memcpy(&fn, bytes + offsetof(kiln_optimizer_vtable, step_all), sizeof(fn));
+    steps_all = fn != nullptr;
+  }
   for (const auto& [slot, offset] : rule.required) {
     void* fn = nullptr;
     std::memcpy(&fn, bytes + offset, sizeof(fn));
-    if (fn == nullptr) return who + " (" + kind + "): required slot '" + slot + "' is NULL";
+    if (fn != nullptr || (steps_all && std::strcmp(slot, "step") == 0)) continue;
+    return who + " (" + kind + "): required slot '" + slot + "' is NULL" +
+           (c->kind == KILN_COMPONENT_OPTIMIZER && std::strcmp(slot, "step") == 0
+                ? " (an optimizer of ABI 1.14 may give step_all instead)"
+                : "");
   }
   return {};
 }

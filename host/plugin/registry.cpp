@@ -1,5 +1,7 @@
 #include "plugin/registry.hpp"
 
+#include "kiln/optimizer.h"
+
 namespace kiln::plugin {
 
 const char* kind_name(int32_t kind) {
@@ -19,6 +21,36 @@ const char* kind_name(int32_t kind) {
     default:
       return "unknown";
   }
+}
+
+namespace {
+
+// The optimizer vtable of `c` when its library is of ABI 1.14 or later, else null.
+const kiln_optimizer_vtable* optimizer_v1_14(const Component& c) {
+  if (c.kind() != KILN_COMPONENT_OPTIMIZER || c.plugin == nullptr || c.plugin->abi_minor < 14 ||
+      c.descriptor->vtable == nullptr) {
+    return nullptr;
+  }
+  return static_cast<const kiln_optimizer_vtable*>(c.descriptor->vtable);
+}
+
+}  // namespace
+
+bool wraps_optimizer(const Component& c) {
+  return optimizer_v1_14(c) != nullptr && c.descriptor->capabilities != nullptr &&
+         (c.descriptor->capabilities->flags & KILN_CAP_WRAPS_OPTIMIZER) != 0;
+}
+
+bool steps_all_groups(const Component& c) {
+  const kiln_optimizer_vtable* v = optimizer_v1_14(c);
+  return v != nullptr && KILN_HAS_FIELD(v, kiln_optimizer_vtable, step_all) &&
+         v->step_all != nullptr;
+}
+
+bool has_eval_weights(const Component& c) {
+  const kiln_optimizer_vtable* v = optimizer_v1_14(c);
+  return v != nullptr && KILN_HAS_FIELD(v, kiln_optimizer_vtable, eval_weights) &&
+         v->eval_weights != nullptr;
 }
 
 void Registry::add(Component component) { components_.push_back(std::move(component)); }

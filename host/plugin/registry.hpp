@@ -24,6 +24,13 @@ struct Component {
 // "optimizer", "lr_policy", "norm", "precision", "model", "dataset" (or "unknown").
 const char* kind_name(int32_t kind);
 
+// What an optimizer component can do beyond `step` (ABI 1.14; false for older libraries):
+// step another optimizer (KILN_CAP_WRAPS_OPTIMIZER), take the whole step in one call
+// (step_all), give evaluation weights (eval_weights).
+bool wraps_optimizer(const Component& c);
+bool steps_all_groups(const Component& c);
+bool has_eval_weights(const Component& c);
+
 class Registry {
  public:
   // Adds a component; the loader has already checked names are unique.

@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <exception>
+#include <vector>
 
 #include "kiln/torch.hpp"
 
@@ -67,6 +68,42 @@ kiln_status* state_tensor(kiln_call_context* ctx, size_t param_index, const char
   }
 }
 
+// As host/plugin/host_api.cpp: contiguous zeros of the plugin's shape and dtype on the
+// parameter's device, the same shape and dtype asked for on every later request.
+kiln_status* state_tensor_shaped(kiln_call_context* ctx, size_t param_index, const char* name,
+                                 DLDataType dtype, int32_t ndim, const int64_t* shape,
+                                 DLTensor* out, int32_t* created) {
+  try {
+    if (param_index >= ctx->fail_state_from) {
+      return make_status(KILN_ERR_OUT_OF_MEMORY, "fake host: state refused");
+    }
+    if (param_index >= ctx->params.size() || ndim < 0 || ndim > 8 ||
+        (ndim > 0 && shape == nullptr)) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT, "state_tensor_shaped: bad arguments");
+    }
+    const at::ScalarType type = dtype.code == kDLBfloat ? at::kBFloat16
+                                : dtype.bits == 16      ? at::kHalf
+                                : dtype.bits == 64      ? at::kDouble
+                                                        : at::kFloat;
+    const std::vector<int64_t> sizes(shape, shape + ndim);
+    auto key = std::make_pair(param_index, std::string(name));
+    auto it = ctx->state.find(key);
+    const bool is_new = it == ctx->state.end();
+    if (is_new) {
+      it = ctx->state.emplace(key, at::zeros(sizes, ctx->params[param_index].options().dtype(type)))
+               .first;
+      ctx->state_init[key] = 0;  // shaped
+    } else if (it->second.sizes() != at::IntArrayRef(sizes) || it->second.scalar_type() != type) {
+      return make_status(KILN_ERR_INVALID_ARGUMENT, "state_tensor_shaped: another shape or dtype");
+    }
+    *out = kiln::as_dltensor(it->second);
+    if (created != nullptr) *created = is_new ? 1 : 0;
+    return nullptr;
+  } catch (const std::exception& e) {
+    return make_status(KILN_ERR_INTERNAL, e.what());
+  }
+}
+
 void* current_stream(DLDevice) { return nullptr; }
 int32_t rank(kiln_call_context*) { return 0; }
 int32_t world_size(kiln_call_context*) { return 1; }
@@ -97,6 +134,7 @@ const kiln_host_api* fake_host() {
     a.broadcast = broadcast;
     a.allgather = allgather;
     a.create_norm_layer = create_norm_layer;
+    a.state_tensor_shaped = state_tensor_shaped;
     return a;
   }();
   return &api;

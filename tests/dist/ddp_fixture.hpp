@@ -51,9 +51,10 @@ class Ddp : public ::testing::Test {
     scratch_.run("ddp_train.py");
   }
 
-  // A pipeline on the prepared data and initial weights; `extra` is appended TOML.
+  // A pipeline on the prepared data and initial weights; `extra` is appended TOML; `optimizer`
+  // (when given) the [optimizer] table's body instead of SGD with momentum.
   std::string pipeline(const std::string& name, int batch, int accumulation, int steps,
-                       const std::string& extra = "") const {
+                       const std::string& extra = "", const std::string& optimizer = "") const {
     std::ostringstream t;
     t << "[run]\ndevice = \"cpu\"\nseed = 1\nepochs = 1\nmax_steps = " << steps
       << "\naccumulation_steps = " << accumulation << "\ntensorboard = false\noutput_dir = \""
@@ -63,7 +64,10 @@ class Ddp : public ::testing::Test {
       << "\nstd = " << kStd << "\n"
       << "[model]\nname = \"mlp\"\nhidden = " << kHidden << "\ninit = \""
       << scratch_.path("init.safetensors") << "\"\n"
-      << "[optimizer]\nname = \"sgd\"\nlr = " << kLr << "\nmomentum = " << kMomentum << "\n"
+      << "[optimizer]\n"
+      << (optimizer.empty() ? "name = \"sgd\"\nlr = " + std::to_string(kLr) +
+                                  "\nmomentum = " + std::to_string(kMomentum) + "\n"
+                            : optimizer)
       << "[lr_policy]\nname = \"constant\"\n"
       << "[dist]\nbucket_cap_mb = " << kBucketMb << "\n"
       << extra;

@@ -96,6 +96,32 @@ TEST_F(Ddp, AccumulationSkipsAllReducesAndMatchesNoSync) {
   }
 }
 
+// SAM's re-evaluation under data parallelism and accumulation: each rank runs its own window's
+// micro-batches again at the perturbed weights, the gradients all-reduced as in the first pass,
+// so 2 ranks x 4 micro-batches of 8 take the steps of one process on batches of 64 (the ascent
+// uses the global gradient's norm on every rank).
+TEST_F(Ddp, SamReevaluatesEachRanksWindowAndMatchesOneProcess) {
+  const std::string sam =
+      "name = \"sam\"\nlr = 0.05\nrho = 0.05\n[optimizer.inner]\n"
+      "name = \"sgd\"\nmomentum = 0.9\n";
+  pipeline("sam_acc", 16, 4, 8, "", sam);
+  pipeline("sam_big", 64, 1, 8, "", sam);
+  Result acc = run("sam_acc", 2);
+  ASSERT_EQ(acc.code, 0) << acc.output;
+  Result big = run("sam_big", 0);
+  ASSERT_EQ(big.code, 0) << big.output;
+  EXPECT_LT(max_diff(weights("sam_acc", 8), weights("sam_big", 8)), kTolerance);
+  // One extra pass per step, in the metrics; each all-reduces its gradients again.
+  std::ifstream in(scratch_.path("sam_acc.jsonl"));
+  int steps = 0;
+  for (std::string line; std::getline(in, line);) {
+    if (line.find("\"type\":\"step\"") == std::string::npos) continue;
+    ++steps;
+    EXPECT_NE(line.find("\"reevaluations\":1"), std::string::npos) << line;
+  }
+  EXPECT_EQ(steps, 8);
+}
+
 TEST_F(Ddp, TorchrunStartsKilnRanks) {
   // torchrun (from the oracle's torch) sets RANK, WORLD_SIZE, … as kiln launch does.
   pipeline("launch", 32, 1, 6);

@@ -99,7 +99,9 @@ struct Rig {
     scaler = std::make_unique<LossScaler>(plan, *precision, p.run.get_int("max_nonfinite_steps"));
     ClipSettings clip;
     clip.max_norm = p.optimizer.core.get_float("clip_grad_norm");
-    step = std::make_unique<OptimizerStep>(groups, plan, *optimizer, *scaler, *lr, clip);
+    step = std::make_unique<OptimizerStep>(groups, plan,
+                                           std::vector<plugin::OptimizerAdapter*>{optimizer.get()},
+                                           *scaler, *lr, clip, nullptr);
   }
 
   // One micro-batch's forward and scaled backward, as the trainer runs it.

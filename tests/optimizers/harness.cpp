@@ -82,6 +82,118 @@ std::vector<Case> lamb_cases() {
           c("no_bias_correction", 0.8, 0.99, 1e-6, 0.0, false, 1e-2)};
 }
 
+std::vector<Case> nadam_cases() {
+  auto c = [](std::string name, double b1, double b2, double eps, double momentum_decay,
+              bool decoupled, double wd) {
+    return Case{"nadam_" + name,
+                "kiln_adam_family",
+                "nadam",
+                {f("beta1", b1), f("beta2", b2), f("eps", eps), f("momentum_decay", momentum_decay),
+                 b("decoupled_weight_decay", decoupled)},
+                wd,
+                0.01};
+  };
+  return {c("default", 0.9, 0.999, 1e-8, 4e-3, false, 0.0),
+          c("wd", 0.9, 0.999, 1e-8, 4e-3, false, 1e-2),
+          c("decoupled_wd", 0.9, 0.999, 1e-8, 4e-3, true, 1e-2),
+          c("betas_momentum_decay", 0.8, 0.99, 1e-6, 1e-2, false, 5e-2)};
+}
+
+std::vector<Case> radam_cases() {
+  auto c = [](std::string name, double b1, double b2, double eps, bool decoupled, double wd) {
+    return Case{
+        "radam_" + name,
+        "kiln_adam_family",
+        "radam",
+        {f("beta1", b1), f("beta2", b2), f("eps", eps), b("decoupled_weight_decay", decoupled)},
+        wd,
+        0.01};
+  };
+  // Steps 1 to 5 are unrectified (rho_t <= 5), the later ones rectified.
+  return {c("default", 0.9, 0.999, 1e-8, false, 0.0), c("wd", 0.9, 0.999, 1e-8, false, 1e-2),
+          c("decoupled_wd", 0.9, 0.999, 1e-8, true, 1e-2),
+          c("betas_eps", 0.8, 0.99, 1e-6, false, 5e-2)};
+}
+
+std::vector<Case> adamax_cases() {
+  auto c = [](std::string name, double b1, double b2, double eps, double wd) {
+    return Case{"adamax_" + name,
+                "kiln_adam_family",
+                "adamax",
+                {f("beta1", b1), f("beta2", b2), f("eps", eps)},
+                wd,
+                0.01};
+  };
+  return {c("default", 0.9, 0.999, 1e-8, 0.0), c("wd", 0.9, 0.999, 1e-8, 1e-2),
+          c("betas_eps", 0.8, 0.99, 1e-6, 5e-2)};
+}
+
+std::vector<Case> adagrad_cases() {
+  auto c = [](std::string name, double lr_decay, double initial, double eps, double wd) {
+    return Case{"adagrad_" + name,
+                "kiln_adaptive",
+                "adagrad",
+                {f("lr_decay", lr_decay), f("initial_accumulator_value", initial), f("eps", eps)},
+                wd,
+                0.01};
+  };
+  return {c("default", 0.0, 0.0, 1e-10, 0.0), c("wd", 0.0, 0.0, 1e-10, 1e-2),
+          c("lr_decay", 1e-2, 0.0, 1e-10, 0.0), c("initial_eps_wd", 1e-3, 0.1, 1e-6, 1e-2)};
+}
+
+std::vector<Case> adadelta_cases() {
+  auto c = [](std::string name, double rho, double eps, double wd, double lr) {
+    return Case{
+        "adadelta_" + name, "kiln_adaptive", "adadelta", {f("rho", rho), f("eps", eps)}, wd, lr};
+  };
+  // torch's default lr for Adadelta is 1.0.
+  return {c("default", 0.9, 1e-6, 0.0, 1.0), c("wd", 0.9, 1e-6, 1e-2, 1.0),
+          c("rho_eps", 0.95, 1e-4, 0.0, 0.5)};
+}
+
+std::vector<Case> adafactor_cases() {
+  auto c = [](std::string name, double beta2_decay, double eps1, double eps2, double d, double wd) {
+    return Case{"adafactor_" + name,
+                "kiln_adaptive",
+                "adafactor",
+                {f("beta2_decay", beta2_decay), f("eps1", eps1), f("eps2", eps2), f("d", d)},
+                wd,
+                0.01};
+  };
+  // eps1 -1: torch's None (float32's epsilon). Matrices and the conv weight keep factored state,
+  // the vector and the one-element tensor a full one.
+  return {c("default", -0.8, -1.0, 1e-3, 1.0, 0.0), c("wd", -0.8, -1.0, 1e-3, 1.0, 1e-2),
+          c("eps_d", -0.5, 1e-3, 1e-2, 1.5, 0.0)};
+}
+
+std::vector<Case> asgd_cases() {
+  auto c = [](std::string name, double lambd, double alpha, double t0, double wd) {
+    return Case{"asgd_" + name,
+                "kiln_classic",
+                "asgd",
+                {f("lambd", lambd), f("alpha", alpha), f("t0", t0)},
+                wd,
+                0.01};
+  };
+  // t0 20 and 0: ax averages the iterates for most of the 100 steps (at 1e6 it copies them).
+  return {c("default", 1e-4, 0.75, 1e6, 0.0), c("wd", 1e-4, 0.75, 1e6, 1e-2),
+          c("averaging", 1e-2, 0.5, 20.0, 0.0), c("averaging_wd", 1e-3, 1.0, 0.0, 5e-3)};
+}
+
+std::vector<Case> rprop_cases() {
+  auto c = [](std::string name, double etaminus, double etaplus, double lo, double hi) {
+    return Case{"rprop_" + name,
+                "kiln_classic",
+                "rprop",
+                {f("etaminus", etaminus), f("etaplus", etaplus), f("step_size_min", lo),
+                 f("step_size_max", hi)},
+                0.0,  // torch.optim.Rprop has no weight decay
+                0.01};
+  };
+  // The narrow range clamps the step sizes at both ends.
+  return {c("default", 0.5, 1.2, 1e-6, 50.0), c("narrow", 0.3, 1.5, 1e-3, 0.05)};
+}
+
 }  // namespace
 
 const kiln_optimizer_vtable& optimizer_vtable(const std::string& library,
@@ -94,6 +206,14 @@ std::vector<Case> cases_for(const std::string& family) {
   if (family == "rmsprop") return rmsprop_cases();
   if (family == "adam" || family == "adamw") return adam_cases(family);
   if (family == "lamb") return lamb_cases();
+  if (family == "nadam") return nadam_cases();
+  if (family == "radam") return radam_cases();
+  if (family == "adamax") return adamax_cases();
+  if (family == "adagrad") return adagrad_cases();
+  if (family == "adadelta") return adadelta_cases();
+  if (family == "adafactor") return adafactor_cases();
+  if (family == "asgd") return asgd_cases();
+  if (family == "rprop") return rprop_cases();
   throw std::runtime_error("no optimizer family " + family);
 }
 

@@ -6,6 +6,9 @@
 #include <ATen/Context.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cstdio>
+#include <map>
 #include <set>
 #include <sstream>
 #include <string>
@@ -34,9 +37,17 @@ std::set<std::string> split(const std::string& text) {
   return out;
 }
 
+// Records `e` under `kind` in `worst` (the largest seen) and returns it.
+double note(std::map<std::string, double>& worst, const std::string& kind, double e) {
+  worst[kind] = std::max(worst[kind], e);
+  return e;
+}
+
 void compare_with_torch(at::Device device) {
+  std::map<std::string, double> worst;  // the largest error per optimizer and tensor, for the log
   std::vector<Case> cases;
-  for (const char* family : {"sgd", "rmsprop", "adam", "adamw", "lamb"}) {
+  for (const char* family : {"sgd", "rmsprop", "adam", "adamw", "lamb", "nadam", "radam", "adamax",
+                             "adagrad", "adadelta", "adafactor", "asgd", "rprop"}) {
     for (Case& c : cases_for(family)) cases.push_back(std::move(c));
   }
   const Trajectory traj = make_trajectory(kSteps, 2024);
@@ -77,9 +88,10 @@ void compare_with_torch(at::Device device) {
     for (size_t i = 0; i < traj.shapes.size(); ++i) {
       const std::string n = std::to_string(i);
       const std::string prefix = c.name + "_";
-      EXPECT_LE(
-          relative_error(set.params[i], oracle.read(prefix + "p" + n + ".bin", traj.shapes[i])),
-          kTolerance)
+      EXPECT_LE(note(worst, c.component + " param",
+                     relative_error(set.params[i],
+                                    oracle.read(prefix + "p" + n + ".bin", traj.shapes[i]))),
+                kTolerance)
           << "parameter " << n;
       // The same state, under torch's names.
       std::set<std::string> kiln_names;
@@ -93,21 +105,37 @@ void compare_with_torch(at::Device device) {
         auto it = ctx.state.find({i, name});
         if (it == ctx.state.end()) continue;
         const at::Tensor& mine = it->second;
-        const bool scalar = name == "step";
+        // 0-dim state: every optimizer's "step", NAdam's "mu_product", ASGD's "eta" and "mu".
+        const bool scalar = name == "step" || (c.component == "nadam" && name == "mu_product") ||
+                            (c.component == "asgd" && (name == "eta" || name == "mu"));
         if (scalar) {
-          EXPECT_EQ(mine.dim(), 0) << "step of parameter " << n;
+          EXPECT_EQ(mine.dim(), 0) << name << " of parameter " << n;
           if (c.component != "lamb") {
             // torch's fused/capturable layout: float32 0-dim on the parameter's device.
             EXPECT_EQ(mine.scalar_type(), at::kFloat);
             EXPECT_EQ(mine.device(), device);
           }
         }
-        at::Tensor expected = oracle.read(prefix + name + n + ".bin",
-                                          scalar ? std::vector<int64_t>{} : traj.shapes[i]);
+        // Adafactor's factors of a parameter [..., R, C]: torch's row_var [..., R, 1] and
+        // col_var [..., 1, C].
+        std::vector<int64_t> shape = scalar ? std::vector<int64_t>{} : traj.shapes[i];
+        if (c.component == "adafactor" && (name == "row_var" || name == "col_var")) {
+          shape[shape.size() - (name == "row_var" ? 1 : 2)] = 1;
+        }
+        if (mine.sizes() != at::IntArrayRef(shape)) {
+          ADD_FAILURE() << name << " of parameter " << n << " is " << mine.sizes() << ", torch's "
+                        << at::IntArrayRef(shape);
+          continue;
+        }
+        at::Tensor expected = oracle.read(prefix + name + n + ".bin", shape);
         const double tolerance = device.is_cuda() && !scalar ? kCudaStateTolerance : kTolerance;
-        EXPECT_LE(relative_error(mine, expected), tolerance) << name << " of parameter " << n;
+        EXPECT_LE(note(worst, c.component + " " + name, relative_error(mine, expected)), tolerance)
+            << name << " of parameter " << n;
       }
     }
+  }
+  for (const auto& [kind, e] : worst) {
+    std::printf("[ measured ] %s: largest relative error %.3g\n", kind.c_str(), e);
   }
 }
 

@@ -29,6 +29,40 @@ def make(kind, params, lr, wd, o):
     if kind == "lamb":
         return Lamb(params, lr=lr, betas=(o["beta1"], o["beta2"]), eps=o["eps"], weight_decay=wd,
                     max_grad_norm=o["max_grad_norm"], bias_correction=o["bias_correction"])
+    if kind == "nadam":
+        return torch.optim.NAdam(params, lr=lr, betas=(o["beta1"], o["beta2"]), eps=o["eps"],
+                                 weight_decay=wd, momentum_decay=o["momentum_decay"],
+                                 decoupled_weight_decay=o["decoupled_weight_decay"],
+                                 foreach=False)
+    if kind == "radam":
+        return torch.optim.RAdam(params, lr=lr, betas=(o["beta1"], o["beta2"]), eps=o["eps"],
+                                 weight_decay=wd,
+                                 decoupled_weight_decay=o["decoupled_weight_decay"],
+                                 foreach=False)
+    if kind == "adamax":
+        return torch.optim.Adamax(params, lr=lr, betas=(o["beta1"], o["beta2"]), eps=o["eps"],
+                                  weight_decay=wd, foreach=False)
+    if kind == "adagrad":
+        return torch.optim.Adagrad(params, lr=lr, lr_decay=o["lr_decay"], weight_decay=wd,
+                                   initial_accumulator_value=o["initial_accumulator_value"],
+                                   eps=o["eps"], foreach=False)
+    if kind == "adadelta":
+        return torch.optim.Adadelta(params, lr=lr, rho=o["rho"], eps=o["eps"], weight_decay=wd,
+                                    foreach=False)
+    if kind == "adafactor":
+        # eps1 -1 is the plugin's spelling of torch's None.
+        eps1 = None if o["eps1"] == -1 else o["eps1"]
+        return torch.optim.Adafactor(params, lr=lr, beta2_decay=o["beta2_decay"],
+                                     eps=(eps1, o["eps2"]), d=o["d"], weight_decay=wd,
+                                     foreach=False)
+    if kind == "asgd":
+        return torch.optim.ASGD(params, lr=lr, lambd=o["lambd"], alpha=o["alpha"], t0=o["t0"],
+                                weight_decay=wd, foreach=False)
+    if kind == "rprop":
+        assert wd == 0, "torch.optim.Rprop has no weight decay"
+        return torch.optim.Rprop(params, lr=lr, etas=(o["etaminus"], o["etaplus"]),
+                                 step_sizes=(o["step_size_min"], o["step_size_max"]),
+                                 foreach=False)
     raise ValueError(f"unknown optimizer {kind}")
 
 
@@ -47,4 +81,5 @@ for case in cfg["cases"]:
         state = opt.state[p]
         (s.dir / f"{name}_state{i}.txt").write_text(",".join(sorted(state)))
         for key, value in state.items():
+            # Adafactor's factors as torch keeps them: row_var [..., R, 1], col_var [..., 1, C].
             s.save(f"{name}_{key}{i}.bin", value)

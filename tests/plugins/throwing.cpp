@@ -74,8 +74,8 @@ kiln_status* opt_step(void* instance, kiln_call_context*, const kiln_param_group
   maybe_throw(*static_cast<Thrower*>(instance), "step");
   return nullptr;
 }
-const kiln_optimizer_vtable kOptVtable = {sizeof(kiln_optimizer_vtable), opt_create,
-                                          destroy_thrower, opt_step};
+const kiln_optimizer_vtable kOptVtable =
+    KILN_OPTIMIZER_VTABLE_INIT(opt_create, destroy_thrower, opt_step);
 
 // ---- lr policy: the base lr -----------------------------------------------------------------
 

@@ -15,7 +15,7 @@ kiln_status* create(const kiln_host_api*, const kiln_options*, void** out) {
 void destroy(void*) {}
 kiln_status* step(void*, kiln_call_context*, const kiln_param_group*) { return nullptr; }
 
-const kiln_optimizer_vtable kVtable = {sizeof(kiln_optimizer_vtable), create, destroy, step};
+const kiln_optimizer_vtable kVtable = KILN_OPTIMIZER_VTABLE_INIT(create, destroy, step);
 const kiln_capabilities kCaps = {sizeof(kiln_capabilities),
                                  KILN_CAP_DEVICE_CPU | KILN_CAP_DTYPE_F32, 0, nullptr};
 const kiln_component_descriptor kComponent = {sizeof(kiln_component_descriptor),

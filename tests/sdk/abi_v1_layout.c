@@ -27,13 +27,19 @@ PIN_SIZE(kiln_options, 24);
 
 PIN_SIZE(kiln_norm_request, 32);
 PIN_OFFSET(kiln_norm_request, may_overwrite_input, 20); /* 1.2: was `reserved` (zero) */
-PIN_SIZE(kiln_host_api, 128);                           /* 1.6: create_norm_layer_in appended */
+PIN_SIZE(kiln_host_api, 152); /* 1.6: create_norm_layer_in; 1.14: reevaluate, inner_step,
+                                 state_tensor_shaped */
 PIN_OFFSET(kiln_host_api, make_status, 16);
 PIN_OFFSET(kiln_host_api, state_tensor, 32);
 PIN_OFFSET(kiln_host_api, allreduce, 64);
 PIN_OFFSET(kiln_host_api, create_norm_layer, 88);
 _Static_assert(KILN_HOST_API_V1_SIZE == 120, "host api v1 size");
 PIN_OFFSET(kiln_host_api, create_norm_layer_in, 120);
+PIN_OFFSET(kiln_host_api, reevaluate, 128);
+PIN_OFFSET(kiln_host_api, inner_step, 136);
+PIN_OFFSET(kiln_host_api, state_tensor_shaped, 144);
+PIN_SIZE(kiln_reevaluation, 24); /* 1.14 */
+PIN_OFFSET(kiln_reevaluation, finite, 16);
 
 PIN_SIZE(kiln_component_descriptor, 80);
 PIN_OFFSET(kiln_component_descriptor, name, 16);
@@ -51,8 +57,14 @@ PIN_OFFSET(kiln_param_group, lr, 56);
 _Static_assert(KILN_PARAM_GROUP_V1_0_SIZE == 80, "param group v1.0 size");
 PIN_OFFSET(kiln_param_group, reuse_token, 80);
 PIN_OFFSET(kiln_param_group, found_inf, 96);
-PIN_SIZE(kiln_optimizer_vtable, 32);
+PIN_SIZE(kiln_optimizer_vtable, 48); /* 1.14: eval_weights, step_all */
 _Static_assert(KILN_OPTIMIZER_VTABLE_V1_SIZE == 32, "optimizer vtable v1 size");
+_Static_assert(KILN_OPTIMIZER_VTABLE_V1_13_SIZE == 32, "optimizer vtable v1.13 size");
+PIN_OFFSET(kiln_optimizer_vtable, eval_weights, 32);
+PIN_OFFSET(kiln_optimizer_vtable, step_all, 40);
+PIN_SIZE(kiln_optimizer_step_args, 48); /* 1.14 */
+PIN_OFFSET(kiln_optimizer_step_args, ctx, 32);
+PIN_OFFSET(kiln_optimizer_step_args, loss, 40);
 PIN_SIZE(kiln_lr_schedule, 40);
 PIN_SIZE(kiln_lr_policy_vtable, 32);
 _Static_assert(KILN_LR_POLICY_VTABLE_V1_SIZE == 32, "lr policy vtable v1 size");

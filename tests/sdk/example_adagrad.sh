@@ -16,8 +16,8 @@ cmake --install "$build" --prefix "$prefix" >"$work/install.log"
 cmake -S "$src/examples/optimizer_c" -B "$work/adagrad" -DCMAKE_PREFIX_PATH="$prefix" \
   -DCMAKE_BUILD_TYPE=Release >"$work/configure.log" 2>&1 || { cat "$work/configure.log"; exit 1; }
 cmake --build "$work/adagrad" >"$work/build.log" 2>&1 || { cat "$work/build.log"; exit 1; }
-"$prefix/bin/kiln" plugins --plugin-path "$work/adagrad" describe adagrad | tee "$work/describe.log"
-grep -qF "adagrad (optimizer)" "$work/describe.log"
+"$prefix/bin/kiln" plugins --plugin-path "$work/adagrad" describe c_adagrad | tee "$work/describe.log"
+grep -qF "c_adagrad (optimizer)" "$work/describe.log"
 for option in lr_decay initial_accumulator_value eps; do
   grep -q "$option" "$work/describe.log" || { echo "describe lacks option $option"; exit 1; }
 done

@@ -5,9 +5,13 @@
 # by this checkout, a temporary prefix and the given Python. A block after
 # `<!-- excerpt: FILE -->` must appear in FILE (of the checkout) as it is. Then the run's metrics
 # must show the guide's lrs.
+# Section 7b builds examples/optimizer_schedulefree_c and examples/optimizer_sam_c and runs their
+# tests against schedulefree and pytorch_optimizer (that Python needs both), trains with c_sam,
+# and shows `kiln plan` of a [[optimizer.partition]].
 # Section 9 builds examples/model_cpp (C++ over the LibTorch of that Python's torch) and trains
 # with it.
-# Usage: plugin_guide.sh <kiln source dir> <kiln build dir> <python with torch and safetensors>
+# Usage: plugin_guide.sh <kiln source dir> <kiln build dir> <python with torch, safetensors,
+#        schedulefree and pytorch-optimizer>
 set -euo pipefail
 src=$(cd "$1" && pwd)
 build=$(cd "$2" && pwd)
@@ -52,8 +56,14 @@ fi
 bash "$work/steps.sh" >"$work/guide.log" 2>&1 || { tail -40 "$work/guide.log"; exit 1; }
 # describe saw the component; the misspelt key was refused with the suggestion the guide shows.
 for expected in "linear_decay (lr_policy)" "unknown key; did you mean 'end_factor'?" \
-  "adagrad (optimizer)" "straight: 20 steps" "resumed: 20 steps" "small_cnn (model)" \
-  "activation checkpointing: sqrt (n=3, k=2)"; do
+  "c_adagrad (optimizer)" "straight: 20 steps" "resumed: 20 steps" "small_cnn (model)" \
+  "activation checkpointing: sqrt (n=3, k=2)" \
+  "c_sgd_schedulefree (optimizer)" "evaluation weights (eval_weights)" \
+  "kiln export: the evaluation weights x" "straight: 10 steps, largest difference from schedulefree" \
+  "resumed: 10 steps, largest difference from schedulefree" "c_sam (optimizer)" \
+  "wraps an optimizer" "whole step with re-evaluation (step_all)" "one re-evaluation each" \
+  "resumed: 10 steps, largest difference from pytorch_optimizer.SAM" \
+  "layers.0.linear.weight 32x784 -> muon (default/muon)" "head.bias 10 -> adamw (bias)"; do
   grep -qF "$expected" "$work/guide.log" || { echo "missing: $expected"; tail -40 "$work/guide.log"; exit 1; }
 done
 metrics=$(find "$work" -name metrics.jsonl | head -1)
@@ -65,4 +75,11 @@ for r in steps:
     want = 0.1 * (1 - 0.5 * r["step"] / 10)
     assert all(abs(lr - want) < 1e-12 for lr in r["lr"]), (r["step"], r["lr"], want)
 print("the guide's plugin trained 10 steps at the lrs it promises")
+PY
+# Section 7b's SAM pipeline: 5 steps, each evaluating the model once more.
+python3 - "$work/sam.jsonl" <<'PY'
+import json, sys
+steps = [r for r in map(json.loads, open(sys.argv[1])) if r["type"] == "step"]
+assert [r["reevaluations"] for r in steps] == [1] * 5, steps
+print("the guide's c_sam re-evaluated once in each of its 5 steps")
 PY

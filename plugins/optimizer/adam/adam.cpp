@@ -122,10 +122,10 @@ kiln_status* adam_step(void* instance, kiln_call_context* ctx, const kiln_param_
   return KILN_GUARD(opt.host, { adam_update(opt, ctx, group); });
 }
 
-const kiln_optimizer_vtable kAdamVtable = {sizeof(kiln_optimizer_vtable), adam_create<false>,
-                                           adam_destroy, adam_step};
-const kiln_optimizer_vtable kAdamWVtable = {sizeof(kiln_optimizer_vtable), adam_create<true>,
-                                            adam_destroy, adam_step};
+const kiln_optimizer_vtable kAdamVtable =
+    KILN_OPTIMIZER_VTABLE_INIT(adam_create<false>, adam_destroy, adam_step);
+const kiln_optimizer_vtable kAdamWVtable =
+    KILN_OPTIMIZER_VTABLE_INIT(adam_create<true>, adam_destroy, adam_step);
 
 const kiln_option_spec kOptions[] = {
     {sizeof(kiln_option_spec), "beta1", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.9", nullptr,

@@ -166,8 +166,8 @@ kiln_status* lamb_step(void* instance, kiln_call_context* ctx, const kiln_param_
   return KILN_GUARD(opt.host, { lamb_update(opt, ctx, group); });
 }
 
-const kiln_optimizer_vtable kVtable = {sizeof(kiln_optimizer_vtable), lamb_create, lamb_destroy,
-                                       lamb_step};
+const kiln_optimizer_vtable kVtable =
+    KILN_OPTIMIZER_VTABLE_INIT(lamb_create, lamb_destroy, lamb_step);
 
 const kiln_option_spec kOptions[] = {
     {sizeof(kiln_option_spec), "beta1", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.9", nullptr,

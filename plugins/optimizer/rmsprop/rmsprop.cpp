@@ -106,8 +106,8 @@ kiln_status* rmsprop_step(void* instance, kiln_call_context* ctx, const kiln_par
   return KILN_GUARD(opt.host, { rmsprop_update(opt, ctx, group); });
 }
 
-const kiln_optimizer_vtable kVtable = {sizeof(kiln_optimizer_vtable), rmsprop_create,
-                                       rmsprop_destroy, rmsprop_step};
+const kiln_optimizer_vtable kVtable =
+    KILN_OPTIMIZER_VTABLE_INIT(rmsprop_create, rmsprop_destroy, rmsprop_step);
 
 const kiln_option_spec kOptions[] = {
     {sizeof(kiln_option_spec), "alpha", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.99", nullptr,

@@ -268,8 +268,7 @@ kiln_status* sgd_step(void* instance, kiln_call_context* ctx, const kiln_param_g
   return KILN_GUARD(sgd.host, { sgd_update(sgd, ctx, group); });
 }
 
-const kiln_optimizer_vtable kVtable = {sizeof(kiln_optimizer_vtable), sgd_create, sgd_destroy,
-                                       sgd_step};
+const kiln_optimizer_vtable kVtable = KILN_OPTIMIZER_VTABLE_INIT(sgd_create, sgd_destroy, sgd_step);
 
 const kiln_option_spec kOptions[] = {
     {sizeof(kiln_option_spec), "momentum", KILN_OPT_FLOAT, 1, 1, 0, 0.0, 1.0, "0.9", nullptr,

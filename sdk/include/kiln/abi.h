@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 13
+#define KILN_ABI_MINOR 14
 
 /* Symbol visibility for the plugin entry points (everything else should stay hidden). */
 #if defined(_WIN32)
@@ -137,6 +137,9 @@ typedef struct kiln_version {
 #define KILN_CAP_IN_PLACE ((uint64_t)1 << 17)          /* may write its output over its input */
 #define KILN_CAP_MULTI_TENSOR ((uint64_t)1 << 18)      /* processes a whole tensor list per call */
 #define KILN_CAP_CAPTURABLE ((uint64_t)1 << 19) /* 1.4, optimizers: step may be graph-captured */
+/* 1.14, optimizers: steps an inner optimizer (the pipeline's [optimizer.inner]) through
+ * kiln_host_api.inner_step; the host refuses a pipeline that gives it none. */
+#define KILN_CAP_WRAPS_OPTIMIZER ((uint64_t)1 << 20)
 
 /* A free-form name/value capability (e.g. {"activations", "leaky_relu,elu,identity"}). */
 typedef struct kiln_attribute {

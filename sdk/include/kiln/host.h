@@ -62,6 +62,19 @@ typedef struct kiln_norm_request {
   double activation_param; /* leaky_relu slope or elu alpha; ignored otherwise */
 } kiln_norm_request;
 
+/* One parameter group at one optimizer step (kiln/optimizer.h), for inner_step. */
+struct kiln_param_group;
+
+/* What kiln_host_api.reevaluate found (since ABI 1.14). */
+typedef struct kiln_reevaluation {
+  size_t struct_size; /* sizeof(kiln_reevaluation) as the plugin knows it; the host fills
+                         the fields it covers */
+  double loss;        /* mean loss of the window at the current weights, averaged over ranks */
+  int32_t finite;     /* 0: some gradient is not finite (the plugin should then leave the
+                         weights and its state as they were before the step) */
+  int32_t reserved;   /* zero */
+} kiln_reevaluation;
+
 /* The host services table. */
 typedef struct kiln_host_api {
   size_t struct_size; /* sizeof(kiln_host_api) as the host knows it */
@@ -134,6 +147,38 @@ typedef struct kiln_host_api {
   KILN_MUST_USE_SLOT kiln_status* (*create_norm_layer_in)(kiln_call_context* ctx,
                                                           const kiln_norm_request* request,
                                                           kiln_torch_module** out);
+
+  /* Since ABI 1.14 (read only when struct_size covers it). */
+
+  /* The closure of torch.optim, for an optimizer's step_all only, with that call's args->ctx:
+   * runs the forward and backward pass again at the parameters as the plugin has written them,
+   * over the same micro-batches as the step's first pass (the same samples and augmentations;
+   * dropout draws anew), and leaves the gradients there in every group's `grads` (the same
+   * memory as in args): averaged over the window and over the ranks, the loss scale removed,
+   * not clipped. The model's buffers (norm layers' running statistics) are put back as the first
+   * pass left them. `out` (may be NULL) receives the loss and whether the gradients are finite.
+   * Counted in the step's metrics (reevaluations). Blocks; not thread-safe for one ctx. */
+  KILN_MUST_USE_SLOT kiln_status* (*reevaluate)(kiln_call_context* ctx, kiln_reevaluation* out);
+
+  /* For a wrapper (KILN_CAP_WRAPS_OPTIMIZER) inside its step or step_all: steps the pipeline's
+   * inner optimizer on `group` (borrowed; the wrapper may change lr or pass other gradient views
+   * of the same shapes). `ctx` is the ctx of that group's call (step's ctx, or
+   * args->group_contexts[g]). The inner optimizer's state is the host's, checkpointed apart from
+   * the wrapper's ("inner." before its names). Not thread-safe for one ctx. */
+  KILN_MUST_USE_SLOT kiln_status* (*inner_step)(kiln_call_context* ctx,
+                                                const struct kiln_param_group* group);
+
+  /* state_tensor for state of the plugin's own shape (SOAP's preconditioner matrices,
+   * Adafactor's row and column statistics, LBFGS's history): a contiguous tensor of `ndim`
+   * (0 to 8) dimensions `shape` and type `dtype` (float 16/32/64 or bfloat16), on the
+   * parameter's device, zeros when created; kept, checkpointed and restored by the host like the
+   * others. A later request for `name` must give the same dtype and shape, else
+   * KILN_ERR_INVALID_ARGUMENT. `shape` is borrowed; `out`, `created` and the threading as for
+   * state_tensor. */
+  KILN_MUST_USE_SLOT kiln_status* (*state_tensor_shaped)(kiln_call_context* ctx, size_t param_index,
+                                                         const char* name, DLDataType dtype,
+                                                         int32_t ndim, const int64_t* shape,
+                                                         DLTensor* out, int32_t* created);
 } kiln_host_api;
 
 #define KILN_HOST_API_V1_SIZE KILN_SIZE_UP_TO(kiln_host_api, free_status)

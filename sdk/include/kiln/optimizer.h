@@ -13,6 +13,21 @@
  *    or synchronise;
  *  - keep per-parameter counters (Adam's step) in state tensors on the device.
  * Without lr_tensor the call is an ordinary eager step.
+ *
+ * SINCE ABI 1.14 an optimizer may also (docs/plugin-guide.md has a section and a plain-C example
+ * for each):
+ *  - give EVALUATION WEIGHTS (eval_weights): the weights evaluation and `kiln export` see,
+ *    computed from the training weights and the state without changing either (Schedule-Free
+ *    trains at y and evaluates at x);
+ *  - take the WHOLE STEP in one call (step_all): every group at once, and inside that call ask
+ *    the host for the loss and gradients at other weights (kiln_host_api.reevaluate), as a
+ *    closure does in torch.optim (SAM, ASAM, LBFGS);
+ *  - WRAP another optimizer (KILN_CAP_WRAPS_OPTIMIZER): step the pipeline's [optimizer.inner],
+ *    any optimizer plugin, through kiln_host_api.inner_step; the host keeps both states
+ *    (Lookahead).
+ * Which parameters an optimizer steps is the host's business: [[optimizer.partition]] hands
+ * some of them to another optimizer (Muon on 2-D weights, AdamW on the rest), and each plugin
+ * sees only the groups of its own parameters (group_index still numbers the whole plan).
  */
 #ifndef KILN_OPTIMIZER_H_
 #define KILN_OPTIMIZER_H_
@@ -54,6 +69,20 @@ typedef struct kiln_param_group {
 /* sizeof(kiln_param_group) as ABI 1.0 to 1.3 knew it. */
 #define KILN_PARAM_GROUP_V1_0_SIZE KILN_SIZE_UP_TO(kiln_param_group, stream)
 
+/* One optimizer step over every group of an optimizer (step_all, ABI 1.14). Borrowed for the call.
+ */
+typedef struct kiln_optimizer_step_args {
+  size_t struct_size;             /* sizeof(kiln_optimizer_step_args) as the host knows it */
+  size_t group_count;             /* entries in groups and group_contexts */
+  const kiln_param_group* groups; /* this optimizer's groups, in the plan's order */
+  /* Per group: that group's ctx, for state_tensor and inner_step. */
+  kiln_call_context* const* group_contexts;
+  /* The step's own ctx: for reevaluate and the collectives (rank, allreduce, ...). */
+  kiln_call_context* ctx;
+  /* The window's mean loss at the weights `grads` were taken at, averaged over the ranks. */
+  double loss;
+} kiln_optimizer_step_args;
+
 /* The optimizer vtable (kiln_component_descriptor.vtable for KILN_COMPONENT_OPTIMIZER). */
 typedef struct kiln_optimizer_vtable {
   size_t struct_size; /* sizeof(kiln_optimizer_vtable) as the plugin knows it */
@@ -66,19 +95,46 @@ typedef struct kiln_optimizer_vtable {
   /* Required. Releases an instance created by `create`. NULL is ignored. */
   void (*destroy)(void* instance);
 
-  /* Required. Applies one update to every parameter of `group`. `ctx` identifies the group for
-   * state_tensor. Called from the training thread; never concurrently for one instance. */
+  /* Required unless step_all is given (ABI 1.14). Applies one update to every parameter of
+   * `group`. `ctx` identifies the group for state_tensor. Called from the training thread;
+   * never concurrently for one instance. */
   KILN_MUST_USE_SLOT kiln_status* (*step)(void* instance, kiln_call_context* ctx,
                                           const kiln_param_group* group);
+
+  /* Since ABI 1.14 (the host reads a slot only when struct_size covers it). */
+
+  /* Optional. Writes into `out[i]` (group->count tensors, each shaped, typed and placed like
+   * params[i]; host-owned, borrowed for the call) the weights evaluation should see, from the
+   * training weights in `params` and the state (ctx, as in step). Must change neither. `grads`
+   * is NULL; `lr` and `step` are those of the last applied step (0 before any). NULL slot:
+   * evaluation sees the training weights. Called from the training thread. */
+  KILN_MUST_USE_SLOT kiln_status* (*eval_weights)(void* instance, kiln_call_context* ctx,
+                                                  const kiln_param_group* group,
+                                                  const DLTensor* out);
+
+  /* Optional; with it `step` may be NULL. One call per optimizer step for all of this
+   * optimizer's groups, made instead of `step` (which the host then never calls). Inside it, and
+   * only there, the plugin may call kiln_host_api.reevaluate(args->ctx, ...). */
+  KILN_MUST_USE_SLOT kiln_status* (*step_all)(void* instance, const kiln_optimizer_step_args* args);
 } kiln_optimizer_vtable;
 
-/* The vtable with every slot named: KILN_OPTIMIZER_VTABLE_INIT(create, destroy, step). */
-#define KILN_OPTIMIZER_VTABLE_INIT(create_, destroy_, step_)                                     \
+/* sizeof(kiln_optimizer_vtable) as ABI 1.0 to 1.13 knew it (create, destroy, step). */
+#define KILN_OPTIMIZER_VTABLE_V1_13_SIZE KILN_SIZE_UP_TO(kiln_optimizer_vtable, step)
+
+/* The vtable of ABI 1.14 with every slot named (NULL where the plugin has none):
+ * KILN_OPTIMIZER_VTABLE_FULL_INIT(create, destroy, step, eval_weights, step_all). */
+#define KILN_OPTIMIZER_VTABLE_FULL_INIT(create_, destroy_, step_, eval_weights_, step_all_)      \
   {                                                                                              \
     KILN_FIELD_(struct_size)                                                                     \
     sizeof(kiln_optimizer_vtable), KILN_FIELD_(create)(create_), KILN_FIELD_(destroy)(destroy_), \
-        KILN_FIELD_(step)(step_)                                                                 \
+        KILN_FIELD_(step)(step_), KILN_FIELD_(eval_weights)(eval_weights_),                      \
+        KILN_FIELD_(step_all)(step_all_)                                                         \
   }
+
+/* The vtable of an optimizer with `step` alone (the slots of ABI 1.14 NULL):
+ * KILN_OPTIMIZER_VTABLE_INIT(create, destroy, step). */
+#define KILN_OPTIMIZER_VTABLE_INIT(create_, destroy_, step_) \
+  KILN_OPTIMIZER_VTABLE_FULL_INIT(create_, destroy_, step_, NULL, NULL)
 #define KILN_OPTIMIZER_VTABLE_V1_SIZE KILN_SIZE_UP_TO(kiln_optimizer_vtable, step)
 
 #ifdef __cplusplus
