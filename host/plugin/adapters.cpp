@@ -217,7 +217,11 @@ void OptimizerAdapter::step(const GroupStep& group) {
 void OptimizerAdapter::step_all(const std::vector<GroupStep>& groups, double loss,
                                 const Reevaluate& reevaluate) {
   if (!steps_all_) throw std::logic_error("optimizer '" + name_ + "' steps one group at a time");
-  // Everything the call points into lives until it returns.
+  // Everything the call points into lives until it returns: live_ grows here, once, so that
+  // live_group() never moves the groups already taken.
+  size_t groups_seen = live_.size();
+  for (const GroupStep& g : groups) groups_seen = std::max(groups_seen, g.group_index + 1);
+  live_.resize(groups_seen);
   std::vector<const GroupStep*> stepped;
   std::vector<LiveGroup*> lives;
   for (const GroupStep& g : groups) {

@@ -259,6 +259,10 @@ TEST_F(OptimizerRun, AResumedRunContinuesEveryOptimizerBitForBit) {
        "name = \"lbfgs\"\nlr = 1.0\nmax_iter = 5\nhistory_size = 3\n"
        "line_search_fn = \"strong_wolfe\"\n",
        "", 0},
+      // Two optimizers' states, each restored to its own (Muon's momentum, AdamW's moments).
+      {"re_muon", "name = \"adamw\"\nlr = 0.01\n",
+       "[[optimizer.partition]]\nname = \"muon\"\nmin_rank = 2\nmatch = \"^layers\\\\.\"\n", 0},
+      {"re_nadam", "name = \"nadam\"\nlr = 0.01\nweight_decay = 0.01\n", "", 0},
   };
   for (const auto& c : cases) {
     SCOPED_TRACE(c.name);
@@ -297,6 +301,17 @@ TEST_F(OptimizerRun, AResumedRunContinuesEveryOptimizerBitForBit) {
     EXPECT_NE(report.find("\"inner\": " + std::to_string(c.inner) + "}}"), std::string::npos)
         << report;
   }
+}
+
+// A whole step over more groups than the wrapper has seen before (default, bias and a custom
+// group), each with its inner optimizer's state.
+TEST_F(OptimizerRun, SamStepsEveryGroupOfAPipeline) {
+  pipeline("sam_groups", "name = \"sam\"\nlr = 0.2\nrho = 0.1\n",
+           "[optimizer.inner]\nname = \"sgd\"\nmomentum = 0.9\n"
+           "[optimizer.custom_keys]\n\"^head\\\\.\" = { lr_mult = 0.5 }\n");
+  const Result r = run("sam_groups");
+  ASSERT_EQ(r.code, 0) << r.output;
+  EXPECT_NE(r.output.find("in 3 group(s)"), std::string::npos) << r.output;
 }
 
 TEST_F(OptimizerRun, InnerAndPartitionTablesAreCheckedBeforeAnythingRuns) {

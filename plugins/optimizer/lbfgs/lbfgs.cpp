@@ -8,7 +8,11 @@
 // the call is one flat vector, in group order and each parameter's elements in row-major order
 // (torch's view(-1)). Groups must share one lr (the group's lr, schedule included) and have no
 // weight decay (torch's LBFGS has none); every parameter one device and one dtype, float32 or
-// float64. The flat vectors (gradient, direction, history rows) exist only inside a step.
+// float64. The flat vectors (gradient, direction, history rows) exist only inside a step. The
+// order matters beyond the layout: dot products sum in it, and L-BFGS amplifies their rounding.
+// One group in the model's order (e.g. [optimizer.custom_keys] '.' = {}) is torch's
+// model.parameters() and runs bit for bit as torch; Kiln's default groups put the biases after
+// every weight, which torch.optim.LBFGS would step with the same order of parameters.
 //
 // STATE (all host state, so a checkpoint holds it and a resumed run continues bit for bit):
 //  - per parameter, its slice of torch's flat vectors, shaped [numel] in the parameter's dtype:
@@ -39,6 +43,7 @@
 #include <cstring>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -293,6 +298,9 @@ class Step {
     } catch (const NotFinite&) {
       set_params(saved_);
       return;
+    } catch (...) {
+      set_params(saved_);  // a failing host service: the weights as they were, the error passed on
+      throw;
     }
     commit();
   }
@@ -527,7 +535,7 @@ class Step {
       ls_iter += 1;
     }
     // reached max number of iterations?
-    if (ls_iter == max_ls) {
+    if (ls_iter == max_ls || bracket.empty()) {  // (empty only if max_ls < 0, never here)
       bracket = {Num(0), t};
       bracket_f = {f, f_new};
       bracket_g = {g, g_new};
