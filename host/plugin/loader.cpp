@@ -147,6 +147,31 @@ std::string check_torch_recorded(const std::string& path, const kiln_plugin_desc
 
 // Checks one component descriptor of a library built for ABI 1.`abi_minor`; returns the reason
 // it is refused, or "" when it is fine.
+// Why a required slot of `c`'s vtable is NULL (`who` names the component), or "". Since 1.14
+// an optimizer with step_all needs no step.
+std::string missing_slot(const kiln_component_descriptor* c, const VtableRule& rule,
+                         uint32_t abi_minor, const std::string& who) {
+  const auto* bytes = static_cast<const unsigned char*>(c->vtable);
+  const size_t vsize = *reinterpret_cast<const size_t*>(bytes);
+  bool steps_all = false;
+  if (c->kind == KILN_COMPONENT_OPTIMIZER && abi_minor >= 14 &&
+      vsize >= KILN_SIZE_UP_TO(kiln_optimizer_vtable, step_all)) {
+    void* fn = nullptr;
+    std::memcpy(&fn, bytes + offsetof(kiln_optimizer_vtable, step_all), sizeof(fn));
+    steps_all = fn != nullptr;
+  }
+  for (const auto& [slot, offset] : rule.required) {
+    void* fn = nullptr;
+    std::memcpy(&fn, bytes + offset, sizeof(fn));
+    if (fn != nullptr || (steps_all && std::strcmp(slot, "step") == 0)) continue;
+    return who + ": required slot '" + slot + "' is NULL" +
+           (c->kind == KILN_COMPONENT_OPTIMIZER && std::strcmp(slot, "step") == 0
+                ? " (an optimizer of ABI 1.14 may give step_all instead)"
+                : "");
+  }
+  return {};
+}
+
 std::string check_component(const kiln_component_descriptor* c, size_t index, uint32_t abi_minor) {
   const std::string where = "component #" + std::to_string(index);
   if (c == nullptr) return where + " is NULL";
@@ -212,24 +237,7 @@ std::string check_component(const kiln_component_descriptor* c, size_t index, ui
            " bytes, smaller than the " + std::to_string(rule.v1_size) + " bytes of ABI 1." +
            std::to_string(rule.since_minor);
   }
-  // Since 1.14 an optimizer with step_all needs no step.
-  bool steps_all = false;
-  if (c->kind == KILN_COMPONENT_OPTIMIZER && abi_minor >= 14 &&
-      vsize >= KILN_SIZE_UP_TO(kiln_optimizer_vtable, step_all)) {
-    void* fn = nullptr;
-    std::memcpy(&fn, bytes + offsetof(kiln_optimizer_vtable, step_all), sizeof(fn));
-    steps_all = fn != nullptr;
-  }
-  for (const auto& [slot, offset] : rule.required) {
-    void* fn = nullptr;
-    std::memcpy(&fn, bytes + offset, sizeof(fn));
-    if (fn != nullptr || (steps_all && std::strcmp(slot, "step") == 0)) continue;
-    return who + " (" + kind + "): required slot '" + slot + "' is NULL" +
-           (c->kind == KILN_COMPONENT_OPTIMIZER && std::strcmp(slot, "step") == 0
-                ? " (an optimizer of ABI 1.14 may give step_all instead)"
-                : "");
-  }
-  return {};
+  return missing_slot(c, rule, abi_minor, who + " (" + kind + ")");
 }
 
 // Accepted libraries, never unloaded (see LibraryLoader).
