@@ -80,7 +80,8 @@ class OptimizerRun : public ::testing::Test {
 
   // Runs `name` and replays it with the reference `optimizer_json`; the report.
   static std::string compare(const std::string& name, const std::string& optimizer_json, double lr,
-                             double weight_decay, const std::string& exported = "") {
+                             double weight_decay, const std::string& exported = "",
+                             bool autocast = false) {
     const Result r = run(name);
     EXPECT_EQ(r.code, 0) << r.output;
     std::ostringstream c;
@@ -90,6 +91,7 @@ class OptimizerRun : public ::testing::Test {
       << kSize << R"(, "hidden": )" << kHidden << R"(, "mean": )" << kMean << R"(, "std": )" << kStd
       << R"(, "metrics": ")" << scratch_->path(name + ".jsonl") << R"(", "checkpoints": ")"
       << scratch_->path(name + "/version_0/checkpoints") << "\"";
+    if (autocast) c << R"(, "autocast": true)";
     if (!exported.empty()) {
       const Result e = shell(std::string(KILN_CLI) + " export " + scratch_->path(name) + " --to " +
                              scratch_->path(exported));
@@ -127,6 +129,27 @@ TEST_F(OptimizerRun, SamEqualsPytorchOptimizerSamWithOneReevaluationPerStep) {
       compare("sam", R"({"kind": "sam", "rho": 0.1, "momentum": 0.9})", 0.2, 0.001);
   expect_reference(report);
   EXPECT_EQ(number(report, "reevaluations"), kSteps) << report;
+}
+
+// Under bf16 autocast (forward and loss in bfloat16, weights and state float32) against the same
+// loop under torch.autocast: the re-evaluation runs under autocast too.
+TEST_F(OptimizerRun, SamUnderBf16AutocastEqualsPytorchOptimizerUnderAutocast) {
+  pipeline("sam_bf16", "name = \"sam\"\nlr = 0.2\nrho = 0.1\n",
+           "[optimizer.inner]\nname = \"sgd\"\nmomentum = 0.9\n[precision]\nname = \"bf16\"\n");
+  const std::string report = compare("sam_bf16", R"({"kind": "sam", "rho": 0.1, "momentum": 0.9})",
+                                     0.2, 0.0, "", /*autocast=*/true);
+  expect_reference(report);
+  EXPECT_EQ(number(report, "reevaluations"), kSteps) << report;
+}
+
+TEST_F(OptimizerRun, ScheduleFreeAdamwUnderBf16AutocastEqualsSchedulefreeUnderAutocast) {
+  pipeline("sf_bf16", "name = \"adamw_schedulefree\"\nlr = 0.02\nweight_decay = 0.01\n",
+           "[precision]\nname = \"bf16\"\n");
+  const std::string report =
+      compare("sf_bf16", R"({"kind": "adamw_schedulefree", "warmup_steps": 0})", 0.02, 0.01, "",
+              /*autocast=*/true);
+  expect_reference(report);
+  EXPECT_LE(number(report, "eval_weights"), 1e-5) << report;
 }
 
 TEST_F(OptimizerRun, AsamEqualsPytorchOptimizerAdaptiveSam) {

@@ -129,6 +129,12 @@ def compare(s, cfg):
     x_test, y_test = load_split(s.dir, "t10k", cfg["mean"], cfg["std"])
     batch = cfg["batch"]
     losses, evals, evaluated, reevaluations = [], [], None, []
+
+    def loss_of(x, y):
+        # Kiln's "bf16" precision: forward and loss under CPU autocast, weights and state fp32.
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=cfg.get("autocast", False)):
+            return F.cross_entropy(model(x), y)
+
     for _ in range(cfg["epochs"]):
         for start in range(0, x_all.shape[0], batch):
             x, y = x_all[start:start + batch], y_all[start:start + batch]
@@ -137,7 +143,7 @@ def compare(s, cfg):
 
                 def closure():
                     opt.zero_grad()
-                    again = F.cross_entropy(model(x), y)
+                    again = loss_of(x, y)
                     again.backward()
                     values.append(again.item())
                     return again
@@ -148,12 +154,12 @@ def compare(s, cfg):
                 reevaluations.append(state["func_evals"] - before - 1)
                 continue
             opt.zero_grad()
-            loss = F.cross_entropy(model(x), y)
+            loss = loss_of(x, y)
             loss.backward()
             losses.append(loss.item())
             if kind in ("sam", "asam"):
                 def closure():
-                    again = F.cross_entropy(model(x), y)
+                    again = loss_of(x, y)
                     again.backward()
                     return again
                 opt.step(closure)
@@ -162,7 +168,8 @@ def compare(s, cfg):
         trained = {k: v.detach().clone() for k, v in model.state_dict().items()}
         if "schedulefree" in kind:
             opt.eval()  # x in the model
-        with torch.no_grad():
+        with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16,
+                                             enabled=cfg.get("autocast", False)):
             logits = model(x_test)
             evals.append({"loss": F.cross_entropy(logits, y_test).item(),
                           "accuracy": logits.argmax(1).eq(y_test).float().mean().item()})
