@@ -1,7 +1,11 @@
 // bench_optimizer_step: the C++ side of bench/optimizer_step.py. Holds ResNet-50's parameters and
 // times optimizer steps on request, so the driver can alternate these arms with torch.optim in
-// Python under the same thread settings. A line protocol on stdin/stdout:
-//   startup    -> {"params": [[name, [dims...]], ...], "plugin_dir": ..., "refused": [...]}
+// Python under the same thread settings. The process is set up as `kiln run` sets up its own
+// (host/engine/trainer.cpp): Kiln's CPU tensor allocator at start-up, glibc's heap tuned once the
+// set-up is built (docs/speed.md, "The C heap"); --tune-heap 0 and --kiln-allocator 0 leave
+// glibc's and c10's defaults. A line protocol on stdin/stdout:
+//   startup    -> {"params": [[name, [dims...]], ...], "plugin_dir": ..., "threads": N,
+//                  "tune_heap": bool, "kiln_allocator": bool, "refused": [...]}
 //   setup ARM  -> "ok DESCRIPTION" | "skip REASON"     ARM: kiln-OPTIMIZER (sgd, adamw, lion,
 //   run ARM N  -> "ms MEAN_MS_PER_STEP"                     nadam, ..., muon, lookahead: see
 //   free ARM   -> "ok"                                      arms.cpp), torch-cpp-sgd,
@@ -23,6 +27,8 @@
 #include <vector>
 
 #include "arms.hpp"
+#include "io/heap.hpp"
+#include "io/memory.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/loader.hpp"
 
@@ -65,18 +71,27 @@ std::unique_ptr<Arm> make_arm(const std::string& arm, const kiln::plugin::Regist
 
 int main(int argc, char** argv) {
   int threads = 2;
+  bool tune_heap = true, kiln_allocator = true;
   std::string plugin_dir = default_plugin_dir();
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
+    const std::string value = argv[i + 1];
     if (flag == "--threads") {
-      threads = std::stoi(argv[i + 1]);
+      threads = std::stoi(value);
     } else if (flag == "--plugin-dir") {
-      plugin_dir = argv[i + 1];
+      plugin_dir = value;
+    } else if (flag == "--tune-heap" && (value == "0" || value == "1")) {
+      tune_heap = value == "1";
+    } else if (flag == "--kiln-allocator" && (value == "0" || value == "1")) {
+      kiln_allocator = value == "1";
     } else {
-      std::cerr << "usage: bench_optimizer_step [--threads N] [--plugin-dir DIR]\n";
+      std::cerr << "usage: bench_optimizer_step [--threads N] [--plugin-dir DIR] [--tune-heap 1] "
+                   "[--kiln-allocator 1]\n";
       return 2;
     }
   }
+  // As the Trainer does: the allocator before any tensor that matters.
+  if (kiln_allocator) kiln::io::count_cpu_tensor_memory();
   at::set_num_threads(threads);
 
   kiln::plugin::LibraryLoader loader(kiln::plugin::host_api());
@@ -84,6 +99,9 @@ int main(int argc, char** argv) {
   std::vector<std::string> refused;
   loader.load_directory(plugin_dir, registry, refused);
   const kiln::bench::Workload work = kiln::bench::make_workload();
+  // As the Trainer does once its set-up is built; false where the user's MALLOC_* or
+  // GLIBC_TUNABLES settings win.
+  if (tune_heap) tune_heap = kiln::io::tune_heap_for_training();
 
   std::ostringstream hello;
   hello << "{\"params\": [";
@@ -94,7 +112,9 @@ int main(int argc, char** argv) {
     hello << "]]";
   }
   hello << "], \"plugin_dir\": " << json_string(plugin_dir)
-        << ", \"threads\": " << at::get_num_threads() << ", \"refused\": [";
+        << ", \"threads\": " << at::get_num_threads()
+        << ", \"tune_heap\": " << (tune_heap ? "true" : "false")
+        << ", \"kiln_allocator\": " << (kiln_allocator ? "true" : "false") << ", \"refused\": [";
   for (size_t i = 0; i < refused.size(); ++i) hello << (i ? ", " : "") << json_string(refused[i]);
   hello << "]}";
   std::cout << hello.str() << std::endl;

@@ -2,15 +2,19 @@
 
 Compares, in one run with the arms alternating: Kiln's optimizer plugins as the engine runs them
 (bench_optimizer_step: plugin loaded by the host, OptimizerAdapter, state in the host's
-StateStore), torch::optim in C++ (same binary, where it has the optimizer), and the Python
-reference with foreach=True, fused=True (where it has one for the CPU) and the per-parameter loop
-(foreach=False). The references: torch.optim for most; schedulefree's SGDScheduleFree and
-AdamWScheduleFree (in train mode); pytorch_optimizer.Lookahead over torch.optim.AdamW for
-"lookahead"; torch.optim.Muon (one path, per parameter) for "muon", which steps matrices only and
-so gets ResNet-50's weights of two or more dimensions as matrices (workload_for). Every arm gets
-the same thread count, a warm-up, then --reps repetitions, each the mean over --steps steps
-(muon, whose step is seconds long: 1 warm-up step and 5 repetitions of 1 step, unless the flags
-say otherwise).
+StateStore, the process set up as `kiln run` sets up its own: tuned heap, Kiln's CPU allocator;
+--glibc-heap: without them), torch::optim in C++ (same binary, where it has the optimizer), and
+the Python reference with foreach=True, fused=True (where it has one for the CPU) and the
+per-parameter loop (foreach=False). The references: torch.optim for most; schedulefree's
+SGDScheduleFree and AdamWScheduleFree (in train mode); pytorch_optimizer.Lookahead over
+torch.optim.AdamW for "lookahead"; torch.optim.Muon (one path, per parameter) for "muon", which
+steps matrices only and so gets ResNet-50's weights of two or more dimensions as matrices
+(workload_for). Every arm gets the same thread count, a warm-up, then --reps repetitions, each
+the mean over --steps steps (3, 9 and 5 by default; shorter for the optimizers with slow steps,
+RUN_LENGTH, unless the flags say otherwise). The Python arms run under glibc's and c10's
+defaults, as a Python user gets them; --torch-malloc kiln gives them glibc's thresholds of
+`kiln run` (the script runs itself again with MALLOC_MMAP_THRESHOLD_ and MALLOC_TRIM_THRESHOLD_
+set), which leaves the host's own cost in the ratio.
 
   ~/.cache/kiln/venv/bin/python bench/optimizer_step.py --build-dir build/release
   ~/.cache/kiln/venv/bin/python bench/optimizer_step.py --optimizers nadam,radam,muon
@@ -110,9 +114,11 @@ REFERENCES = {
 TORCH_CPP = ("sgd", "adamw", "adagrad")
 # Where the table also holds Kiln to >= 2x the per-parameter loop (docs/benchmarks.md, Targets).
 LOOP_TARGET = ("sgd", "adamw")
-# Per-optimizer (warmup, reps, steps) where the defaults (3, 9, 5) would take too long; the
-# --warmup, --reps and --steps flags, when given, hold for every optimizer.
-RUN_LENGTH = {"muon": (1, 5, 1)}
+# Per-optimizer (warmup, reps, steps) where the defaults (3, 9, 5) would take too long (about 2 s
+# a step for muon's Newton-Schulz matmuls, about 1 s for adafactor's norms over short last
+# dimensions; rprop's masked writes and adadelta are slow under load); the --warmup, --reps and
+# --steps flags, when given, hold for every optimizer.
+RUN_LENGTH = {"muon": (1, 5, 1), "adafactor": (1, 5, 1), "rprop": (2, 5, 2), "adadelta": (2, 5, 2)}
 DEFAULT_RUN_LENGTH = (3, 9, 5)
 
 
@@ -149,15 +155,25 @@ def workload_for(opt, workload):
             [grads[i].reshape(grads[i].shape[0], -1) for i in keep])
 
 
+# The glibc heap settings `kiln run` applies to itself (host/io/heap.cpp), for --torch-malloc kiln
+# (as bench/train_throughput.py's).
+KILN_HEAP = {"MALLOC_MMAP_THRESHOLD_": "33554432", "MALLOC_TRIM_THRESHOLD_": "1073741824"}
+
+
 class CppServer:
     """bench_optimizer_step, spoken to over its line protocol."""
 
-    def __init__(self, binary, threads, plugin_dir):
+    def __init__(self, binary, threads, plugin_dir, engine_heap=True):
         cmd = [binary, "--threads", str(threads)]
         if plugin_dir:
             cmd += ["--plugin-dir", plugin_dir]
+        if not engine_heap:
+            cmd += ["--tune-heap", "0", "--kiln-allocator", "0"]
+        # Without the variables --torch-malloc kiln set for this process: the binary tunes its
+        # own heap (its MALLOC_* would turn that off, with the same thresholds).
+        env = {k: v for k, v in os.environ.items() if k not in KILN_HEAP}
         self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
-                                     bufsize=1)
+                                     bufsize=1, env=env)
         self.hello = json.loads(self._read())
 
     def _read(self):
@@ -217,7 +233,9 @@ class PyArm:
         params = []
         for p0, g in zip(init, grads):
             p = p0.clone().requires_grad_(True)
-            p.grad = g
+            # The arm's own gradients: schedulefree's optimizers write into p.grad (the weight
+            # decay added, AdamW's normalised in place), which must not reach the other arms.
+            p.grad = g.clone()
             params.append(p)
         flags = {} if self.mode == "only" else impl_flags(self.mode)
         name, make, _ = REFERENCES[self.optimizer]
@@ -257,19 +275,30 @@ def main():
     ap.add_argument("--plugin-dir", help="Kiln plugin folder (default: BUILD_DIR/plugins)")
     ap.add_argument("--threads", type=int, default=2, help="intra-op threads for every arm")
     ap.add_argument("--warmup", type=int,
-                    help="warm-up steps per arm (default 3; muon 1)")
+                    help="warm-up steps per arm (default 3; RUN_LENGTH's for a few)")
     ap.add_argument("--reps", type=int,
-                    help="measured repetitions per arm, >= 5 (default 9; muon 5)")
+                    help="measured repetitions per arm, >= 5 (default 9; RUN_LENGTH's for a few)")
     ap.add_argument("--steps", type=int,
-                    help="steps per repetition, its mean (default 5; muon 1)")
+                    help="steps per repetition, its mean (default 5; RUN_LENGTH's for a few)")
     ap.add_argument("--settle", type=float, default=0.1,
                     help="seconds of idle before each repetition, so the worker threads of the "
                          "process that ran before (spin-waiting OpenMP threads) are asleep")
+    ap.add_argument("--glibc-heap", action="store_true",
+                    help="run the C++ arms under glibc's and c10's defaults instead of the process "
+                         "settings of `kiln run` (its tuned heap and CPU allocator)")
+    ap.add_argument("--torch-malloc", default="default", choices=["default", "kiln"],
+                    help="glibc heap of the Python arms: default = glibc's, as a Python user gets "
+                         "it; kiln = the mmap/trim thresholds kiln run sets for itself")
     ap.add_argument("--optimizers", default="all",
                     help="comma-separated, of " + ",".join(ALL_OPTIMIZERS) + "; 'all': every one")
     args = ap.parse_args()
     if args.reps is not None and args.reps < 5:
         ap.error("--reps must be at least 5")
+    if args.torch_malloc == "kiln" and any(os.environ.get(k) != v for k, v in KILN_HEAP.items()):
+        # glibc reads them at start-up only.
+        os.execve(sys.executable, [sys.executable] + sys.argv, dict(os.environ, **KILN_HEAP))
+    python_heap = ("glibc's thresholds of `kiln run` (--torch-malloc kiln)"
+                   if args.torch_malloc == "kiln" else "glibc's defaults")
     optimizers = ALL_OPTIMIZERS if args.optimizers == "all" else args.optimizers.split(",")
     unknown = [o for o in optimizers if o not in HYPER]
     if unknown:
@@ -283,7 +312,7 @@ def main():
     plugin_dir = args.plugin_dir or os.path.join(args.build_dir, "plugins")
 
     torch.set_num_threads(args.threads)
-    server = CppServer(binary, args.threads, plugin_dir)
+    server = CppServer(binary, args.threads, plugin_dir, engine_heap=not args.glibc_heap)
     shapes = resnet50_parameter_shapes()
     cpp_shapes = [(n, s) for n, s in server.hello["params"]]
     if cpp_shapes != shapes:
@@ -296,6 +325,11 @@ def main():
                       + (f" ({', '.join(o for o in optimizers if run_length(o) == (w, r, n))})"
                          if len(lengths) > 1 else "")
                       for w, r, n in lengths), flush=True)
+    hello = server.hello
+    print(f"# C++ arms' process: heap tuned as `kiln run` tunes it: "
+          f"{'yes' if hello.get('tune_heap') else 'no'}; Kiln's CPU allocator: "
+          f"{'yes' if hello.get('kiln_allocator') else 'no'}; Python arms: heap {python_heap}, "
+          f"c10's CPU allocator", flush=True)
     for r in server.hello["refused"]:
         print(f"# plugin refused: {r}", flush=True)
 
