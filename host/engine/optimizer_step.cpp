@@ -1,6 +1,7 @@
 #include "engine/optimizer_step.hpp"
 
 #include <ATen/core/grad_mode.h>
+#include <ATen/ops/_foreach_copy.h>
 #include <ATen/ops/empty_like.h>
 #include <ATen/ops/full.h>
 #include <ATen/ops/isfinite.h>
@@ -10,7 +11,6 @@
 #include <ATen/ops/zeros.h>
 
 #include <cmath>
-#include <map>
 #include <stdexcept>
 #include <utility>
 
@@ -214,43 +214,47 @@ double OptimizerStep::mean_loss(double read, int64_t micro_batches, int64_t samp
   return sum.item<double>() / static_cast<double>(process_group_->world_size());
 }
 
+std::vector<at::Tensor> OptimizerStep::group_eval_weights(size_t g) const {
+  plugin::OptimizerAdapter& optimizer = *optimizers_[groups_[g].optimizer];
+  if (!optimizer.has_eval_weights()) return {};
+  at::NoGradGuard no_grad;
+  std::vector<at::Tensor> weights;
+  for (const at::Tensor& p : stepped_.groups()[g].params) weights.push_back(at::empty_like(p));
+  const double lr = g < last_group_lrs_.size() ? last_group_lrs_[g] : 0.0;
+  optimizer.eval_weights(group_step(g, last_step_, lr), weights);
+  return weights;
+}
+
 std::vector<std::pair<std::string, at::Tensor>> OptimizerStep::eval_weights() const {
   std::vector<std::pair<std::string, at::Tensor>> out;
-  at::NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
-    plugin::OptimizerAdapter& optimizer = *optimizers_[groups_[g].optimizer];
-    if (!optimizer.has_eval_weights()) continue;
-    const std::vector<at::Tensor>& params = stepped_.groups()[g].params;
-    std::vector<at::Tensor> weights;
-    for (const at::Tensor& p : params) weights.push_back(at::empty_like(p));
-    const double lr = g < last_group_lrs_.size() ? last_group_lrs_[g] : 0.0;
-    optimizer.eval_weights(group_step(g, last_step_, lr), weights);
-    for (size_t i = 0; i < params.size(); ++i) {
+    const std::vector<at::Tensor> weights = group_eval_weights(g);
+    for (size_t i = 0; i < weights.size(); ++i) {
       out.emplace_back(stepped_.groups()[g].names[i], weights[i]);
     }
   }
   return out;
 }
 
+// The model's own parameters take the weights (cast down from fp32 masters where there are).
 void OptimizerStep::swap_in_eval_weights() {
   at::NoGradGuard no_grad;
-  std::map<std::string, at::Tensor> model;
-  for (const ParamGroup& g : groups_) {
-    for (size_t i = 0; i < g.params.size(); ++i) model.emplace(g.names[i], g.params[i]);
-  }
   trained_.clear();
   swapped_.clear();
-  for (auto& [name, weights] : eval_weights()) {
-    at::Tensor target = model.at(name);
-    trained_.push_back(target.clone());
-    swapped_.push_back(target);
-    target.copy_(weights);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    const std::vector<at::Tensor> weights = group_eval_weights(g);
+    for (size_t i = 0; i < weights.size(); ++i) {
+      at::Tensor target = groups_[g].params[i];
+      trained_.push_back(target.clone());
+      swapped_.push_back(target);
+      target.copy_(weights[i]);
+    }
   }
 }
 
 void OptimizerStep::swap_out_eval_weights() {
   at::NoGradGuard no_grad;
-  for (size_t i = 0; i < swapped_.size(); ++i) swapped_[i].copy_(trained_[i]);
+  if (!swapped_.empty()) at::_foreach_copy_(swapped_, trained_);
   trained_.clear();
   swapped_.clear();
 }

@@ -103,6 +103,9 @@ class OptimizerStep {
   plugin::GroupStep group_step(size_t g, int64_t step, double lr) const;
   // One re-evaluation: the loss and gradients at the weights the optimizer wrote.
   kiln_reevaluation reevaluate();
+  // Group `g`'s evaluation weights, one new tensor per stepped parameter (empty when its
+  // optimizer gives none).
+  std::vector<at::Tensor> group_eval_weights(size_t g) const;
   // The window's mean loss from a check's read (a mean, or a sum over samples), over the ranks.
   double mean_loss(double read, int64_t micro_batches, int64_t samples) const;
 

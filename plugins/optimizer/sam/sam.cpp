@@ -79,12 +79,12 @@ void sam_step(const Sam& opt, const kiln_optimizer_step_args* args) {
   const at::Tensor grad_norm = global_norm(opt, groups);
   std::vector<std::vector<at::Tensor>> saved(groups.size());
   for (size_t g = 0; g < groups.size(); ++g) {
+    for (const Param& p : groups[g]) saved[g].push_back(p.param.clone());
     for (const auto& bucket : kiln::optim::by_device_and_dtype(groups[g])) {
       std::vector<at::Tensor> ps, gs;
       for (size_t i : bucket) {
         ps.push_back(groups[g][i].param);
         gs.push_back(groups[g][i].grad);
-        saved[g].push_back(groups[g][i].param.clone());
       }
       const at::Tensor scale = (opt.rho / grad_norm).to(ps.front());
       std::vector<at::Tensor> e;
@@ -104,12 +104,10 @@ void sam_step(const Sam& opt, const kiln_optimizer_step_args* args) {
   kiln::optim::check_host(opt.host, opt.host->reevaluate(args->ctx, &found));
   // Second step: back to w, and the inner optimizer's update with the new gradients.
   for (size_t g = 0; g < groups.size(); ++g) {
-    size_t k = 0;
-    std::vector<at::Tensor> ps;
-    for (const auto& bucket : kiln::optim::by_device_and_dtype(groups[g])) {
-      for (size_t i : bucket) ps.push_back(groups[g][i].param);
+    for (size_t k = 0; k < groups[g].size(); ++k) {
+      at::Tensor param = groups[g][k].param;  // a handle: copy_ writes the parameter's memory
+      param.copy_(saved[g][k]);
     }
-    for (; k < ps.size(); ++k) ps[k].copy_(saved[g][k]);
   }
   if (found.finite == 0) return;
   for (size_t g = 0; g < args->group_count; ++g) {
