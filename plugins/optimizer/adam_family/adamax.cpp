@@ -1,7 +1,7 @@
 // "adamax": torch.optim.Adamax (Adam with the infinity norm: the denominator is the decaying
 // maximum of |g| + eps; L2 weight decay added to the gradient), over the whole group per call in
-// the order of torch's _multi_tensor_adamax. State as torch names it: "step" (0-dim float32 on
-// the parameter's device), "exp_avg", "exp_inf".
+// the order of torch's _multi_tensor_adamax (in cache-sized chunks: common/chunked.hpp). State as
+// torch names it: "step" (0-dim float32 on the parameter's device), "exp_avg", "exp_inf".
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_foreach_abs.h>
 #include <ATen/ops/_foreach_add.h>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "adam_family/components.hpp"
+#include "common/chunked.hpp"
 #include "common/multi_tensor.hpp"
 #include "common/optim_common.hpp"
 #include "kiln/sdk.hpp"
@@ -48,25 +49,28 @@ void adamax_update(const Adamax& opt, kiln_call_context* ctx, const kiln_param_g
   }
   for (const auto& bucket : kiln::optim::by_device_and_dtype(params)) {
     kiln::optim::BucketLists b = kiln::optim::bucket_lists(params, bucket);
-    std::vector<at::Tensor> ps = b.params, gs = b.grads;
-    const std::vector<at::Tensor> bucket_exp_avgs = pick(exp_avgs, bucket);
-    const std::vector<at::Tensor> bucket_exp_infs = pick(exp_infs, bucket);
+    std::vector<at::Tensor> bucket_exp_avgs = pick(exp_avgs, bucket);
+    std::vector<at::Tensor> bucket_exp_infs = pick(exp_infs, bucket);
     const std::vector<at::Tensor> bucket_steps = pick(steps, bucket);
     at::_foreach_add_(bucket_steps, 1);
-    if (wd != 0.0) gs = at::_foreach_add(gs, ps, wd);
-    at::_foreach_lerp_(bucket_exp_avgs, gs, 1.0 - opt.beta1);
-    // exp_inf = max(beta2 exp_inf, |g| + eps)
-    at::_foreach_mul_(bucket_exp_infs, opt.beta2);
-    std::vector<at::Tensor> abs_grads = at::_foreach_abs(gs);
-    at::_foreach_add_(abs_grads, opt.eps);
-    at::_foreach_maximum_(bucket_exp_infs, abs_grads);
-
     std::vector<double> step_size;
     for (double step : kiln::optim::host_values(bucket_steps)) {
       step_size.push_back((lr / (1.0 - std::pow(opt.beta1, step))) * -1.0);
     }
-    at::_foreach_addcdiv_(ps, bucket_exp_avgs, bucket_exp_infs,
-                          kiln::optim::scalar_list(step_size));
+    kiln::optim::sweep_chunks(
+        {&b.params, &b.grads, &bucket_exp_avgs, &bucket_exp_infs},
+        [&](const std::vector<std::vector<at::Tensor>>& l, const std::vector<size_t>& which) {
+          const std::vector<at::Tensor>&ps = l[0], &exp_avg = l[2], &exp_inf = l[3];
+          std::vector<at::Tensor> gs = l[1];
+          if (wd != 0.0) gs = at::_foreach_add(gs, ps, wd);
+          at::_foreach_lerp_(exp_avg, gs, 1.0 - opt.beta1);
+          // exp_inf = max(beta2 exp_inf, |g| + eps)
+          at::_foreach_mul_(exp_inf, opt.beta2);
+          std::vector<at::Tensor> abs_grads = at::_foreach_abs(gs);
+          at::_foreach_add_(abs_grads, opt.eps);
+          at::_foreach_maximum_(exp_inf, abs_grads);
+          at::_foreach_addcdiv_(ps, exp_avg, exp_inf, kiln::optim::chunk_scalars(step_size, which));
+        });
   }
 }
 

@@ -1,6 +1,7 @@
 // "nadam": torch.optim.NAdam (Adam with Nesterov momentum whose factor mu_t warms up by
 // momentum_decay; L2 weight decay added to the gradient, or decoupled as NAdamW), over the whole
-// group per call in the order of torch's _multi_tensor_nadam. State as torch names it: "step"
+// group per call in the order of torch's _multi_tensor_nadam (in cache-sized chunks:
+// common/chunked.hpp). State as torch names it: "step"
 // and "mu_product" (the running product of the mu_t; 0-dim float32 on the parameter's device),
 // "exp_avg", "exp_avg_sq".
 #include <ATen/core/Tensor.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "adam_family/components.hpp"
+#include "common/chunked.hpp"
 #include "common/multi_tensor.hpp"
 #include "common/optim_common.hpp"
 #include "kiln/sdk.hpp"
@@ -57,24 +59,13 @@ void nadam_update(const NAdam& opt, kiln_call_context* ctx, const kiln_param_gro
   }
   for (const auto& bucket : kiln::optim::by_device_and_dtype(params)) {
     kiln::optim::BucketLists b = kiln::optim::bucket_lists(params, bucket);
-    std::vector<at::Tensor> ps = b.params, gs = b.grads;
-    const std::vector<at::Tensor> bucket_exp_avgs = kiln::optim::pick(exp_avgs, bucket);
-    const std::vector<at::Tensor> bucket_exp_avg_sqs = kiln::optim::pick(exp_avg_sqs, bucket);
+    std::vector<at::Tensor> bucket_exp_avgs = kiln::optim::pick(exp_avgs, bucket);
+    std::vector<at::Tensor> bucket_exp_avg_sqs = kiln::optim::pick(exp_avg_sqs, bucket);
     const std::vector<at::Tensor> bucket_mu_products = kiln::optim::pick(mu_products, bucket);
     const std::vector<at::Tensor> bucket_steps = kiln::optim::pick(steps, bucket);
     at::_foreach_add_(bucket_steps, 1);
-    if (wd != 0.0) {
-      if (opt.decoupled) {
-        at::_foreach_mul_(ps, 1.0 - lr * wd);
-      } else {
-        gs = at::_foreach_add(gs, ps, wd);
-      }
-    }
-    at::_foreach_lerp_(bucket_exp_avgs, gs, 1.0 - opt.beta1);
-    at::_foreach_mul_(bucket_exp_avg_sqs, opt.beta2);
-    at::_foreach_addcmul_(bucket_exp_avg_sqs, gs, gs, 1.0 - opt.beta2);
-    std::vector<at::Tensor> denom = at::_foreach_sqrt(bucket_exp_avg_sqs);
 
+    // The per-parameter scalars first, then the element-wise update in cache-sized chunks.
     const std::vector<double> step_values = kiln::optim::host_values(bucket_steps);
     std::vector<double> bias_correction_sqrt, mus, mu_nexts;
     for (double step : step_values) {
@@ -83,9 +74,6 @@ void nadam_update(const NAdam& opt, kiln_call_context* ctx, const kiln_param_gro
       mu_nexts.push_back(mu_at(opt, step + 1.0));
     }
     at::_foreach_mul_(bucket_mu_products, kiln::optim::scalar_list(mus));
-    at::_foreach_div_(denom, kiln::optim::scalar_list(bias_correction_sqrt));
-    at::_foreach_add_(denom, opt.eps);
-
     // The step sizes from mu_product as stored (float32), as torch reads it back.
     const std::vector<double> mu_product_values = kiln::optim::host_values(bucket_mu_products);
     std::vector<double> grad_step, exp_avg_step;
@@ -94,8 +82,28 @@ void nadam_update(const NAdam& opt, kiln_call_context* ctx, const kiln_param_gro
       grad_step.push_back(-(lr * (1.0 - mus[i]) / (1.0 - mu_product)));
       exp_avg_step.push_back(-(lr * mu_nexts[i] / (1.0 - mu_product * mu_nexts[i])));
     }
-    at::_foreach_addcdiv_(ps, gs, denom, kiln::optim::scalar_list(grad_step));
-    at::_foreach_addcdiv_(ps, bucket_exp_avgs, denom, kiln::optim::scalar_list(exp_avg_step));
+    kiln::optim::sweep_chunks(
+        {&b.params, &b.grads, &bucket_exp_avgs, &bucket_exp_avg_sqs},
+        [&](const std::vector<std::vector<at::Tensor>>& l, const std::vector<size_t>& which) {
+          const std::vector<at::Tensor>&ps = l[0], &exp_avg = l[2], &exp_avg_sq = l[3];
+          std::vector<at::Tensor> gs = l[1];
+          if (wd != 0.0) {
+            if (opt.decoupled) {
+              at::_foreach_mul_(ps, 1.0 - lr * wd);
+            } else {
+              gs = at::_foreach_add(gs, ps, wd);
+            }
+          }
+          at::_foreach_lerp_(exp_avg, gs, 1.0 - opt.beta1);
+          at::_foreach_mul_(exp_avg_sq, opt.beta2);
+          at::_foreach_addcmul_(exp_avg_sq, gs, gs, 1.0 - opt.beta2);
+          std::vector<at::Tensor> denom = at::_foreach_sqrt(exp_avg_sq);
+          at::_foreach_div_(denom, kiln::optim::chunk_scalars(bias_correction_sqrt, which));
+          at::_foreach_add_(denom, opt.eps);
+          at::_foreach_addcdiv_(ps, gs, denom, kiln::optim::chunk_scalars(grad_step, which));
+          at::_foreach_addcdiv_(ps, exp_avg, denom,
+                                kiln::optim::chunk_scalars(exp_avg_step, which));
+        });
   }
 }
 

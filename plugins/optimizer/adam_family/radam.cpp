@@ -1,8 +1,8 @@
 // "radam": torch.optim.RAdam (Adam whose adaptive step is rectified by the variance of the
 // approximated simple moving average, plain momentum SGD while that is not yet tractable; L2
 // weight decay added to the gradient, or decoupled as AdamW), over the whole group per call in
-// the order of torch's _multi_tensor_radam. State as torch names it: "step" (0-dim float32 on
-// the parameter's device), "exp_avg", "exp_avg_sq".
+// the order of torch's _multi_tensor_radam (in cache-sized chunks: common/chunked.hpp). State as
+// torch names it: "step" (0-dim float32 on the parameter's device), "exp_avg", "exp_avg_sq".
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_addcmul.h>
@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "adam_family/components.hpp"
+#include "common/chunked.hpp"
 #include "common/multi_tensor.hpp"
 #include "common/optim_common.hpp"
 #include "kiln/sdk.hpp"
@@ -53,22 +54,11 @@ void radam_update(const RAdam& opt, kiln_call_context* ctx, const kiln_param_gro
   const double rho_inf = 2.0 / (1.0 - opt.beta2) - 1.0;
   for (const auto& bucket : kiln::optim::by_device_and_dtype(params)) {
     kiln::optim::BucketLists b = kiln::optim::bucket_lists(params, bucket);
-    std::vector<at::Tensor> ps = b.params, gs = b.grads;
-    const std::vector<at::Tensor> bucket_exp_avgs = pick(exp_avgs, bucket);
-    const std::vector<at::Tensor> bucket_exp_avg_sqs = pick(exp_avg_sqs, bucket);
+    std::vector<at::Tensor> bucket_exp_avgs = pick(exp_avgs, bucket);
+    std::vector<at::Tensor> bucket_exp_avg_sqs = pick(exp_avg_sqs, bucket);
     const std::vector<at::Tensor> bucket_steps = pick(steps, bucket);
     at::_foreach_add_(bucket_steps, 1);
     const std::vector<double> step_values = kiln::optim::host_values(bucket_steps);
-    if (wd != 0.0) {
-      if (opt.decoupled) {
-        at::_foreach_mul_(ps, 1.0 - lr * wd);
-      } else {
-        gs = at::_foreach_add(gs, ps, wd);
-      }
-    }
-    at::_foreach_lerp_(bucket_exp_avgs, gs, 1.0 - opt.beta1);
-    at::_foreach_mul_(bucket_exp_avg_sqs, opt.beta2);
-    at::_foreach_addcmul_(bucket_exp_avg_sqs, gs, gs, 1.0 - opt.beta2);
 
     // Per parameter: rectified (rho_t > 5), the adaptive step
     //   p -= lr * rect * sqrt(1 - beta2^t) / (1 - beta1^t) * exp_avg / (sqrt(exp_avg_sq) + eps)
@@ -78,36 +68,54 @@ void radam_update(const RAdam& opt, kiln_call_context* ctx, const kiln_param_gro
     // reciprocal is 0 for the unrectified ones); they are stepped apart here, which is the same
     // sum and stays finite where sqrt(v) + eps is 0 (eps = 0 and a zero gradient).
     // Powers as torch's Python computes them (x ** 0.5 is pow, not sqrt).
-    std::vector<size_t> rectified, unrectified;
-    std::vector<double> rect_step, unrect_step;
+    std::vector<bool> rectified(step_values.size());
+    std::vector<double> step_size(step_values.size());
     for (size_t i = 0; i < step_values.size(); ++i) {
       const double step = step_values[i];
       const double beta2_t = std::pow(opt.beta2, step);
       const double rho_t = rho_inf - 2.0 * step * beta2_t / (1.0 - beta2_t);
       const double bias_correction1 = 1.0 - std::pow(opt.beta1, step);
-      if (rho_t > 5.0) {
+      rectified[i] = rho_t > 5.0;
+      if (rectified[i]) {
         const double rect = std::pow(
             (rho_t - 4.0) * (rho_t - 2.0) * rho_inf / ((rho_inf - 4.0) * (rho_inf - 2.0) * rho_t),
             0.5);
-        rectified.push_back(i);
-        rect_step.push_back(std::pow(1.0 - beta2_t, 0.5) * (lr * rect / bias_correction1) * -1.0);
+        step_size[i] = std::pow(1.0 - beta2_t, 0.5) * (lr * rect / bias_correction1) * -1.0;
       } else {
-        unrectified.push_back(i);
-        unrect_step.push_back((lr * 1.0 / bias_correction1) * -1.0);
+        step_size[i] = (lr * 1.0 / bias_correction1) * -1.0;
       }
     }
-    if (!rectified.empty()) {
-      std::vector<at::Tensor> buffer = at::_foreach_sqrt(pick(bucket_exp_avg_sqs, rectified));
-      at::_foreach_add_(buffer, opt.eps);
-      at::_foreach_div_(buffer, kiln::optim::scalar_list(rect_step));
-      at::_foreach_reciprocal_(buffer);
-      at::_foreach_addcmul_(pick(ps, rectified), pick(bucket_exp_avgs, rectified), buffer);
-    }
-    if (!unrectified.empty()) {
-      const std::vector<at::Tensor> update = at::_foreach_mul(
-          pick(bucket_exp_avgs, unrectified), kiln::optim::scalar_list(unrect_step));
-      at::_foreach_add_(pick(ps, unrectified), update);
-    }
+    kiln::optim::sweep_chunks(
+        {&b.params, &b.grads, &bucket_exp_avgs, &bucket_exp_avg_sqs},
+        [&](const std::vector<std::vector<at::Tensor>>& l, const std::vector<size_t>& which) {
+          const std::vector<at::Tensor>&ps = l[0], &exp_avg = l[2], &exp_avg_sq = l[3];
+          std::vector<at::Tensor> gs = l[1];
+          if (wd != 0.0) {
+            if (opt.decoupled) {
+              at::_foreach_mul_(ps, 1.0 - lr * wd);
+            } else {
+              gs = at::_foreach_add(gs, ps, wd);
+            }
+          }
+          at::_foreach_lerp_(exp_avg, gs, 1.0 - opt.beta1);
+          at::_foreach_mul_(exp_avg_sq, opt.beta2);
+          at::_foreach_addcmul_(exp_avg_sq, gs, gs, 1.0 - opt.beta2);
+          std::vector<size_t> rect, unrect;  // positions in the chunk
+          for (size_t j = 0; j < which.size(); ++j)
+            (rectified[which[j]] ? rect : unrect).push_back(j);
+          if (!rect.empty()) {
+            std::vector<at::Tensor> buffer = at::_foreach_sqrt(pick(exp_avg_sq, rect));
+            at::_foreach_add_(buffer, opt.eps);
+            at::_foreach_div_(buffer, kiln::optim::chunk_scalars(step_size, pick(which, rect)));
+            at::_foreach_reciprocal_(buffer);
+            at::_foreach_addcmul_(pick(ps, rect), pick(exp_avg, rect), buffer);
+          }
+          if (!unrect.empty()) {
+            const std::vector<at::Tensor> update = at::_foreach_mul(
+                pick(exp_avg, unrect), kiln::optim::chunk_scalars(step_size, pick(which, unrect)));
+            at::_foreach_add_(pick(ps, unrect), update);
+          }
+        });
   }
 }
 

@@ -1,8 +1,8 @@
 // "adadelta": torch.optim.Adadelta (the step is the gradient scaled by the ratio of the running
 // RMS of past updates to the running RMS of gradients, times lr; L2 weight decay added to the
-// gradient), over the whole group per call in the order of torch's _multi_tensor_adadelta. State
-// as torch names it: "step" (0-dim float32 on the parameter's device), "square_avg",
-// "acc_delta".
+// gradient), over the whole group per call in the order of torch's _multi_tensor_adadelta (in
+// cache-sized chunks: common/chunked.hpp). State as torch names it: "step" (0-dim float32 on the
+// parameter's device), "square_avg", "acc_delta".
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_addcmul.h>
@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "adaptive/components.hpp"
+#include "common/chunked.hpp"
 #include "common/multi_tensor.hpp"
 #include "common/optim_common.hpp"
 #include "kiln/sdk.hpp"
@@ -47,23 +48,28 @@ void adadelta_update(const Adadelta& opt, kiln_call_context* ctx, const kiln_par
   }
   for (const auto& bucket : kiln::optim::by_device_and_dtype(params)) {
     kiln::optim::BucketLists b = kiln::optim::bucket_lists(params, bucket);
-    std::vector<at::Tensor> ps = b.params, gs = b.grads;
-    const std::vector<at::Tensor> bucket_square_avgs = pick(square_avgs, bucket);
-    const std::vector<at::Tensor> bucket_acc_deltas = pick(acc_deltas, bucket);
+    std::vector<at::Tensor> bucket_square_avgs = pick(square_avgs, bucket);
+    std::vector<at::Tensor> bucket_acc_deltas = pick(acc_deltas, bucket);
     at::_foreach_add_(pick(steps, bucket), 1);
-    if (wd != 0.0) gs = at::_foreach_add(gs, ps, wd);
-    at::_foreach_mul_(bucket_square_avgs, opt.rho);
-    at::_foreach_addcmul_(bucket_square_avgs, gs, gs, 1.0 - opt.rho);
-    std::vector<at::Tensor> std_ = at::_foreach_add(bucket_square_avgs, opt.eps);
-    at::_foreach_sqrt_(std_);
-    // delta = sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g
-    std::vector<at::Tensor> deltas = at::_foreach_add(bucket_acc_deltas, opt.eps);
-    at::_foreach_sqrt_(deltas);
-    at::_foreach_div_(deltas, std_);
-    at::_foreach_mul_(deltas, gs);
-    at::_foreach_mul_(bucket_acc_deltas, opt.rho);
-    at::_foreach_addcmul_(bucket_acc_deltas, deltas, deltas, 1.0 - opt.rho);
-    at::_foreach_add_(ps, deltas, -lr);
+    kiln::optim::sweep_chunks(
+        {&b.params, &b.grads, &bucket_square_avgs, &bucket_acc_deltas},
+        [&](const std::vector<std::vector<at::Tensor>>& l, const std::vector<size_t>&) {
+          const std::vector<at::Tensor>&ps = l[0], &square_avg = l[2], &acc_delta = l[3];
+          std::vector<at::Tensor> gs = l[1];
+          if (wd != 0.0) gs = at::_foreach_add(gs, ps, wd);
+          at::_foreach_mul_(square_avg, opt.rho);
+          at::_foreach_addcmul_(square_avg, gs, gs, 1.0 - opt.rho);
+          std::vector<at::Tensor> std_ = at::_foreach_add(square_avg, opt.eps);
+          at::_foreach_sqrt_(std_);
+          // delta = sqrt(acc_delta + eps) / sqrt(square_avg + eps) * g
+          std::vector<at::Tensor> deltas = at::_foreach_add(acc_delta, opt.eps);
+          at::_foreach_sqrt_(deltas);
+          at::_foreach_div_(deltas, std_);
+          at::_foreach_mul_(deltas, gs);
+          at::_foreach_mul_(acc_delta, opt.rho);
+          at::_foreach_addcmul_(acc_delta, deltas, deltas, 1.0 - opt.rho);
+          at::_foreach_add_(ps, deltas, -lr);
+        });
   }
 }
 

@@ -1,7 +1,8 @@
 // "adagrad": torch.optim.Adagrad (each coordinate's step divided by the root of its summed
 // squared gradients; the rate decayed by lr_decay per step; L2 weight decay added to the
-// gradient), over the whole group per call in the order of torch's _multi_tensor_adagrad. State as
-// torch names it: "step" (0-dim float32 on the parameter's device), "sum" (started at
+// gradient), over the whole group per call: on the CPU with ATen's fused kernel as torch's
+// fused=True path, elsewhere in the order of torch's _multi_tensor_adagrad. State as torch names
+// it: "step" (0-dim float32 on the parameter's device), "sum" (started at
 // initial_accumulator_value).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_foreach_add.h>
@@ -9,12 +10,14 @@
 #include <ATen/ops/_foreach_addcmul.h>
 #include <ATen/ops/_foreach_mul.h>
 #include <ATen/ops/_foreach_sqrt.h>
+#include <ATen/ops/_fused_adagrad.h>
 
 #include <cmath>
 #include <memory>
 #include <vector>
 
 #include "adaptive/components.hpp"
+#include "common/calling_thread.hpp"
 #include "common/multi_tensor.hpp"
 #include "common/optim_common.hpp"
 #include "kiln/sdk.hpp"
@@ -45,7 +48,32 @@ void adagrad_update(const Adagrad& opt, kiln_call_context* ctx, const kiln_param
     sums[k] = kiln::optim::full_state(state, p, "sum", opt.initial_accumulator_value);
     steps[k] = state.get(p, "step", KILN_STATE_SCALAR_LIKE_PARAM);
   }
+  // On the CPU, ATen's fused kernel (torch's fused=True path; torch has none for CUDA): one pass
+  // over each tensor's memory instead of six sweeps of the group.
+  kiln::optim::FlatViews flat;
+  for (const auto& bucket : kiln::optim::fused_kernel_buckets(params)) {
+    if (!params[bucket.front()].param.is_cpu()) continue;
+    std::vector<at::Tensor> ps, gs, bucket_sums, bucket_steps;
+    for (size_t k : bucket) {
+      const Param& p = params[k];
+      const at::ScalarType dtype = p.param.scalar_type();
+      // The kernel walks memory linearly: every tensor of this parameter in one dense layout.
+      const std::vector<int64_t> layout = kiln::optim::FlatViews::layout_for(p.param, sums[k]);
+      ps.push_back(flat.flat(p.param, layout, dtype, true));
+      gs.push_back(flat.flat(p.grad, layout, dtype, false));
+      bucket_sums.push_back(flat.flat(sums[k], layout, dtype, true));
+      bucket_steps.push_back(steps[k]);
+    }
+    at::_foreach_add_(bucket_steps, 1);
+    const kiln::optim::CallingThreadOnly small(
+        kiln::optim::steps_on_calling_thread(params[bucket.front()].param));
+    at::_fused_adagrad_(ps, gs, bucket_sums, bucket_steps, lr, opt.lr_decay, wd, opt.eps,
+                        /*maximize=*/false);
+  }
+  flat.commit();
+  // Elsewhere, torch's _multi_tensor_adagrad.
   for (const auto& bucket : kiln::optim::by_device_and_dtype(params)) {
+    if (params[bucket.front()].param.is_cpu()) continue;
     kiln::optim::BucketLists b = kiln::optim::bucket_lists(params, bucket);
     std::vector<at::Tensor> ps = b.params, gs = b.grads;
     const std::vector<at::Tensor> bucket_sums = pick(sums, bucket);

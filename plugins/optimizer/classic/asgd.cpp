@@ -1,9 +1,9 @@
 // "asgd": torch.optim.ASGD (SGD with the step eta_t = lr / (1 + lambd lr t)^alpha and decay
 // lambd, and the running average of the iterates ax, averaged from step t0 on; L2 weight decay
-// added to the gradient), over the whole group per call with ATen's multi-tensor (_foreach) ops.
-// State as torch names it: "step", "eta" (started at the group's lr) and "mu" (the averaging
-// weight, started at 1), each 0-dim float32 on the parameter's device as torch keeps them, and
-// "ax".
+// added to the gradient), over the whole group per call with ATen's multi-tensor (_foreach) ops in
+// cache-sized chunks (common/chunked.hpp). State as torch names it: "step", "eta" (started at the
+// group's lr) and "mu" (the averaging weight, started at 1), each 0-dim float32 on the parameter's
+// device as torch keeps them, and "ax".
 //
 // The arithmetic is that of torch's _single_tensor_asgd, not of _multi_tensor_asgd: the multi-
 // tensor path computes p - eta (g + lambd p) where the single-tensor one computes
@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "classic/components.hpp"
+#include "common/chunked.hpp"
 #include "common/multi_tensor.hpp"
 #include "common/optim_common.hpp"
 #include "kiln/sdk.hpp"
@@ -63,7 +64,6 @@ void asgd_update(const Asgd& opt, kiln_call_context* ctx, const kiln_param_group
     const std::vector<at::Tensor> bucket_axs = pick(axs, bucket);
     const std::vector<at::Tensor> bucket_steps = pick(steps, bucket);
     at::_foreach_add_(bucket_steps, 1);
-    if (wd != 0.0) gs = at::_foreach_add(gs, ps, wd);
 
     // eta, mu and step of each parameter on the host (one copy for a device).
     std::vector<at::Tensor> scalars = bucket_etas;
@@ -76,32 +76,37 @@ void asgd_update(const Asgd& opt, kiln_call_context* ctx, const kiln_param_group
     const std::vector<double> step(values.begin() + 2 * m, values.end());
 
     // p = p (1 - lambd eta) - eta g: the second term one call per distinct eta (all parameters
-    // share one unless some joined the group late), as add_(g, alpha=-eta) rounds.
+    // share one unless some joined the group late), as add_(g, alpha=-eta) rounds. Then
+    // ax = p while mu is 1, else ax + (p - ax) mu. Element-wise, in cache-sized chunks.
     std::vector<double> decay;
     for (double e : eta) decay.push_back(1.0 - opt.lambd * e);
-    at::_foreach_mul_(ps, kiln::optim::scalar_list(decay));
-    std::map<double, std::vector<size_t>> by_eta;
-    for (size_t i = 0; i < m; ++i) by_eta[eta[i]].push_back(i);
-    for (const auto& [e, idx] : by_eta) at::_foreach_add_(pick(ps, idx), pick(gs, idx), -e);
-
-    // ax = p while mu is 1, else ax + (p - ax) mu.
-    std::vector<size_t> copied, averaged;
-    std::vector<double> weights;
-    for (size_t i = 0; i < m; ++i) {
-      if (mu[i] != 1.0) {
-        averaged.push_back(i);
-        weights.push_back(mu[i]);
-      } else {
-        copied.push_back(i);
+    std::vector<at::Tensor> ax = bucket_axs;
+    kiln::optim::sweep_chunks({&ps, &gs, &ax}, [&](const std::vector<std::vector<at::Tensor>>& l,
+                                                   const std::vector<size_t>& which) {
+      const std::vector<at::Tensor>&cp = l[0], &cax = l[2];
+      std::vector<at::Tensor> cg = l[1];
+      if (wd != 0.0) cg = at::_foreach_add(cg, cp, wd);
+      at::_foreach_mul_(cp, kiln::optim::chunk_scalars(decay, which));
+      std::map<double, std::vector<size_t>> by_eta;
+      for (size_t j = 0; j < which.size(); ++j) by_eta[eta[which[j]]].push_back(j);
+      for (const auto& [e, idx] : by_eta) at::_foreach_add_(pick(cp, idx), pick(cg, idx), -e);
+      std::vector<size_t> copied, averaged;
+      std::vector<double> weights;
+      for (size_t j = 0; j < which.size(); ++j) {
+        if (mu[which[j]] != 1.0) {
+          averaged.push_back(j);
+          weights.push_back(mu[which[j]]);
+        } else {
+          copied.push_back(j);
+        }
       }
-    }
-    if (!copied.empty()) at::_foreach_copy_(pick(bucket_axs, copied), pick(ps, copied));
-    if (!averaged.empty()) {
-      std::vector<at::Tensor> diff =
-          at::_foreach_sub(pick(ps, averaged), pick(bucket_axs, averaged));
-      at::_foreach_mul_(diff, kiln::optim::scalar_list(weights));
-      at::_foreach_add_(pick(bucket_axs, averaged), diff);
-    }
+      if (!copied.empty()) at::_foreach_copy_(pick(cax, copied), pick(cp, copied));
+      if (!averaged.empty()) {
+        std::vector<at::Tensor> diff = at::_foreach_sub(pick(cp, averaged), pick(cax, averaged));
+        at::_foreach_mul_(diff, kiln::optim::scalar_list(weights));
+        at::_foreach_add_(pick(cax, averaged), diff);
+      }
+    });
 
     // The next step's eta and mu, in double as torch's Python computes them.
     for (size_t i = 0; i < m; ++i) {

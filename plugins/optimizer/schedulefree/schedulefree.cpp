@@ -22,6 +22,7 @@
 #include <string>
 #include <vector>
 
+#include "common/chunked.hpp"
 #include "common/optim_common.hpp"
 #include "kiln/sdk.hpp"
 #include "kiln/torch.hpp"
@@ -88,23 +89,31 @@ void schedulefree_update(const ScheduleFree& opt, kiln_call_context* ctx,
     double ckp1 = 0.0;
     for (size_t i : bucket) ckp1 = next_ckp1(opt, k, lr, lr_max[i], weight_sum[i]);
     // Gradients are the host's (read only): the package's in-place updates of them go to a copy.
-    std::vector<at::Tensor> step_dir;
-    if (opt.adam) {
-      const double bias_correction2 = 1.0 - std::pow(opt.beta2, static_cast<double>(k + 1));
-      at::_foreach_mul_(vs, opt.beta2);
-      at::_foreach_addcmul_(vs, g, g, 1.0 - opt.beta2);
-      std::vector<at::Tensor> denom = at::_foreach_div(vs, bias_correction2);
-      at::_foreach_sqrt_(denom);
-      at::_foreach_add_(denom, opt.eps);
-      step_dir = at::_foreach_div(g, denom);
-    } else {
-      step_dir = at::_foreach_mul(g, 1.0);
-    }
-    if (group->weight_decay != 0.0) at::_foreach_add_(step_dir, y, group->weight_decay);
-    // y moves towards z and along the gradient; z takes the plain step.
-    at::_foreach_lerp_(y, zs, ckp1);
-    at::_foreach_add_(y, step_dir, lr * (opt.beta1 * (1.0 - ckp1) - 1.0));
-    at::_foreach_sub_(zs, step_dir, lr);
+    // Element-wise, in cache-sized chunks (common/chunked.hpp).
+    const double bias_correction2 = 1.0 - std::pow(opt.beta2, static_cast<double>(k + 1));
+    std::vector<std::vector<at::Tensor>*> lists{&y, &g, &zs};
+    if (opt.adam) lists.push_back(&vs);
+    kiln::optim::sweep_chunks(
+        lists, [&](const std::vector<std::vector<at::Tensor>>& l, const std::vector<size_t>&) {
+          const std::vector<at::Tensor>&cy = l[0], &cg = l[1], &cz = l[2];
+          std::vector<at::Tensor> step_dir;
+          if (opt.adam) {
+            const std::vector<at::Tensor>& cv = l[3];
+            at::_foreach_mul_(cv, opt.beta2);
+            at::_foreach_addcmul_(cv, cg, cg, 1.0 - opt.beta2);
+            std::vector<at::Tensor> denom = at::_foreach_div(cv, bias_correction2);
+            at::_foreach_sqrt_(denom);
+            at::_foreach_add_(denom, opt.eps);
+            step_dir = at::_foreach_div(cg, denom);
+          } else {
+            step_dir = at::_foreach_mul(cg, 1.0);
+          }
+          if (group->weight_decay != 0.0) at::_foreach_add_(step_dir, cy, group->weight_decay);
+          // y moves towards z and along the gradient; z takes the plain step.
+          at::_foreach_lerp_(cy, cz, ckp1);
+          at::_foreach_add_(cy, step_dir, lr * (opt.beta1 * (1.0 - ckp1) - 1.0));
+          at::_foreach_sub_(cz, step_dir, lr);
+        });
   }
 }
 
