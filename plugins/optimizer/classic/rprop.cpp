@@ -2,9 +2,10 @@
 // size against the sign of its gradient; the step size grows by etaplus while the gradient keeps
 // its sign and shrinks by etaminus when it flips, within [step_size_min, step_size_max]; lr is
 // the initial step size), over the whole group per call in the order of torch's
-// _multi_tensor_rprop. torch.optim.Rprop has no weight decay: a group with any is refused. State
-// as torch names it: "step" (0-dim float32 on the parameter's device), "prev" (the last
-// gradient, 0 where its sign flipped), "step_size" (started at the group's lr).
+// _multi_tensor_rprop (in cache-sized chunks: common/chunked.hpp). torch.optim.Rprop has no
+// weight decay: a group with any is refused. State as torch names it: "step" (0-dim float32 on
+// the parameter's device), "prev" (the last gradient, 0 where its sign flipped), "step_size"
+// (started at the group's lr).
 #include <ATen/core/Tensor.h>
 #include <ATen/ops/_foreach_add.h>
 #include <ATen/ops/_foreach_addcmul.h>
@@ -17,6 +18,7 @@
 #include <vector>
 
 #include "classic/components.hpp"
+#include "common/chunked.hpp"
 #include "common/multi_tensor.hpp"
 #include "common/optim_common.hpp"
 #include "kiln/sdk.hpp"
@@ -55,32 +57,37 @@ void rprop_update(const Rprop& opt, kiln_call_context* ctx, const kiln_param_gro
   }
   for (const auto& bucket : kiln::optim::by_device_and_dtype(params)) {
     kiln::optim::BucketLists b = kiln::optim::bucket_lists(params, bucket);
-    const std::vector<at::Tensor> bucket_prevs = pick(prevs, bucket);
-    const std::vector<at::Tensor> bucket_step_sizes = pick(step_sizes, bucket);
+    std::vector<at::Tensor> bucket_prevs = pick(prevs, bucket);
+    std::vector<at::Tensor> bucket_step_sizes = pick(step_sizes, bucket);
     at::_foreach_add_(pick(steps, bucket), 1);
-
-    // Per coordinate: etaplus where g and prev agree in sign, etaminus where they differ, 1
-    // where either is 0.
-    std::vector<at::Tensor> signs = at::_foreach_mul(b.grads, bucket_prevs);
-    at::_foreach_copy_(bucket_prevs, b.grads);
-    at::_foreach_sign_(signs);
-    for (at::Tensor& sign : signs) {
-      sign.masked_fill_(sign.gt(0), opt.etaplus);
-      sign.masked_fill_(sign.lt(0), opt.etaminus);
-      sign.masked_fill_(sign.eq(0), 1);
-    }
-    at::_foreach_mul_(bucket_step_sizes, signs);
-    for (const at::Tensor& step_size : bucket_step_sizes) {
-      at::Tensor s = step_size;  // a handle: clamp_ writes the state
-      s.clamp_(opt.step_size_min, opt.step_size_max);
-    }
-    // Where the sign flipped the coordinate does not move, and its next step counts as fresh.
-    for (size_t i = 0; i < signs.size(); ++i) {
-      at::Tensor prev = bucket_prevs[i];
-      prev.masked_fill_(signs[i].eq(opt.etaminus), 0);
-    }
-    const std::vector<at::Tensor> grad_signs = at::_foreach_sign(bucket_prevs);
-    at::_foreach_addcmul_(b.params, grad_signs, bucket_step_sizes, -1);
+    kiln::optim::sweep_chunks(
+        {&b.params, &b.grads, &bucket_prevs, &bucket_step_sizes},
+        [&](const std::vector<std::vector<at::Tensor>>& l, const std::vector<size_t>&) {
+          const std::vector<at::Tensor>&ps = l[0], &gs = l[1], &prev = l[2], &step_size = l[3];
+          // Per coordinate: etaplus where g and prev agree in sign, etaminus where they differ,
+          // 1 where either is 0.
+          std::vector<at::Tensor> signs = at::_foreach_mul(gs, prev);
+          at::_foreach_copy_(prev, gs);
+          at::_foreach_sign_(signs);
+          for (at::Tensor& sign : signs) {
+            sign.masked_fill_(sign.gt(0), opt.etaplus);
+            sign.masked_fill_(sign.lt(0), opt.etaminus);
+            sign.masked_fill_(sign.eq(0), 1);
+          }
+          at::_foreach_mul_(step_size, signs);
+          for (const at::Tensor& size : step_size) {
+            at::Tensor s = size;  // a handle: clamp_ writes the state
+            s.clamp_(opt.step_size_min, opt.step_size_max);
+          }
+          // Where the sign flipped the coordinate does not move, and its next step counts as
+          // fresh.
+          for (size_t i = 0; i < signs.size(); ++i) {
+            at::Tensor pr = prev[i];
+            pr.masked_fill_(signs[i].eq(opt.etaminus), 0);
+          }
+          const std::vector<at::Tensor> grad_signs = at::_foreach_sign(prev);
+          at::_foreach_addcmul_(ps, grad_signs, step_size, -1);
+        });
   }
 }
 

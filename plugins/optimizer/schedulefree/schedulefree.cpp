@@ -105,10 +105,12 @@ void schedulefree_update(const ScheduleFree& opt, kiln_call_context* ctx,
             at::_foreach_sqrt_(denom);
             at::_foreach_add_(denom, opt.eps);
             step_dir = at::_foreach_div(cg, denom);
+            if (group->weight_decay != 0.0) at::_foreach_add_(step_dir, cy, group->weight_decay);
+          } else if (group->weight_decay != 0.0) {
+            step_dir = at::_foreach_add(cg, cy, group->weight_decay);
           } else {
-            step_dir = at::_foreach_mul(cg, 1.0);
+            step_dir = cg;  // only read below
           }
-          if (group->weight_decay != 0.0) at::_foreach_add_(step_dir, cy, group->weight_decay);
           // y moves towards z and along the gradient; z takes the plain step.
           at::_foreach_lerp_(cy, cz, ckp1);
           at::_foreach_add_(cy, step_dir, lr * (opt.beta1 * (1.0 - ckp1) - 1.0));
