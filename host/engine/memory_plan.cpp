@@ -30,16 +30,13 @@ std::set<std::string> norm_tensor_names(torch::nn::Module& model) {
 
 }  // namespace
 
-OptimizerStateCost measure_optimizer_state(const config::Pipeline& p) {
-  // A throwaway optimizer instance steps one probe tensor; what it asked the host to allocate is
-  // its state. Options are the pipeline's, so e.g. momentum 0 (no buffer) is reflected.
-  constexpr int64_t kProbe = 4096;
-  // [optimizer]'s (a wrapper with its inner one); [[optimizer.partition]]s' are not counted.
-  const config::ComponentChoice& inner = p.inner_optimizer;
-  plugin::OptimizerAdapter optimizer(*p.optimizer.component, p.optimizer.options, nullptr,
-                                     inner.component,
-                                     inner.component != nullptr ? &inner.options : nullptr);
-  std::vector<at::Tensor> params = {at::zeros({kProbe}).requires_grad_(true)};
+namespace {
+
+constexpr int64_t kProbe = 4096;  // values in a probe tensor
+
+// One dry step of `optimizer` on a probe tensor of `shape` (kProbe values).
+void step_probe(plugin::OptimizerAdapter& optimizer, at::IntArrayRef shape) {
+  std::vector<at::Tensor> params = {at::zeros(shape).requires_grad_(true)};
   params[0].mutable_grad() = at::ones_like(params[0]);
   std::vector<std::string> names = {"probe"};
   plugin::GroupStep view;
@@ -59,27 +56,57 @@ OptimizerStateCost measure_optimizer_state(const config::Pipeline& p) {
   } else {
     optimizer.step(view);
   }
-  OptimizerStateCost cost;
-  const auto count = [&](const plugin::StateStore& store) {
-    for (const auto& [param, states] : store) {
-      for (const auto& [name, t] : states) {
-        const double bytes = static_cast<double>(t.numel() * bytes_of(t.scalar_type()));
-        if (t.numel() == kProbe) {
-          cost.bytes_per_element += bytes / kProbe;
-        } else {
-          cost.bytes_per_tensor += bytes;
+}
+
+// The state `choice` (with `inner` for a wrapper) allocates: a throwaway instance steps a probe
+// vector, or a probe matrix when it refuses vectors (Muon); state whose size is a multiple of
+// the probe's counts per element (a history of k copies as k), anything else per tensor.
+OptimizerStateCost measure_one(const config::ComponentChoice& choice,
+                               const config::ComponentChoice& inner) {
+  const std::vector<std::vector<int64_t>> shapes = {{kProbe}, {32, kProbe / 32}};
+  for (size_t s = 0; s < shapes.size(); ++s) {
+    plugin::OptimizerAdapter optimizer(*choice.component, choice.options, nullptr, inner.component,
+                                       inner.component != nullptr ? &inner.options : nullptr);
+    try {
+      step_probe(optimizer, shapes[s]);
+    } catch (const std::exception&) {
+      if (s + 1 < shapes.size()) continue;
+      throw;
+    }
+    OptimizerStateCost cost;
+    const auto count = [&](const plugin::StateStore& store) {
+      for (const auto& [param, states] : store) {
+        for (const auto& [name, t] : states) {
+          const double bytes = static_cast<double>(t.numel() * bytes_of(t.scalar_type()));
+          if (t.numel() > 0 && t.numel() % kProbe == 0) {
+            cost.bytes_per_element += bytes / kProbe;
+          } else {
+            cost.bytes_per_tensor += bytes;
+          }
         }
       }
-    }
-  };
-  count(optimizer.state());
-  if (optimizer.inner() != nullptr) count(optimizer.inner()->state());
-  return cost;
+    };
+    count(optimizer.state());
+    if (optimizer.inner() != nullptr) count(optimizer.inner()->state());
+    return cost;
+  }
+  return {};
+}
+
+}  // namespace
+
+std::vector<OptimizerStateCost> measure_optimizer_state(const config::Pipeline& p) {
+  // Options are the pipeline's, so e.g. momentum 0 (no buffer) is reflected.
+  std::vector<OptimizerStateCost> costs = {measure_one(p.optimizer, p.inner_optimizer)};
+  for (const config::OptimizerPartition& part : p.partitions) {
+    costs.push_back(measure_one(part.optimizer, config::ComponentChoice{}));
+  }
+  return costs;
 }
 
 MemoryEstimate estimate_memory(torch::nn::Module& model, const std::vector<ParamGroup>& groups,
-                               const PrecisionPlan& plan, const OptimizerStateCost& state,
-                               bool ema) {
+                               const PrecisionPlan& plan,
+                               const std::vector<OptimizerStateCost>& state, bool ema) {
   MemoryEstimate e;
   e.mode = plan.name;
   const std::set<std::string> norm = norm_tensor_names(model);
@@ -109,9 +136,10 @@ MemoryEstimate estimate_memory(torch::nn::Module& model, const std::vector<Param
       if (master) e.master_weights += n * bytes_of(at::kFloat);
       // State is allocated like the tensor the optimizer steps.
       const at::ScalarType stepped = master ? at::kFloat : dtype;
+      const OptimizerStateCost& cost = state.at(group.optimizer);
       e.optimizer_state += static_cast<int64_t>(
-          state.bytes_per_element * static_cast<double>(n * bytes_of(stepped)) / 4.0 +
-          state.bytes_per_tensor);
+          cost.bytes_per_element * static_cast<double>(n * bytes_of(stepped)) / 4.0 +
+          cost.bytes_per_tensor);
     }
   }
   return e;

@@ -33,9 +33,20 @@ std::string mib(int64_t bytes) {
   return fmt::format("{:.3f}", static_cast<double>(bytes) / 1048576.0);
 }
 
+// "adamw", or "adamw + muon" with a partition: the optimizers whose state the table counts.
+std::string optimizer_names(const config::Pipeline& p) {
+  std::string names(p.optimizer.component->name());
+  for (const config::OptimizerPartition& part : p.partitions) {
+    names += " + ";
+    names += part.optimizer.component->name();
+  }
+  return names;
+}
+
 // Static memory of the pipeline's precision and, for comparison, of the three shapes a precision
 // plan can take (a float32 model, a half model with float32 masters, a half model alone). The
 // rows are named by what they hold, not by plugins: any precision plugin yields one of them.
+
 std::string memory_table(const config::Pipeline& p, torch::nn::Module& model,
                          const std::vector<ParamGroup>& groups) {
   const c10::Device device = resolve_device(p.settings.run.device);
@@ -55,13 +66,13 @@ std::string memory_table(const config::Pipeline& p, torch::nn::Module& model,
   shape("float32", false, false);
   shape("half+master", true, true);
   shape("half", true, false);
-  const OptimizerStateCost state = measure_optimizer_state(p);
+  const std::vector<OptimizerStateCost> state = measure_optimizer_state(p);
   const bool ema = p.settings.ema.decay > 0;
   // The ema column only where [ema] is on: the table of other pipelines stays as it was.
   std::string out = fmt::format(
       "# static memory in MiB with optimizer {} (activations, and under autocast the half "
       "copies of weights, come on top)\n#   {:<12} {:>9} {:>9} {:>9} {:>9} {}{:>9}\n",
-      p.optimizer.component->name(), "precision", "weights", "grads", "masters", "optimizer",
+      optimizer_names(p), "precision", "weights", "grads", "masters", "optimizer",
       ema ? fmt::format("{:>9} ", "ema") : "", "total");
   for (size_t i = 0; i < plans.size(); ++i) {
     const MemoryEstimate e = estimate_memory(model, groups, plans[i], state, ema);

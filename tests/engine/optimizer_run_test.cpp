@@ -209,6 +209,18 @@ TEST_F(OptimizerRun, MuonOnHiddenWeightsAndAdamwOnTheRestEqualTorch) {
       << plan.output;
   EXPECT_NE(plan.output.find("head.weight 10x10 -> adamw (default)"), std::string::npos)
       << plan.output;
+  // The memory table counts each part's state with its own optimizer's.
+  EXPECT_NE(plan.output.find("static memory in MiB with optimizer adamw + muon"), std::string::npos)
+      << plan.output;
+  // AdamW: 132 values x (exp_avg + exp_avg_sq) + 4 step counters; Muon: 552 values x its
+  // momentum buffer. 3280 bytes = 0.003 MiB, where AdamW's state for all 684 values would be
+  // 0.005.
+  const size_t row = plan.output.find("# * fp32");
+  ASSERT_NE(row, std::string::npos) << plan.output;
+  std::istringstream fields(plan.output.substr(row + 8));
+  double weights = 0, grads = 0, masters = 0, optimizer = 0;
+  fields >> weights >> grads >> masters >> optimizer;
+  EXPECT_DOUBLE_EQ(optimizer, 0.003) << plan.output;
   // torch.optim.Muon runs Newton-Schulz in bfloat16: its rounding, not the order of float32
   // sums, bounds the agreement.
   expect_reference(compare("muon", R"({"kind": "muon_adamw", "muon_lr_mult": 2.0,
