@@ -394,13 +394,15 @@ int loader_bench(const PipelineArgs& args, int64_t batches, int64_t warmup) {
   }
 }
 
-int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::string& png) {
+int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::string& png,
+                const std::string& metrics) {
   Plugins plugins;
   config::Pipeline pipeline;
   int code = 0;
   if (!resolve(args, plugins, pipeline, code)) return code;
   try {
-    engine::LrTable table = engine::lr_table(pipeline, iters);
+    engine::LrTable table = engine::lr_table(pipeline, iters, metrics);
+    if (!table.note.empty()) fmt::print(stderr, "# {}\n", table.note);
     fmt::print("{}", engine::format_lr_table(table, csv));
     if (!png.empty()) {
       engine::plot_lr_table(table, png);
@@ -462,6 +464,13 @@ int plugins_describe(const std::string& name, const std::vector<std::string>& ex
       slots.emplace_back("whole step with re-evaluation (step_all)");
     }
     if (!slots.empty()) fmt::print("  steps:        {}\n", fmt::join(slots, ", "));
+  }
+  // What an LR policy's vtable (ABI 1.15) offers beyond lr_at.
+  if (c->kind() == KILN_COMPONENT_LR_POLICY) {
+    std::vector<std::string> slots;
+    if (plugin::observes_evaluations(*c)) slots.emplace_back("reacts to evaluations (observe)");
+    if (plugin::keeps_lr_state(*c)) slots.emplace_back("checkpointed state (get_state, set_state)");
+    if (!slots.empty()) fmt::print("  schedule:     {}\n", fmt::join(slots, ", "));
   }
   for (size_t i = 0; i < d->capabilities->attribute_count; ++i) {
     fmt::print("  {}: {}\n", d->capabilities->attributes[i].name,

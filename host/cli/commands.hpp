@@ -47,8 +47,10 @@ int plan(const PipelineArgs& args);
 // of one process, on the CPU), takes W + N batches and prints one JSON line: images/s over the N,
 // seconds from the loader's creation to its first batch, seconds to open the dataset.
 int loader_bench(const PipelineArgs& args, int64_t batches, int64_t warmup);
-// Prints every group's lr at every iteration (table or CSV) and optionally writes a PNG plot.
-int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::string& png);
+// Prints every group's lr at every iteration (table or CSV) and optionally writes a PNG plot;
+// `metrics` (a run's metrics file) replays its evaluations into a policy that reacts to them.
+int lr_schedule(const PipelineArgs& args, int64_t iters, bool csv, const std::string& png,
+                const std::string& metrics);
 // Prints docs/config.md: every core key and every built-in plugin option (from the schemas).
 int config_docs();
 int plugins_list(const std::vector<std::string>& extra_dirs);

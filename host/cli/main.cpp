@@ -166,6 +166,10 @@ int dispatch(int argc, char** argv) {
       ->check(CLI::NonNegativeNumber);
   lr->add_flag("--csv", lr_csv, "comma-separated values instead of a table");
   lr->add_option("--png", lr_png, "also write the schedule as a PNG plot");
+  std::string lr_metrics;
+  lr->add_option("--metrics", lr_metrics,
+                 "a run's metrics file: replay its evaluations into a policy that reacts to "
+                 "them (plateau)");
 
   // `kiln launch … FILE [run options]`: everything from FILE on is `kiln run`'s command line.
   CLI::App* launch_cmd =
@@ -238,7 +242,7 @@ int dispatch(int argc, char** argv) {
   if (*validate) return kiln::cli::validate(args, validate_world);
   if (*plan) return kiln::cli::plan(args);
   if (*bench) return kiln::cli::loader_bench(args, bench_batches, bench_warmup);
-  if (*lr) return kiln::cli::lr_schedule(args, lr_iters, lr_csv, lr_png);
+  if (*lr) return kiln::cli::lr_schedule(args, lr_iters, lr_csv, lr_png, lr_metrics);
   if (*config_docs) return kiln::cli::config_docs();
   if (*list) return kiln::cli::plugins_list(plugin_dirs);
   if (*describe) return kiln::cli::plugins_describe(describe_name, plugin_dirs);

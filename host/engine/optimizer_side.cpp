@@ -75,9 +75,22 @@ std::vector<std::string> OptimizerSide::group_names() const {
   return names;
 }
 
+void OptimizerSide::observe(const io::EvalRecord& record) {
+  if (!lr_policy_.observes()) return;
+  std::vector<std::pair<std::string, double>> metrics = {{"loss", record.loss}};
+  if (record.multi_label) {
+    metrics.emplace_back("map", record.map);
+  } else {
+    metrics.emplace_back("top1", record.accuracy);
+    metrics.emplace_back("top5", record.accuracy_top5);
+  }
+  lr_policy_.observe(lr_.counted(), record.epoch, metrics);
+}
+
 void OptimizerSide::state(io::CheckpointData& out) const {
   io::CheckpointInfo& i = out.info;
   i.lr_counted = lr_.counted();
+  i.lr_state = lr_policy_.state();
   const LossScaler::State s = scaler_.state();
   i.loss_scale = s.scale;
   i.skipped_total = s.skipped_total;
@@ -146,6 +159,7 @@ void OptimizerSide::restore(const io::CheckpointData& data, c10::Device device) 
     owner->state()[name][slot] = value;
   }
   lr_.set_counted(data.info.lr_counted);
+  lr_policy_.restore_state(data.info.lr_state);
   scaler_.restore(LossScaler::State{data.info.loss_scale, data.info.skipped_total,
                                     data.info.skipped_in_a_row, data.info.scale_rule});
 }

@@ -17,6 +17,7 @@
 #include "engine/param_groups.hpp"
 #include "engine/window_pass.hpp"
 #include "io/checkpoint.hpp"
+#include "io/metrics.hpp"
 #include "plugin/adapters.hpp"
 
 namespace kiln::engine {
@@ -49,7 +50,7 @@ class OptimizerSide {
   // one the check it read back and whether its replay ran the update on the device.
   StepOutcome step(int64_t step, const WindowResult& w, bool check_gradients);
 
-  // Optimizer state, master weights, the schedule's count and the loss scale, into a
+  // Optimizer state, master weights, the schedule's count and state and the loss scale, into a
   // checkpoint's trainer part, and the evaluation weights when an optimizer gives them
   // ("eval/<name>"); restore() puts them back (optimizer state onto `device`).
   void state(io::CheckpointData& out) const;
@@ -73,6 +74,10 @@ class OptimizerSide {
       throw;
     }
   }
+
+  // An evaluation's results, for an LR policy that reacts to them (ABI 1.15: ReduceLROnPlateau
+  // and the like): "loss", and "top1" and "top5" or, for multi-label data, "map".
+  void observe(const io::EvalRecord& record);
 
   const std::vector<ParamGroup>& groups() const { return groups_; }
   std::vector<std::string> group_names() const;

@@ -440,6 +440,8 @@ io::EvalRecord Trainer::Impl::evaluate() {
   result.test_map = e.map;
   result.multi_label = e.multi_label;
   result.test_loss = e.loss;
+  // A reacting LR policy (plateau) sees it before the next step asks for its rate.
+  optimizer->observe(record);
   sinks.eval(record);
   return record;
 }

@@ -141,6 +141,11 @@ std::string write_checkpoint(const std::string& root, const CheckpointData& data
     toml::array rule;
     for (double v : i.scale_rule) rule.push_back(v);
     state.insert("scale_rule", rule);
+    if (!i.lr_state.empty()) {
+      toml::array lr;
+      for (double v : i.lr_state) lr.push_back(v);
+      state.insert("lr_state", lr);
+    }
     toml::table plugins;
     for (const auto& [slot, what] : i.plugins) plugins.insert(slot, what);
     state.insert("plugins", plugins);

@@ -68,6 +68,13 @@ class StateReader {
     return value->get();
   }
 
+  // Any TOML float (inf and nan included: an LR policy's "best so far" starts at inf).
+  double number(const toml::node& node, const std::string& name) const {
+    const auto* f = node.as_floating_point();
+    if (f == nullptr) fail(&node, name, "must be a float, not " + describe(node));
+    return f->get();
+  }
+
   // A finite number: TOML floats, and integers exactly representable as doubles.
   double finite(const toml::node& node, const std::string& name) const {
     std::optional<double> value;
@@ -114,6 +121,13 @@ class StateReader {
     if (!rule.is_array()) fail(&rule, "scale_rule", "must be an array, not " + describe(rule));
     for (const toml::node& v : *rule.as_array()) {
       i.scale_rule.push_back(finite(v, "scale_rule's counter"));
+    }
+    // The LR policy's state, in checkpoints since ABI 1.15 (optional before).
+    if (state_.contains("lr_state")) {
+      const toml::node& lr = required(state_, "lr_state", "lr_state");
+      if (!lr.is_array()) fail(&lr, "lr_state", "must be an array, not " + describe(lr));
+      for (const toml::node& v : *lr.as_array())
+        i.lr_state.push_back(number(v, "lr_state's value"));
     }
     for (const auto& [slot, what] : table(state_, "plugins", "plugins")) {
       const std::string name = "plugins." + std::string(slot.str());

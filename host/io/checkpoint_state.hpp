@@ -26,6 +26,7 @@ struct CheckpointInfo {
   double loss_scale = 1.0;
   int64_t skipped_total = 0, skipped_in_a_row = 0;
   std::vector<double> scale_rule;              // the precision plugin's scale-rule counters
+  std::vector<double> lr_state;                // the LR policy's state (ABI 1.15; often none)
   std::string config_hash;                     // of the settings that change the result
   std::map<std::string, std::string> config;   // the settings that change the result:
                                                // "section.key" -> TOML value (none in

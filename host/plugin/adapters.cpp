@@ -323,6 +323,8 @@ LrPolicyAdapter::LrPolicyAdapter(const Component& component, const config::Optio
           [&] { return entry_of(component, "create"); },
           [&] { return vtable_->create(host_api(), options.c_view(), &schedule, &instance_); }),
       context(component, "refused its options"), kind_name(component.kind()));
+  observes_ = observes_evaluations(component);
+  keeps_state_ = keeps_lr_state(component);
 }
 
 LrPolicyAdapter::~LrPolicyAdapter() {
@@ -342,6 +344,57 @@ double LrPolicyAdapter::lr_at(int64_t iter) const {
     check(status, "lr_policy '" + name_ + "' at iteration " + std::to_string(iter));
   }
   return lr;
+}
+
+void LrPolicyAdapter::observe(int64_t iter, int64_t epoch,
+                              const std::vector<std::pair<std::string, double>>& metrics) {
+  if (!observes_) return;
+  std::vector<const char*> names;
+  std::vector<double> values;
+  for (const auto& [name, value] : metrics) {
+    names.push_back(name.c_str());
+    values.push_back(value);
+  }
+  kiln_lr_observation o{};
+  o.struct_size = sizeof(o);
+  o.iter = iter;
+  o.epoch = epoch;
+  o.count = names.size();
+  o.names = names.data();
+  o.values = values.data();
+  kiln_status* status = call_plugin([&] { return where("observe"); },
+                                    [&] { return vtable_->observe(instance_, &o); });
+  if (status != nullptr) {
+    check(status,
+          "lr_policy '" + name_ + "' observing the evaluation after step " + std::to_string(iter));
+  }
+}
+
+std::vector<double> LrPolicyAdapter::state() const {
+  if (!keeps_state_) return {};
+  size_t count = 0;
+  auto where_get = [&] { return where("get_state"); };
+  check(call_plugin(where_get, [&] { return vtable_->get_state(instance_, nullptr, 0, &count); }),
+        "lr_policy '" + name_ + "' get_state");
+  std::vector<double> values(count);
+  check(call_plugin(
+            where_get,
+            [&] { return vtable_->get_state(instance_, values.data(), values.size(), &count); }),
+        "lr_policy '" + name_ + "' get_state");
+  values.resize(std::min(count, values.size()));
+  return values;
+}
+
+void LrPolicyAdapter::restore_state(const std::vector<double>& values) {
+  if (!keeps_state_) {
+    if (values.empty()) return;
+    throw ComponentError(KILN_ERR_UNSUPPORTED, "lr_policy '" + name_ +
+                                                   "' cannot restore its state (no set_state), "
+                                                   "but the checkpoint holds some");
+  }
+  check(call_plugin([&] { return where("set_state"); },
+                    [&] { return vtable_->set_state(instance_, values.data(), values.size()); }),
+        "lr_policy '" + name_ + "' set_state");
 }
 
 // ---- precision --------------------------------------------------------------------------------

@@ -134,6 +134,16 @@ class LrPolicyAdapter {
   LrPolicyAdapter& operator=(const LrPolicyAdapter&) = delete;
   double lr_at(int64_t iter) const;  // 1-based iteration past warm-up
   const std::string& name() const { return name_; }
+  // ABI 1.15: whether the policy reacts to evaluations, and keeps state for checkpoints.
+  bool observes() const { return observes_; }
+  bool keeps_state() const { return keeps_state_; }
+  // One evaluation's metrics (name, value) after `iter` counted steps, closing `epoch`. Does
+  // nothing for a policy that does not observe. Throws ComponentError on a refusal.
+  void observe(int64_t iter, int64_t epoch,
+               const std::vector<std::pair<std::string, double>>& metrics);
+  // The policy's state (empty when it keeps none), and its restoration into this instance.
+  std::vector<double> state() const;
+  void restore_state(const std::vector<double>& values);
 
  private:
   std::string where(const char* entry) const;
@@ -141,6 +151,8 @@ class LrPolicyAdapter {
   std::string library_;
   const kiln_lr_policy_vtable* vtable_;
   void* instance_ = nullptr;
+  bool observes_ = false;
+  bool keeps_state_ = false;
 };
 
 class PrecisionAdapter {

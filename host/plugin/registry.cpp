@@ -1,5 +1,6 @@
 #include "plugin/registry.hpp"
 
+#include "kiln/lr_policy.h"
 #include "kiln/optimizer.h"
 
 namespace kiln::plugin {
@@ -34,7 +35,27 @@ const kiln_optimizer_vtable* optimizer_v1_14(const Component& c) {
   return static_cast<const kiln_optimizer_vtable*>(c.descriptor->vtable);
 }
 
+// The LR policy vtable of `c` when its library is of ABI 1.15 or later, else null.
+const kiln_lr_policy_vtable* lr_policy_v1_15(const Component& c) {
+  if (c.kind() != KILN_COMPONENT_LR_POLICY || c.plugin == nullptr || c.plugin->abi_minor < 15 ||
+      c.descriptor->vtable == nullptr) {
+    return nullptr;
+  }
+  return static_cast<const kiln_lr_policy_vtable*>(c.descriptor->vtable);
+}
+
 }  // namespace
+
+bool observes_evaluations(const Component& c) {
+  const kiln_lr_policy_vtable* v = lr_policy_v1_15(c);
+  return v != nullptr && KILN_HAS_FIELD(v, kiln_lr_policy_vtable, observe) && v->observe != nullptr;
+}
+
+bool keeps_lr_state(const Component& c) {
+  const kiln_lr_policy_vtable* v = lr_policy_v1_15(c);
+  return v != nullptr && KILN_HAS_FIELD(v, kiln_lr_policy_vtable, set_state) &&
+         v->get_state != nullptr && v->set_state != nullptr;
+}
 
 bool wraps_optimizer(const Component& c) {
   return optimizer_v1_14(c) != nullptr && c.descriptor->capabilities != nullptr &&

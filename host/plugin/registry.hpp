@@ -30,6 +30,10 @@ const char* kind_name(int32_t kind);
 bool wraps_optimizer(const Component& c);
 bool steps_all_groups(const Component& c);
 bool has_eval_weights(const Component& c);
+// What an LR policy can do beyond lr_at (ABI 1.15; false for older libraries): react to
+// evaluations (observe), keep state for checkpoints (get_state and set_state, both).
+bool observes_evaluations(const Component& c);
+bool keeps_lr_state(const Component& c);
 
 class Registry {
  public:

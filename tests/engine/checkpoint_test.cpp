@@ -13,6 +13,7 @@
 
 #include <boost/filesystem.hpp>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <map>
@@ -126,27 +127,34 @@ size_t files_in(const fs::path& dir) {
   return n;
 }
 
-// Kills a run with SIGKILL at a random step, resumes it, and requires the final checkpoint to
-// equal an uninterrupted run's; `extra` adds options to both runs.
-void kill_nine_then_resume_is_bit_identical(const std::string& extra) {
+// Kills a run with SIGKILL at a random step in [kill_from, 110], resumes it, and requires the
+// final checkpoint to equal an uninterrupted run's; `extra` adds options to both runs, and
+// `pipeline` is the run's file (128 steps). `metrics` (when not null) receives the killed-and-
+// resumed run's metrics lines.
+void kill_nine_then_resume_is_bit_identical(
+    const std::string& extra, int kill_from = 5,
+    const std::string& pipeline = std::string(KILN_SOURCE_DIR) +
+                                  "/tests/pipelines/synthetic_mlp.toml",
+    std::string* metrics = nullptr) {
   const fs::path dir = temp_dir();
   const std::string every = " --set run.checkpoint_every=1 --set run.checkpoint_keep=2" + extra;
-  Result reference = kiln(base_args(dir / "a") + every);
+  Result reference = kiln(base_args(dir / "a", pipeline) + every);
   ASSERT_EQ(reference.code, 0) << reference.output;
 
   std::mt19937 pick(std::random_device{}());
-  const int kill_at = std::uniform_int_distribution<int>(5, 110)(pick);
+  const int kill_at = std::uniform_int_distribution<int>(kill_from, 110)(pick);
   SCOPED_TRACE("killed at step " + std::to_string(kill_at));
-  const pid_t pid = spawn(base_args(dir / "b") + every + " --metrics " + (dir / "b.jsonl").string(),
-                          dir / "b.log");
+  const pid_t pid =
+      spawn(base_args(dir / "b", pipeline) + every + " --metrics " + (dir / "b.jsonl").string(),
+            dir / "b.log");
   wait_for_steps(dir / "b.jsonl", kill_at, pid);
   ASSERT_EQ(kill(pid, SIGKILL), 0);
   int status = 0;
   waitpid(pid, &status, 0);
   ASSERT_TRUE(WIFSIGNALED(status));
 
-  Result resumed =
-      kiln(base_args(dir / "b") + every + " --resume auto --metrics " + (dir / "b.jsonl").string());
+  Result resumed = kiln(base_args(dir / "b", pipeline) + every + " --resume auto --metrics " +
+                        (dir / "b.jsonl").string());
   ASSERT_EQ(resumed.code, 0) << resumed.output;
   EXPECT_NE(resumed.output.find("resumed from "), std::string::npos) << resumed.output;
   for (const char* file : {"/model.safetensors", "/trainer.safetensors"}) {
@@ -171,11 +179,42 @@ void kill_nine_then_resume_is_bit_identical(const std::string& extra) {
   EXPECT_EQ(*steps.begin(), 1);
   EXPECT_EQ(*steps.rbegin(), 128);
   EXPECT_LE(lines, 129);
+  if (metrics != nullptr) *metrics = read_bytes((dir / "b.jsonl").string());
   fs::remove_all(dir);
+}
+
+// The lr of step `step`'s first group in metrics lines, NaN when there is no such line.
+double step_lr(const std::string& metrics, int step) {
+  const std::regex re("\\{\"type\":\"step\",\"step\":" + std::to_string(step) +
+                      ",.*?\"lr\":\\[([-0-9.e+]+)");
+  std::smatch m;
+  double lr = std::nan("");
+  // The last such line: a step a kill repeated is the resumed run's.
+  for (auto it = std::sregex_iterator(metrics.begin(), metrics.end(), re);
+       it != std::sregex_iterator(); ++it) {
+    lr = std::stod((*it)[1]);
+  }
+  return lr;
 }
 
 TEST(Checkpoint, KillNineAtARandomStepThenResumeIsBitIdentical) {
   kill_nine_then_resume_is_bit_identical("");
+}
+
+// ReduceLROnPlateau (lr_policy "plateau") halves the rate after the stalled evaluations of steps
+// 64 and 96; killed after the first of them and resumed, the run goes on at the lowered rate,
+// with the policy's count of bad evaluations, and ends bit for bit where the uninterrupted run
+// does (the policy's state is in every checkpoint, state.toml's lr_state).
+TEST(Checkpoint, KillNineAfterAPlateauLoweredTheRateThenResumeIsBitIdentical) {
+  std::string metrics;
+  kill_nine_then_resume_is_bit_identical(
+      " --set data.synthetic_train=2048", 70,
+      std::string(KILN_SOURCE_DIR) + "/tests/pipelines/synthetic_mlp_plateau.toml", &metrics);
+  EXPECT_DOUBLE_EQ(step_lr(metrics, 64), 0.05) << metrics.substr(0, 2000);
+  EXPECT_DOUBLE_EQ(step_lr(metrics, 65), 0.025);
+  EXPECT_DOUBLE_EQ(step_lr(metrics, 96), 0.025);
+  EXPECT_DOUBLE_EQ(step_lr(metrics, 97), 0.0125);
+  EXPECT_DOUBLE_EQ(step_lr(metrics, 128), 0.0125);
 }
 
 // The resumed epoch continues with the same crops, flips and mixing as the uninterrupted run.

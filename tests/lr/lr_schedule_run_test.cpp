@@ -139,3 +139,62 @@ TEST(LrScheduleMatchesTheRun, UnderAccumulationScalingAndEpochWarmup) {
 }
 
 }  // namespace
+
+namespace {
+
+// A policy that reacts to evaluations (plateau): `kiln lr-schedule` says so, shows the rates of
+// a run whose evaluations change nothing, and with --metrics replays a real run's evaluations,
+// giving that run's rate at every step (the lowerings after the stalled evaluations of steps 16
+// and 24 included).
+TEST(LrScheduleMatchesTheRun, APlateauPolicyReplaysTheRunsEvaluations) {
+  kiln::test::Scratch dir;
+  const std::string pipeline =
+      std::string(KILN_SOURCE_DIR) + "/tests/pipelines/synthetic_mlp_plateau.toml";
+  const std::string args =
+      " --set data.synthetic_train=512 --set run.output_dir='\"" + dir.path("out") + "\"'";
+  const Result run = kiln("run " + pipeline + args + " --metrics " + dir.path("m.jsonl"), dir);
+  ASSERT_EQ(run.code, 0) << run.all;
+  const std::regex lr_re(R"(\{"type":"step","step":(\d+),.*"lr":\[([^\]]*)\])");
+  std::vector<std::vector<double>> steps;
+  std::istringstream metrics(dir.read_text("m.jsonl"));
+  std::smatch m;
+  for (std::string line; std::getline(metrics, line);) {
+    if (std::regex_search(line, m, lr_re)) steps.push_back(split_numbers(m[2], ','));
+  }
+  ASSERT_EQ(steps.size(), 32u) << run.all;  // 4 epochs of 8 steps
+  EXPECT_DOUBLE_EQ(steps[16][0], 0.025);    // step 17, after the evaluation of step 16
+  EXPECT_DOUBLE_EQ(steps[24][0], 0.0125);   // step 25
+
+  const Result plain = kiln("lr-schedule " + pipeline + " --csv" + args, dir);
+  ASSERT_EQ(plain.code, 0) << plain.all;
+  EXPECT_NE(plain.all.find("# lr_policy 'plateau' reacts to evaluations: these rates are those "
+                           "of a run whose evaluations never change them"),
+            std::string::npos)
+      << plain.all;
+  const Result replayed =
+      kiln("lr-schedule " + pipeline + " --csv --metrics " + dir.path("m.jsonl") + args, dir);
+  ASSERT_EQ(replayed.code, 0) << replayed.all;
+  EXPECT_NE(replayed.all.find("# lr_policy 'plateau' reacts to evaluations: 4 replayed from "),
+            std::string::npos)
+      << replayed.all;
+  std::istringstream plain_rows(plain.out), rows(replayed.out);
+  std::string header, plain_row;
+  std::getline(rows, header);
+  std::getline(plain_rows, plain_row);
+  size_t i = 0;
+  for (std::string row; std::getline(rows, row) && std::getline(plain_rows, plain_row); ++i) {
+    ASSERT_LT(i, steps.size());
+    const std::vector<double> cells = split_numbers(row, ','),
+                              plain_cells = split_numbers(plain_row, ',');
+    for (size_t g = 0; g < steps[i].size(); ++g) {
+      EXPECT_DOUBLE_EQ(cells[g + 1], steps[i][g]) << "step " << i + 1 << " group " << g;
+    }
+    // Without the evaluations the rate is never lowered: the warm-up, then 0.05.
+    if (i >= 5) {
+      EXPECT_DOUBLE_EQ(plain_cells[1], 0.05) << "step " << i + 1;
+    }
+  }
+  EXPECT_EQ(i, steps.size());
+}
+
+}  // namespace

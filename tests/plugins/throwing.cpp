@@ -102,8 +102,8 @@ kiln_status* lr_at(void* instance, int64_t, double* lr) {
   *lr = p->base_lr;
   return nullptr;
 }
-const kiln_lr_policy_vtable kLrVtable = {sizeof(kiln_lr_policy_vtable), lr_create, lr_destroy,
-                                         lr_at};
+const kiln_lr_policy_vtable kLrVtable = {
+    sizeof(kiln_lr_policy_vtable), lr_create, lr_destroy, lr_at, nullptr, nullptr, nullptr};
 
 // ---- norm: identity on contiguous float32 CPU tensors -----------------------------------------
 

@@ -66,8 +66,18 @@ PIN_SIZE(kiln_optimizer_step_args, 48); /* 1.14 */
 PIN_OFFSET(kiln_optimizer_step_args, ctx, 32);
 PIN_OFFSET(kiln_optimizer_step_args, loss, 40);
 PIN_SIZE(kiln_lr_schedule, 40);
-PIN_SIZE(kiln_lr_policy_vtable, 32);
+PIN_SIZE(kiln_lr_policy_vtable, 56); /* 1.15: observe, get_state, set_state */
 _Static_assert(KILN_LR_POLICY_VTABLE_V1_SIZE == 32, "lr policy vtable v1 size");
+_Static_assert(KILN_LR_POLICY_VTABLE_V1_14_SIZE == 32, "lr policy vtable v1.14 size");
+PIN_OFFSET(kiln_lr_policy_vtable, observe, 32);
+PIN_OFFSET(kiln_lr_policy_vtable, get_state, 40);
+PIN_OFFSET(kiln_lr_policy_vtable, set_state, 48);
+PIN_SIZE(kiln_lr_observation, 48); /* 1.15 */
+PIN_OFFSET(kiln_lr_observation, iter, 8);
+PIN_OFFSET(kiln_lr_observation, epoch, 16);
+PIN_OFFSET(kiln_lr_observation, count, 24);
+PIN_OFFSET(kiln_lr_observation, names, 32);
+PIN_OFFSET(kiln_lr_observation, values, 40);
 PIN_SIZE(kiln_norm_setup, 40);               /* 1.9: device_type, reserved appended */
 PIN_OFFSET(kiln_norm_setup, world_size, 20); /* 1.5: was `reserved` (zero) */
 _Static_assert(KILN_NORM_SETUP_V1_8_SIZE == 32, "norm setup v1.8 size");

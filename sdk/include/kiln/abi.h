@@ -39,7 +39,7 @@ extern "C" {
 #endif
 
 #define KILN_ABI_MAJOR 1
-#define KILN_ABI_MINOR 14
+#define KILN_ABI_MINOR 15
 
 /* Symbol visibility for the plugin entry points (everything else should stay hidden). */
 #if defined(_WIN32)
