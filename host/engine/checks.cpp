@@ -14,6 +14,7 @@
 #include "engine/precision.hpp"
 #include "kiln/torch.hpp"
 #include "plugin/adapters.hpp"
+#include "plugin/registry.hpp"
 
 namespace kiln::engine {
 
@@ -66,6 +67,13 @@ void check_pipeline(const config::Pipeline& p, c10::Device device, int64_t world
     if (!run.checkpoints) {
       throw PipelineError("run.checkpoint_best", "needs run.checkpoints = true");
     }
+  }
+  if (!p.settings.run.eval && p.lr_policy.component != nullptr &&
+      plugin::observes_evaluations(*p.lr_policy.component)) {
+    throw PipelineError("lr_policy.name",
+                        "'" + std::string(p.lr_policy.component->name()) +
+                            "' reacts to evaluations and needs run.eval = true: without them "
+                            "its rate would never change");
   }
   const int64_t batch = p.settings.data.batch_size;
   if (batch % world_size != 0) {

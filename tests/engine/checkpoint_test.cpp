@@ -215,6 +215,18 @@ TEST(Checkpoint, KillNineAfterAPlateauLoweredTheRateThenResumeIsBitIdentical) {
   EXPECT_DOUBLE_EQ(step_lr(metrics, 96), 0.025);
   EXPECT_DOUBLE_EQ(step_lr(metrics, 97), 0.0125);
   EXPECT_DOUBLE_EQ(step_lr(metrics, 128), 0.0125);
+
+  // Without evaluations it could never react: refused at its key, before anything runs.
+  const Result refused =
+      kiln_command("validate " + std::string(KILN_SOURCE_DIR) +
+                   "/tests/pipelines/synthetic_mlp_plateau.toml --set run.eval=false");
+  EXPECT_EQ(refused.code, 2) << refused.output;
+  EXPECT_NE(refused.output.find("lr_policy.name: 'plateau' reacts to evaluations and needs "
+                                "run.eval = true"),
+            std::string::npos)
+      << refused.output;
+  EXPECT_NE(refused.output.find("synthetic_mlp_plateau.toml:"), std::string::npos)
+      << refused.output;
 }
 
 // The resumed epoch continues with the same crops, flips and mixing as the uninterrupted run.

@@ -13,8 +13,9 @@
 namespace kiln::lr_test {
 namespace {
 
-const std::vector<std::string> kComponents = {"constant", "step", "multistep",
-                                              "cosine",   "poly", "exp"};
+const std::vector<std::string> kComponents = {"constant",  "step",   "multistep", "cosine",
+                                              "poly",      "exp",    "plateau",   "cosine_restarts",
+                                              "one_cycle", "cyclic", "linear"};
 
 TEST(LrLibrary, DescriptorAndSchemasAreWellFormed) {
   EXPECT_EQ(library_probe(), KILN_ABI_PACK(KILN_ABI_MAJOR, KILN_ABI_MINOR));
@@ -38,6 +39,10 @@ TEST(LrLibrary, DescriptorAndSchemasAreWellFormed) {
     ASSERT_NE(vt, nullptr);
     EXPECT_EQ(vt->struct_size, sizeof(kiln_lr_policy_vtable));
     EXPECT_TRUE(vt->create != nullptr && vt->destroy != nullptr && vt->lr_at != nullptr);
+    // ABI 1.15: a policy that observes keeps its state for checkpoints, and only then.
+    EXPECT_EQ(vt->observe != nullptr, c.name == std::string("plateau"));
+    EXPECT_EQ(vt->get_state != nullptr, vt->observe != nullptr);
+    EXPECT_EQ(vt->set_state != nullptr, vt->observe != nullptr);
     vt->destroy(nullptr);  // NULL is ignored
     for (size_t o = 0; o < c.option_count; ++o) {
       const kiln_option_spec& spec = c.options[o];
@@ -46,7 +51,9 @@ TEST(LrLibrary, DescriptorAndSchemasAreWellFormed) {
       ASSERT_NE(spec.doc, nullptr);
       EXPECT_GT(std::string(spec.doc).size(), 10u);
       EXPECT_EQ(std::string(spec.doc).find('\n'), std::string::npos);
-      if (spec.type != KILN_OPT_BOOL) {
+      if (spec.type == KILN_OPT_STRING) {
+        EXPECT_NE(spec.choices, nullptr);  // a closed set of words
+      } else if (spec.type != KILN_OPT_BOOL) {
         EXPECT_TRUE(spec.has_min || spec.has_max);
       }
       EXPECT_EQ(spec.reserved, 0);
@@ -126,6 +133,20 @@ TEST(LrRefusals, CreateRefusesOptionsOutOfTheirDomain) {
       {"exp", [](Options&) {}, ok, "gamma is required"},
       {"exp", [](Options& o) { o.set_float("gamma", 0.0); }, ok, "got 0"},
       {"exp", [](Options& o) { o.set_float("gamma", 1.01); }, ok, "1.01"},
+      // cosine_restarts
+      {"cosine_restarts", [](Options&) {}, ok, "t_0 is required"},
+      {"cosine_restarts", [](Options& o) { o.set_int("t_0", 0); }, ok, "got 0"},
+      {"cosine_restarts", [](Options& o) { o.set_int("t_0", 5).set_float("min_lr", 0.25); }, ok,
+       "0.25"},
+      {"cosine_restarts", [](Options& o) { o.set_int("t_0", 5).set_bool("by_epoch", true); },
+       no_epochs, "iters_per_epoch"},
+      // one_cycle, cyclic, linear, plateau
+      {"one_cycle", [](Options&) {}, no_span, "must exceed warmup_iters"},
+      {"cyclic", [](Options&) {}, ok, "max_lr is required"},
+      {"linear", [](Options& o) { o.set_float("start_factor", 0.0); }, ok,
+       "start_factor must be > 0, got 0"},
+      {"linear", [](Options& o) { o.set_int("total_iters", 0); }, ok, "got 0"},
+      {"plateau", [](Options& o) { o.set_float("factor", 1.0); }, ok, "factor must be < 1, got 1"},
   };
   for (const Refusal& r : refusals) {
     SCOPED_TRACE(r.component + " refusing with '" + r.named + "'");
@@ -149,6 +170,8 @@ TEST(LrRefusals, LrAtRefusesIterationsBelowOne) {
     if (name == "step") options.set_int("step_size", 10);
     if (name == "multistep") options.set_int_list("milestones", {10});
     if (name == "exp") options.set_float("gamma", 0.9);
+    if (name == "cosine_restarts") options.set_int("t_0", 10);
+    if (name == "cyclic") options.set_float("max_lr", 0.5);
     Policy policy(name);
     Status created = policy.create(options, frame);
     ASSERT_EQ(created, nullptr) << describe(created.get());

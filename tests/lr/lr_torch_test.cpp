@@ -13,6 +13,9 @@
 //    poly with min_lr > 0 has no torch counterpart (PolynomialLR has no floor); cosine's min_lr
 //    is eta_min. Past max_iters PyTorch's cosine keeps its recursive form, so cosine is compared
 //    up to max_iters only (the host never asks beyond); poly is compared past it (both hold 0).
+//  - cosine_restarts, one_cycle, cyclic and linear start after warm-up too:
+//    CosineAnnealingWarmRestarts, OneCycleLR (total_steps = max − warm, max_lr = base_lr),
+//    CyclicLR (base_lr = the base lr) and LinearLR at e = it − warm − 1.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -119,6 +122,63 @@ std::vector<TorchCase> torch_cases() {
                      [=](Options& o) { o.set_float("power", power); }, warm, "PolynomialLR",
                      kwargs.str(), span + 5, after_warmup, kMaxIters + 5});
     }
+    // SGDR: equal cycles, and cycles doubling in length, with a floor.
+    out.push_back({"cosine_restarts" + w, "cosine_restarts",
+                   [](Options& o) { o.set_int("t_0", 40).set_float("min_lr", 0.001); }, warm,
+                   "CosineAnnealingWarmRestarts", R"({"T_0": 40, "T_mult": 1, "eta_min": 0.001})",
+                   span, after_warmup, kMaxIters});
+    out.push_back({"cosine_restarts_mult" + w, "cosine_restarts",
+                   [](Options& o) { o.set_int("t_0", 30).set_int("t_mult", 2); }, warm,
+                   "CosineAnnealingWarmRestarts", R"({"T_0": 30, "T_mult": 2, "eta_min": 0.0})",
+                   span, after_warmup, kMaxIters});
+    // OneCycleLR over the steps after warm-up (torch refuses to step past total_steps - 1).
+    for (const char* anneal : {"cos", "linear"}) {
+      for (bool three : {false, true}) {
+        std::ostringstream kwargs;
+        kwargs.precision(17);
+        kwargs << R"({"max_lr": )" << kBase << R"(, "total_steps": )" << span
+               << R"(, "pct_start": 0.3, "anneal_strategy": ")" << anneal
+               << R"(", "div_factor": 20.0, "final_div_factor": 500.0, "three_phase": )"
+               << (three ? "true" : "false") << R"(, "cycle_momentum": false})";
+        const std::string a = anneal;
+        out.push_back({"one_cycle_" + a + (three ? "_three" : "") + w, "one_cycle",
+                       [=](Options& o) {
+                         o.set_float("pct_start", 0.3)
+                             .set_string("anneal_strategy", a)
+                             .set_float("div_factor", 20.0)
+                             .set_float("final_div_factor", 500.0)
+                             .set_bool("three_phase", three);
+                       },
+                       warm, "OneCycleLR", kwargs.str(), span - 1, after_warmup, kMaxIters});
+      }
+    }
+    // CyclicLR between the base lr and 1.0, rising 30 and falling 20 iterations.
+    for (const char* mode : {"triangular", "triangular2", "exp_range"}) {
+      std::ostringstream kwargs;
+      kwargs.precision(17);
+      kwargs << R"({"base_lr": )" << kBase << R"(, "max_lr": 1.0, "step_size_up": 30, )"
+             << R"("step_size_down": 20, "mode": ")" << mode
+             << R"(", "gamma": 0.995, "cycle_momentum": false})";
+      const std::string m = mode;
+      out.push_back({"cyclic_" + m + w, "cyclic",
+                     [=](Options& o) {
+                       o.set_float("max_lr", 1.0)
+                           .set_int("step_size_up", 30)
+                           .set_int("step_size_down", 20)
+                           .set_string("mode", m)
+                           .set_float("gamma", 0.995);
+                     },
+                     warm, "CyclicLR", kwargs.str(), span, after_warmup, kMaxIters});
+    }
+    out.push_back({"linear" + w, "linear",
+                   [](Options& o) {
+                     o.set_float("start_factor", 0.25)
+                         .set_float("end_factor", 0.9)
+                         .set_int("total_iters", 60);
+                   },
+                   warm, "LinearLR",
+                   R"({"start_factor": 0.25, "end_factor": 0.9, "total_iters": 60})", span + 5,
+                   after_warmup, kMaxIters + 5});
   }
   return out;
 }

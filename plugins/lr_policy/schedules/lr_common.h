@@ -17,6 +17,10 @@ extern const kiln_component_descriptor kiln_lr_cosine_component;
 extern const kiln_component_descriptor kiln_lr_poly_component;
 extern const kiln_component_descriptor kiln_lr_exp_component;
 extern const kiln_component_descriptor kiln_lr_plateau_component;
+extern const kiln_component_descriptor kiln_lr_cosine_restarts_component;
+extern const kiln_component_descriptor kiln_lr_one_cycle_component;
+extern const kiln_component_descriptor kiln_lr_cyclic_component;
+extern const kiln_component_descriptor kiln_lr_linear_component;
 
 /* Capabilities shared by every policy: pure arithmetic, usable with any device. */
 extern const kiln_capabilities kiln_lr_capabilities;
