@@ -12,6 +12,7 @@ the same short pipeline (and as `kiln lr-schedule` prints for the C plugin).
 
 import csv
 import io
+import json
 import math
 import os
 import shutil
@@ -227,7 +228,11 @@ class ComponentsTest(unittest.TestCase):
             (c.kiln_option_value.float_value.offset, 32),
             (c.kiln_option_value.string_list.offset, 72), (ctypes.sizeof(c.kiln_options), 24),
             (ctypes.sizeof(c.kiln_capabilities), 32), (ctypes.sizeof(c.kiln_lr_schedule), 40),
-            (ctypes.sizeof(c.kiln_lr_policy_vtable), 32),
+            (ctypes.sizeof(c.kiln_lr_policy_vtable), 56),
+            (c.kiln_lr_policy_vtable.observe.offset, 32),
+            (c.kiln_lr_policy_vtable.set_state.offset, 48),
+            (ctypes.sizeof(c.kiln_lr_observation), 48),
+            (c.kiln_lr_observation.values.offset, 40),
             (ctypes.sizeof(c.kiln_component_descriptor), 80),
             (c.kiln_component_descriptor.summary.offset, 40),
             (c.kiln_component_descriptor.vtable.offset, 72),
@@ -241,6 +246,60 @@ class ComponentsTest(unittest.TestCase):
         ]
         for i, (got, want) in enumerate(pinned):
             self.assertEqual(got, want, f"entry {i}")
+
+    def test_a_policy_that_reacts_to_evaluations_and_resumes(self):
+        # Halves the rate after every evaluation but the first, keeping the rate and the count
+        # of evaluations in schedule.state (both must survive a resume).
+        seen = []
+
+        def rate(iteration, schedule):
+            return schedule.state.get("lr", schedule.base_lr)
+
+        def observe(metrics, iteration, epoch, schedule):
+            seen.append((dict(metrics), iteration, epoch))
+            st = schedule.state
+            st["count"] = st.get("count", 0.0) + 1.0
+            if st["count"] >= 2.0:
+                st["lr"] = st.get("lr", schedule.base_lr) * 0.5
+
+        policy = components.LRPolicy("py_halving", rate, observe=observe, state=("lr", "count"))
+        text = self.text("py_halving").replace("epochs = 1", "epochs = 4").replace(
+            "checkpoints = false", "checkpoints = true").replace(
+            "end_factor = 0.1\nhold_iters = 3\n", "")
+
+        def run(name, **kw):
+            m = self.tmp / f"{name}.jsonl"
+            with kiln.Session.from_string(text.replace(str(self.tmp / "out"),
+                                                       str(self.tmp / name)),
+                                          f"{name}.toml", components=[policy], metrics_path=m,
+                                          log_level="warn", **kw) as session:
+                session.run()
+            rows = [json.loads(line) for line in m.read_text().splitlines()]
+            return {r["step"]: r["lr"][0] for r in rows if r["type"] == "step"}
+
+        straight = run("straight")
+        self.assertIsNone(policy.error)
+        self.assertEqual(len(straight), 4 * STEPS)
+        self.assertEqual([(sorted(m), i, e) for m, i, e in seen],
+                         [(["loss", "top1", "top5"], STEPS * k, k) for k in range(1, 5)])
+        # Epoch 1 at the base rate after the warm-up; the rate falls only right after an
+        # evaluation, and at least twice.
+        for step in range(3, STEPS + 1):
+            self.assertEqual(straight[step], 0.2, f"step {step}")
+        for step in range(STEPS + 1, 4 * STEPS + 1):
+            halvings = max(0, (step - 1) // STEPS - 1)
+            self.assertEqual(straight[step], 0.2 * 0.5 ** halvings, f"step {step}")
+        # Stopped after 12 steps (evaluated once), then resumed: the same rates to the end.
+        seen.clear()
+        run("resumed", overrides={"run.max_steps": 12})
+        resumed = run("resumed", resume="auto")
+        self.assertTrue(resumed)
+        for s, lr in resumed.items():
+            self.assertEqual(lr, straight[s], f"step {s}")
+
+    def test_state_without_observe_is_refused(self):
+        with self.assertRaises(ValueError):
+            components.LRPolicy("py_x", c_linear, state=("lr",))
 
     def test_only_policies(self):
         with self.assertRaises(TypeError):

@@ -26,6 +26,27 @@ fn becomes a failing status: the training call raises kiln.RunFailedError with t
 type and message (the session is then failed and can only be closed), and the exception itself
 is kept in `policy.error`.
 
+A policy may also react to evaluations, as torch's ReduceLROnPlateau does (ABI 1.15): give
+`observe(metrics, iteration, epoch, schedule)`, called after each evaluation with the metrics by
+name ("loss", and "top1" and "top5" or "map"; all-reduced under DDP), and keep what it learns in
+`schedule.state`, a dict of this instance's own; lr_at reads it (pure between two evaluations).
+`state=("lr", "best", ...)` names the float entries of schedule.state that checkpoints keep and
+a resumed run restores:
+
+    def plateau_lr(iteration, schedule):
+        return schedule.state.get("lr", schedule.base_lr)
+
+    def plateau_observe(metrics, iteration, epoch, schedule):
+        st = schedule.state
+        st.setdefault("lr", schedule.base_lr)
+        if metrics["loss"] < st.get("best", math.inf):
+            st["best"] = metrics["loss"]
+        else:
+            st["lr"] *= 0.5
+
+    policy = components.LRPolicy("py_plateau", plateau_lr, observe=plateau_observe,
+                                 state=("lr", "best"))
+
 Only LR policies come from Python: an optimizer's vtable works on tensors (DLPack, per parameter
 group), which the C function table of kiln_session_options.components serves C and Rust callers.
 """
@@ -48,9 +69,11 @@ _OPT_BOOL, _OPT_INT, _OPT_FLOAT, _OPT_STRING = 1, 2, 3, 4
 _OPT_INT_LIST, _OPT_FLOAT_LIST, _OPT_STRING_LIST = 5, 6, 7
 _ERR_INVALID_ARGUMENT, _ERR_INTERNAL = 1, 5
 
-Schedule = namedtuple("Schedule", "base_lr max_iters warmup_iters iters_per_epoch options")
+Schedule = namedtuple("Schedule", "base_lr max_iters warmup_iters iters_per_epoch options state",
+                      defaults=(None,))
 Schedule.__doc__ = """The schedule's frame an LR policy is made for (kiln_lr_schedule), in
-optimizer steps, and the component's options."""
+optimizer steps, the component's options, and `state`: a dict of the instance's own for a policy
+that reacts to evaluations (its `state` keys are checkpointed)."""
 
 
 class Option:
@@ -161,9 +184,20 @@ _lr_at_fn = ctypes.CFUNCTYPE(c_void_p, c_void_p, c_int64, _P(c_double))
 _init_fn = ctypes.CFUNCTYPE(c_void_p, _P(kiln_host_api))
 
 
+class kiln_lr_observation(ctypes.Structure):
+    _fields_ = [("struct_size", c_size_t), ("iter", c_int64), ("epoch", c_int64),
+                ("count", c_size_t), ("names", _P(c_char_p)), ("values", _P(c_double))]
+
+
+_observe_fn = ctypes.CFUNCTYPE(c_void_p, c_void_p, _P(kiln_lr_observation))
+_get_state_fn = ctypes.CFUNCTYPE(c_void_p, c_void_p, _P(c_double), c_size_t, _P(c_size_t))
+_set_state_fn = ctypes.CFUNCTYPE(c_void_p, c_void_p, _P(c_double), c_size_t)
+
+
 class kiln_lr_policy_vtable(ctypes.Structure):
     _fields_ = [("struct_size", c_size_t), ("create", _create_fn), ("destroy", _destroy_fn),
-                ("lr_at", _lr_at_fn)]
+                ("lr_at", _lr_at_fn), ("observe", _observe_fn), ("get_state", _get_state_fn),
+                ("set_state", _set_state_fn)]
 
 
 class kiln_component_descriptor(ctypes.Structure):
@@ -217,9 +251,19 @@ class LRPolicy:
     keep no other use of it in mind: the session holds it until closed. One policy may serve
     several sessions (each makes its own instance)."""
 
-    def __init__(self, name, lr_at, options=None, summary=None, version=(1, 0, 0)):
+    def __init__(self, name, lr_at, options=None, summary=None, version=(1, 0, 0), *,
+                 observe=None, state=()):
         if not callable(lr_at):
             raise TypeError("lr_at must be callable as lr_at(iteration, schedule) -> float")
+        if observe is not None and not callable(observe):
+            raise TypeError("observe must be callable as "
+                            "observe(metrics, iteration, epoch, schedule) -> None")
+        if isinstance(state, str) or not all(isinstance(k, str) for k in state):
+            raise TypeError("state must be a sequence of names (str) of schedule.state entries")
+        if state and observe is None:
+            raise ValueError("state keeps what observe learns: give observe too")
+        self.observe = observe
+        self.state_keys = tuple(state)
         if not isinstance(name, str) or not name:
             raise ValueError("an LR policy needs a non-empty name")
         self.name = name
@@ -255,7 +299,7 @@ class LRPolicy:
         try:
             s = schedule.contents
             frame = Schedule(s.base_lr, s.max_iters, s.warmup_iters, s.iters_per_epoch,
-                             _option_values(options))
+                             _option_values(options), {})
             with self._lock:
                 handle = self._next_id
                 self._next_id += 1
@@ -289,6 +333,54 @@ class LRPolicy:
             return self._status(host, code,
                                 f"{self.name}: lr_at({iteration}) raised {type(e).__name__}: {e}")
 
+    def _observe(self, handle, observation):
+        frame, host = self._instances.get(handle, (None, self._host))
+        try:
+            if frame is None:
+                raise RuntimeError(f"unknown instance {handle}")
+            o = observation.contents
+            metrics = {o.names[i].decode("utf-8"): o.values[i] for i in range(o.count)}
+            self.observe(metrics, o.iter, o.epoch, frame)
+            return None
+        except BaseException as e:  # noqa: B902
+            self.error = e
+            code = _ERR_INVALID_ARGUMENT if isinstance(e, (KeyError, ValueError, TypeError)) \
+                else _ERR_INTERNAL
+            return self._status(host, code, f"{self.name}: observe raised {type(e).__name__}: {e}")
+
+    def _get_state(self, handle, values, capacity, count):
+        frame, host = self._instances.get(handle, (None, self._host))
+        try:
+            if frame is None:
+                raise RuntimeError(f"unknown instance {handle}")
+            numbers = [float(frame.state.get(k, math.nan)) for k in self.state_keys]
+            for i, v in enumerate(numbers[:capacity]):
+                values[i] = v
+            count[0] = len(numbers)
+            return None
+        except BaseException as e:  # noqa: B902
+            self.error = e
+            return self._status(host, _ERR_INTERNAL,
+                                f"{self.name}: state: {type(e).__name__}: {e}")
+
+    def _set_state(self, handle, values, count):
+        frame, host = self._instances.get(handle, (None, self._host))
+        try:
+            if frame is None:
+                raise RuntimeError(f"unknown instance {handle}")
+            if count != len(self.state_keys):
+                raise ValueError(f"the checkpoint holds {count} state values, this policy "
+                                 f"keeps {len(self.state_keys)} ({', '.join(self.state_keys)})")
+            frame.state.clear()
+            for i, k in enumerate(self.state_keys):
+                if not math.isnan(values[i]):  # NaN: the entry was not set when saved
+                    frame.state[k] = values[i]
+            return None
+        except BaseException as e:  # noqa: B902
+            self.error = e
+            return self._status(host, _ERR_INVALID_ARGUMENT,
+                                f"{self.name}: restoring state: {type(e).__name__}: {e}")
+
     # -- the descriptor --
 
     def _build(self, abi):
@@ -320,6 +412,14 @@ class LRPolicy:
         fns = (_create_fn(self._create), _destroy_fn(self._destroy), _lr_at_fn(self._lr_at),
                _init_fn(self._init))
         vtable = kiln_lr_policy_vtable(ctypes.sizeof(kiln_lr_policy_vtable), *fns[:3])
+        if self.observe is not None:
+            if abi < (1, 15):
+                raise RuntimeError(f"{self.name}: observe needs a Kiln library of ABI 1.15 or "
+                                   f"later; this one is {abi[0]}.{abi[1]}")
+            reacting = (_observe_fn(self._observe), _get_state_fn(self._get_state),
+                        _set_state_fn(self._set_state))
+            vtable.observe, vtable.get_state, vtable.set_state = reacting
+            fns = fns + reacting
         name, summary = self.name.encode("utf-8"), self.summary.encode("utf-8")
         component = kiln_component_descriptor()
         component.struct_size = ctypes.sizeof(kiln_component_descriptor)
