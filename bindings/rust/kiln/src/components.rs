@@ -35,6 +35,11 @@
 //! code that writes the C function table itself (an optimizer component in a
 //! `sys::KilnPluginDescriptor`) passes it in `sys::KilnSessionOptions::components` directly.
 //!
+//! A policy may also react to evaluations (ABI 1.15), as torch's ReduceLROnPlateau does:
+//! [`LrPolicy::reacting`] takes an `observe` closure, called after each evaluation with an
+//! [`Observation`] (the metrics by name), which keeps what it learns in the instance's
+//! [`Schedule::state`]; the entries it names are checkpointed and restored on a resume.
+//!
 //! At most [`MAX_LR_POLICIES`] policies live at once: C's `create` carries no user data, so each
 //! policy takes one of a fixed set of entry points while it lives.
 
@@ -72,9 +77,24 @@ pub struct Schedule {
     pub iters_per_epoch: i64,
     /// Every option of the schema, in schema order, defaults filled.
     pub options: Vec<(String, OptionValue)>,
+    /// The instance's own numbers, for a policy that reacts to evaluations (ABI 1.15): its
+    /// observe closure writes them, lr_at reads them, and the entries named by
+    /// [`LrPolicy::reacting`]'s `state` go into checkpoints and come back on a resume.
+    pub state: Vec<(String, f64)>,
 }
 
 impl Schedule {
+    /// The state entry `name`, if set.
+    pub fn get(&self, name: &str) -> Option<f64> {
+        self.state.iter().find(|(n, _)| n == name).map(|(_, v)| *v)
+    }
+    /// Sets the state entry `name`.
+    pub fn set(&mut self, name: &str, value: f64) {
+        match self.state.iter_mut().find(|(n, _)| n == name) {
+            Some(entry) => entry.1 = value,
+            None => self.state.push((name.to_string(), value)),
+        }
+    }
     pub fn option(&self, name: &str) -> Option<&OptionValue> {
         self.options.iter().find(|(n, _)| n == name).map(|(_, v)| v)
     }
@@ -177,6 +197,29 @@ impl OptionSpec {
 /// The closure of an [`LrPolicy`]: (1-based optimizer step, schedule) -> learning rate.
 pub type LrFn = Box<dyn Fn(i64, &Schedule) -> f64 + Send + Sync>;
 
+/// One evaluation's results (`kiln_lr_observation`, ABI 1.15): the steps counted so far, the
+/// epoch the evaluation closed, and its metrics by name ("loss", and "top1" and "top5" or
+/// "map"; all-reduced under DDP).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Observation {
+    pub iter: i64,
+    pub epoch: i64,
+    pub metrics: Vec<(String, f64)>,
+}
+
+impl Observation {
+    /// The metric `name`, if the evaluation has it.
+    pub fn metric(&self, name: &str) -> Option<f64> {
+        self.metrics
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| *v)
+    }
+}
+
+/// A policy's reaction to an evaluation: updates the instance's [`Schedule::state`].
+pub type ObserveFn = Box<dyn Fn(&Observation, &mut Schedule) + Send + Sync>;
+
 /// How many [`LrPolicy`] values may live at once.
 pub const MAX_LR_POLICIES: usize = 32;
 
@@ -192,6 +235,8 @@ struct PolicyInner {
     slot: usize,
     name: String,
     f: LrFn,
+    observe: Option<ObserveFn>,
+    state_keys: Vec<String>,
     last_panic: Mutex<Option<String>>,
     // The C tables the host reads for the life of every session given this policy; boxed (or
     // in heap buffers) so their addresses never move.
@@ -231,7 +276,42 @@ impl LrPolicy {
         options: Vec<OptionSpec>,
         lr_at: LrFn,
     ) -> Result<LrPolicy, Error> {
+        LrPolicy::build(name, options, lr_at, None, Vec::new())
+    }
+
+    /// A policy that reacts to evaluations (ABI 1.15; torch's ReduceLROnPlateau and the like):
+    /// `observe` runs after each evaluation and keeps what it learns in the instance's
+    /// [`Schedule::state`], which `lr_at` reads; the entries named in `state` are written into
+    /// checkpoints and restored on a resume (an entry not set counts as unset again).
+    pub fn reacting(
+        name: &str,
+        options: Vec<OptionSpec>,
+        lr_at: LrFn,
+        observe: ObserveFn,
+        state: &[&str],
+    ) -> Result<LrPolicy, Error> {
+        let keys = state.iter().map(|k| k.to_string()).collect();
+        LrPolicy::build(name, options, lr_at, Some(observe), keys)
+    }
+
+    fn build(
+        name: &str,
+        options: Vec<OptionSpec>,
+        lr_at: LrFn,
+        observe: Option<ObserveFn>,
+        state_keys: Vec<String>,
+    ) -> Result<LrPolicy, Error> {
         let (abi_major, abi_minor) = Api::load()?.plugin_abi();
+        if observe.is_some() && (abi_major, abi_minor) < (1, 15) {
+            return Err(Error::new(
+                code::FAILED_PRECONDITION,
+                format!(
+                    "LrPolicy '{}': reacting to evaluations needs a Kiln library of ABI 1.15 or \
+                     later; this one is {}.{}",
+                    name, abi_major, abi_minor
+                ),
+            ));
+        }
         let mut strings = Vec::new();
         let mut keep = |what: &str, s: &str| -> Result<*const c_char, Error> {
             let c = cstring(what, s.as_bytes())?;
@@ -291,6 +371,11 @@ impl LrPolicy {
         vtable.create = Some(CREATES[slot]);
         vtable.destroy = Some(destroy);
         vtable.lr_at = Some(lr_at_trampoline);
+        if observe.is_some() {
+            vtable.observe = Some(observe_trampoline);
+            vtable.get_state = Some(get_state_trampoline);
+            vtable.set_state = Some(set_state_trampoline);
+        }
         let mut component = Box::new(sys::KilnComponentDescriptor::default());
         component.kind = sys::KILN_COMPONENT_LR_POLICY;
         component.name = c_name;
@@ -322,6 +407,8 @@ impl LrPolicy {
             slot,
             name: name.to_string(),
             f: lr_at,
+            observe,
+            state_keys,
             last_panic: Mutex::new(None),
             _strings: strings,
             _specs: specs,
@@ -498,6 +585,7 @@ unsafe fn create(
                 warmup_iters: s.warmup_iters,
                 iters_per_epoch: s.iters_per_epoch,
                 options: option_values(options),
+                state: Vec::new(),
             },
             policy: policy.clone(),
             host,
@@ -556,4 +644,117 @@ unsafe extern "C" fn lr_at_trampoline(
             )
         }
     }
+}
+
+/// Records a panic's message and turns it into a status naming `what`.
+unsafe fn panicked(
+    instance: &Instance,
+    what: &str,
+    payload: &(dyn std::any::Any + Send),
+) -> *mut sys::KilnStatus {
+    let message = panic_message(payload);
+    let policy = &instance.policy;
+    *policy.last_panic.lock().unwrap_or_else(|e| e.into_inner()) = Some(message.clone());
+    status(
+        instance.host,
+        code::INTERNAL,
+        &format!("{}: {} panicked: {}", policy.name, what, message),
+    )
+}
+
+unsafe extern "C" fn observe_trampoline(
+    instance: *mut c_void,
+    observation: *const sys::KilnLrObservation,
+) -> *mut sys::KilnStatus {
+    // The host never calls an instance from two threads at once: this is the only reference.
+    let instance = match (instance as *mut Instance).as_mut() {
+        Some(i) => i,
+        None => return ptr::null_mut(),
+    };
+    let o = match observation.as_ref() {
+        Some(o) => o,
+        None => {
+            return status(
+                instance.host,
+                code::INVALID_ARGUMENT,
+                "observe: NULL observation",
+            )
+        }
+    };
+    let mut metrics = Vec::with_capacity(o.count);
+    for i in 0..o.count {
+        metrics.push((text(*o.names.add(i)), *o.values.add(i)));
+    }
+    let seen = Observation {
+        iter: o.iter,
+        epoch: o.epoch,
+        metrics,
+    };
+    let policy = instance.policy.clone();
+    let schedule = &mut instance.schedule;
+    let result = panic::catch_unwind(AssertUnwindSafe(|| {
+        if let Some(f) = &policy.observe {
+            f(&seen, schedule)
+        }
+    }));
+    match result {
+        Ok(()) => ptr::null_mut(),
+        Err(payload) => panicked(instance, "observe", &*payload),
+    }
+}
+
+unsafe extern "C" fn get_state_trampoline(
+    instance: *mut c_void,
+    values: *mut f64,
+    capacity: usize,
+    count: *mut usize,
+) -> *mut sys::KilnStatus {
+    let instance = match (instance as *const Instance).as_ref() {
+        Some(i) => i,
+        None => return ptr::null_mut(),
+    };
+    let keys = &instance.policy.state_keys;
+    for (i, key) in keys.iter().enumerate().take(capacity) {
+        if !values.is_null() {
+            *values.add(i) = instance.schedule.get(key).unwrap_or(f64::NAN);
+        }
+    }
+    if !count.is_null() {
+        *count = keys.len();
+    }
+    ptr::null_mut()
+}
+
+unsafe extern "C" fn set_state_trampoline(
+    instance: *mut c_void,
+    values: *const f64,
+    count: usize,
+) -> *mut sys::KilnStatus {
+    let instance = match (instance as *mut Instance).as_mut() {
+        Some(i) => i,
+        None => return ptr::null_mut(),
+    };
+    let keys = instance.policy.state_keys.clone();
+    if count != keys.len() || (count > 0 && values.is_null()) {
+        return status(
+            instance.host,
+            code::INVALID_ARGUMENT,
+            &format!(
+                "{}: the checkpoint holds {} state values, this policy keeps {} ({})",
+                instance.policy.name,
+                count,
+                keys.len(),
+                keys.join(", ")
+            ),
+        );
+    }
+    instance.schedule.state.clear();
+    for (i, key) in keys.iter().enumerate() {
+        let v = *values.add(i);
+        if !v.is_nan() {
+            // NaN: the entry was not set when the checkpoint was written.
+            instance.schedule.set(key, v);
+        }
+    }
+    ptr::null_mut()
 }

@@ -504,6 +504,42 @@ pub struct KilnLrPolicyVtable {
     pub lr_at: Option<
         unsafe extern "C" fn(instance: *mut c_void, iter: i64, lr: *mut f64) -> *mut KilnStatus,
     >,
+    /// ABI 1.15: each evaluation's results.
+    pub observe: Option<
+        unsafe extern "C" fn(
+            instance: *mut c_void,
+            observation: *const KilnLrObservation,
+        ) -> *mut KilnStatus,
+    >,
+    /// ABI 1.15: the policy's state as numbers, for checkpoints.
+    pub get_state: Option<
+        unsafe extern "C" fn(
+            instance: *mut c_void,
+            values: *mut f64,
+            capacity: usize,
+            count: *mut usize,
+        ) -> *mut KilnStatus,
+    >,
+    /// ABI 1.15: restores what get_state wrote.
+    pub set_state: Option<
+        unsafe extern "C" fn(
+            instance: *mut c_void,
+            values: *const f64,
+            count: usize,
+        ) -> *mut KilnStatus,
+    >,
+}
+
+/// `kiln_lr_observation` (kiln/lr_policy.h, ABI 1.15): one evaluation's results.
+#[repr(C)]
+#[derive(Clone, Copy, Debug)]
+pub struct KilnLrObservation {
+    pub struct_size: usize,
+    pub iter: i64,
+    pub epoch: i64,
+    pub count: usize,
+    pub names: *const *const c_char,
+    pub values: *const f64,
 }
 
 /// `kiln_component_descriptor` (kiln/plugin.h).
@@ -563,6 +599,7 @@ sized_default!(
     KilnOptionSpec,
     KilnCapabilities,
     KilnLrPolicyVtable,
+    KilnLrObservation,
     KilnComponentDescriptor,
     KilnPluginDescriptor
 );

@@ -187,3 +187,105 @@ fn options_and_names_are_checked() {
         err
     );
 }
+
+/// The step lrs of a metrics file, by step.
+fn step_lrs(path: &Path) -> std::collections::BTreeMap<i64, f64> {
+    let text = std::fs::read_to_string(path).unwrap();
+    let mut out = std::collections::BTreeMap::new();
+    for line in text.lines().filter(|l| l.starts_with("{\"type\":\"step\"")) {
+        let step: i64 = line["{\"type\":\"step\",\"step\":".len()..]
+            .split(',')
+            .next()
+            .unwrap()
+            .parse()
+            .unwrap();
+        let lr = &line[line.find("\"lr\":[").unwrap() + 6..];
+        out.insert(step, lr.split([',', ']']).next().unwrap().parse().unwrap());
+    }
+    out
+}
+
+#[test]
+fn a_policy_that_reacts_to_evaluations_resumes_its_state() {
+    let tmp = TempDir::new("lr");
+    // Halves the rate after every evaluation but the first; the rate and the count are the
+    // instance's state, which a resume must bring back.
+    let seen: Arc<Mutex<Vec<(i64, i64, Vec<String>)>>> = Arc::new(Mutex::new(Vec::new()));
+    let record = seen.clone();
+    let policy = LrPolicy::reacting(
+        "rust_halving",
+        Vec::new(),
+        Box::new(|_, s| s.get("lr").unwrap_or(s.base_lr)),
+        Box::new(move |o, s| {
+            let names = o.metrics.iter().map(|(n, _)| n.clone()).collect();
+            record.lock().unwrap().push((o.iter, o.epoch, names));
+            let count = s.get("count").unwrap_or(0.0) + 1.0;
+            s.set("count", count);
+            if count >= 2.0 {
+                let lr = s.get("lr").unwrap_or(s.base_lr);
+                s.set("lr", lr * 0.5);
+            }
+        }),
+        &["lr", "count"],
+    )
+    .unwrap();
+    let text = |out: &Path| {
+        pipeline(out, "name = \"rust_halving\"")
+            .replace("epochs = 1", "epochs = 4")
+            .replace("checkpoints = false", "checkpoints = true")
+    };
+    let straight_out = tmp.path().join("straight");
+    let straight_metrics = tmp.path().join("straight.jsonl");
+    let options = quiet().component(policy.clone());
+    Session::from_str(
+        &text(&straight_out),
+        "straight.toml",
+        &options.clone().metrics_path(&straight_metrics),
+    )
+    .unwrap()
+    .run()
+    .unwrap();
+    assert!(policy.last_panic().is_none());
+    let straight = step_lrs(&straight_metrics);
+    assert_eq!(straight.len(), 32);
+    let names = vec!["loss".to_string(), "top1".to_string(), "top5".to_string()];
+    assert_eq!(
+        *seen.lock().unwrap(),
+        (1..=4)
+            .map(|k| (8 * k, k, names.clone()))
+            .collect::<Vec<_>>()
+    );
+    for step in 9..=32 {
+        let halvings = ((step - 1) / 8 - 1).max(0);
+        assert_eq!(
+            straight[&step],
+            0.2 * 0.5f64.powi(halvings as i32),
+            "step {}",
+            step
+        );
+    }
+    // Stopped after 12 steps, then resumed: the same rates to the end.
+    let resumed_out = tmp.path().join("resumed");
+    let resumed_metrics = tmp.path().join("resumed.jsonl");
+    Session::from_str(
+        &text(&resumed_out),
+        "resumed.toml",
+        &options.clone().set("run.max_steps=12"),
+    )
+    .unwrap()
+    .run()
+    .unwrap();
+    Session::from_str(
+        &text(&resumed_out),
+        "resumed.toml",
+        &options.resume("auto").metrics_path(&resumed_metrics),
+    )
+    .unwrap()
+    .run()
+    .unwrap();
+    let resumed = step_lrs(&resumed_metrics);
+    assert!(!resumed.is_empty());
+    for (step, lr) in &resumed {
+        assert_eq!(*lr, straight[step], "step {}", step);
+    }
+}

@@ -268,7 +268,20 @@ fn all_fields() -> Vec<Field> {
     v.extend(fields!(
         KilnLrPolicyVtable,
         "kiln_lr_policy_vtable",
-        [struct_size, create, destroy, lr_at]
+        [
+            struct_size,
+            create,
+            destroy,
+            lr_at,
+            observe,
+            get_state,
+            set_state
+        ]
+    ));
+    v.extend(fields!(
+        KilnLrObservation,
+        "kiln_lr_observation",
+        [struct_size, iter, epoch, count, names, values]
     ));
     v.extend(fields!(
         KilnComponentDescriptor,
@@ -325,6 +338,7 @@ fn struct_sizes() -> Vec<(&'static str, usize)> {
         ("kiln_capabilities", size_of::<KilnCapabilities>()),
         ("kiln_lr_schedule", size_of::<KilnLrSchedule>()),
         ("kiln_lr_policy_vtable", size_of::<KilnLrPolicyVtable>()),
+        ("kiln_lr_observation", size_of::<KilnLrObservation>()),
         (
             "kiln_component_descriptor",
             size_of::<KilnComponentDescriptor>(),
