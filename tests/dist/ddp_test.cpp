@@ -15,6 +15,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -120,6 +121,48 @@ TEST_F(Ddp, SamReevaluatesEachRanksWindowAndMatchesOneProcess) {
     EXPECT_NE(line.find("\"reevaluations\":1"), std::string::npos) << line;
   }
   EXPECT_EQ(steps, 8);
+}
+
+// ReduceLROnPlateau (lr_policy "plateau") under data parallelism: every rank observes the
+// evaluation all-reduced over both shards, so both keep the same rate, and the run equals one
+// process on the global batch, the rate halved at the same steps (after the stalled
+// evaluations of steps 40 and 60: a threshold no evaluation reaches, patience 0).
+TEST_F(Ddp, PlateauSeesTheAllReducedEvaluationOnEveryRank) {
+  const auto plateau = [&](const std::string& name) {
+    pipeline(name, 32, 1, 0);
+    std::string text = scratch_.read_text(name + ".toml");
+    const std::string epochs = "epochs = 1\n", policy = "[lr_policy]\nname = \"constant\"\n";
+    text.replace(text.find(epochs), epochs.size(), "epochs = 4\n");
+    text.replace(text.find(policy), policy.size(),
+                 "[lr_policy]\nname = \"plateau\"\nthreshold_mode = \"abs\"\nthreshold = 10.0\n"
+                 "patience = 0\nfactor = 0.5\n");
+    scratch_.write_text(name + ".toml", text);
+  };
+  plateau("plateau2");
+  plateau("plateau1");
+  Result two = run("plateau2", 2);
+  ASSERT_EQ(two.code, 0) << two.output;
+  Result one = run("plateau1", 0);
+  ASSERT_EQ(one.code, 0) << one.output;
+  const int steps = 4 * kTrain / 32;
+  EXPECT_LT(max_diff(weights("plateau2", steps), weights("plateau1", steps)), kTolerance);
+  const auto rates = [&](const std::string& name) {
+    std::ifstream in(scratch_.path(name + ".jsonl"));
+    const std::regex lr(R"(\{"type":"step","step":(\d+),.*?"lr":\[([-0-9.e+]+))");
+    std::vector<double> out;
+    std::smatch m;
+    for (std::string line; std::getline(in, line);) {
+      if (std::regex_search(line, m, lr)) out.push_back(std::stod(m[2]));
+    }
+    return out;
+  };
+  const std::vector<double> r2 = rates("plateau2"), r1 = rates("plateau1");
+  ASSERT_EQ(r2.size(), static_cast<size_t>(steps));
+  EXPECT_EQ(r2, r1);
+  const int per_epoch = kTrain / 32;
+  EXPECT_DOUBLE_EQ(r2[2 * per_epoch - 1], kLr);  // step 40
+  EXPECT_DOUBLE_EQ(r2[2 * per_epoch], kLr / 2);  // step 41
+  EXPECT_DOUBLE_EQ(r2[3 * per_epoch], kLr / 4);  // step 61
 }
 
 TEST_F(Ddp, TorchrunStartsKilnRanks) {
