@@ -15,6 +15,7 @@
 #include "plugin/adapters.hpp"
 #include "plugin/host_api.hpp"
 #include "plugin/norm_layer.hpp"
+#include "plugin/registry.hpp"
 
 namespace kiln::engine {
 
@@ -154,6 +155,12 @@ std::string describe_plan(const config::Pipeline& p) {
       "x accumulation {}\n",
       frame.effective_batch, frame.micro_batch, frame.accumulation);
   out += describe_schedule(frame, epoch_unknown);
+  // A policy that reacts to evaluations has no fixed schedule to show (kiln lr-schedule).
+  if (plugin::observes_evaluations(*p.lr_policy.component)) {
+    out += "# lr_policy " + std::string(p.lr_policy.component->name()) +
+           " reacts to evaluations: the rate after warm-up follows them (kiln lr-schedule "
+           "--metrics run.jsonl replays a run's)\n";
+  }
   const std::vector<std::string> blocks = model->block_names();
   out += blocks.empty()
              ? std::string("# blocks for memory.checkpoint: none (the model has no chains)\n")

@@ -195,6 +195,12 @@ TEST(LrScheduleMatchesTheRun, APlateauPolicyReplaysTheRunsEvaluations) {
     }
   }
   EXPECT_EQ(i, steps.size());
+  const Result plan = kiln("plan " + pipeline + args, dir);
+  ASSERT_EQ(plan.code, 0) << plan.all;
+  EXPECT_NE(plan.out.find("# lr_policy plateau reacts to evaluations: the rate after warm-up "
+                          "follows them"),
+            std::string::npos)
+      << plan.out;
 }
 
 }  // namespace

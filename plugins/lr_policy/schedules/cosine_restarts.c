@@ -34,7 +34,8 @@ static kiln_status* cosine_restarts_create(const kiln_host_api* host, const kiln
   int64_t scale = 1, t_0 = 0;
   cosine_restarts_policy* p;
   kiln_status* status;
-  if (kiln_options_find(options, "t_0") == NULL) return kiln_lr_invalid(host, kName, "t_0 is required");
+  if (kiln_options_find(options, "t_0") == NULL)
+    return kiln_lr_invalid(host, kName, "t_0 is required");
   if ((status = kiln_lr_check_min_lr(host, kName, min_lr, schedule->base_lr)) != NULL) {
     return status;
   }
@@ -74,8 +75,8 @@ static kiln_status* cosine_restarts_lr_at(void* instance, int64_t iter, double* 
       t_i *= p->t_mult;
     }
   }
-  *lr = p->min_lr +
-        (p->base_lr - p->min_lr) * (1.0 + cos(M_PI * (double)t_cur / (double)t_i)) / 2.0;
+  *lr =
+      p->min_lr + (p->base_lr - p->min_lr) * (1.0 + cos(M_PI * (double)t_cur / (double)t_i)) / 2.0;
   return NULL;
 }
 

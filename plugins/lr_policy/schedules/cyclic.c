@@ -49,9 +49,9 @@ static kiln_status* cyclic_create(const kiln_host_api* host, const kiln_options*
   p->total = (double)up + (double)down;
   p->ratio = (double)up / p->total;
   p->warmup_iters = schedule->warmup_iters;
-  p->mode = strcmp(mode, "triangular2") == 0  ? kTriangular2
+  p->mode = strcmp(mode, "triangular2") == 0 ? kTriangular2
             : strcmp(mode, "exp_range") == 0 ? kExpRange
-                                               : kTriangular;
+                                             : kTriangular;
   *out = p;
   return NULL;
 }

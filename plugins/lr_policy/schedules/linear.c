@@ -56,8 +56,8 @@ static kiln_status* linear_lr_at(void* instance, int64_t iter, double* lr) {
   e = iter - p->warmup_iters - 1;
   if (e < 0) e = 0;
   if (e > p->total_iters) e = p->total_iters;
-  *lr = p->base_lr * (p->start_factor + (p->end_factor - p->start_factor) * (double)e /
-                                            (double)p->total_iters);
+  *lr = p->base_lr *
+        (p->start_factor + (p->end_factor - p->start_factor) * (double)e / (double)p->total_iters);
   return NULL;
 }
 
