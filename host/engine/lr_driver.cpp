@@ -78,6 +78,12 @@ kiln_lr_schedule to_policy_schedule(const ScheduleFrame& f) {
   return s;
 }
 
+std::vector<std::pair<std::string, double>> observed_metrics(double loss, double top1, double top5,
+                                                             bool multi_label, double map) {
+  if (multi_label) return {{"loss", loss}, {"map", map}};
+  return {{"loss", loss}, {"top1", top1}, {"top5", top5}};
+}
+
 double lr_at(const ScheduleFrame& f, const plugin::LrPolicyAdapter& policy, int64_t iter) {
   if (iter <= f.warmup_iters) {
     // Pet's CONSTANT: lr·F (ConstantLR too). Pet's LINEAR: α = it/W, lr·(F·(1−α)+α), the base

@@ -11,6 +11,8 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "config/pipeline.hpp"
 #include "plugin/adapters.hpp"
@@ -52,6 +54,11 @@ ScheduleFrame schedule_frame(const config::Pipeline& pipeline, int64_t batches_p
 
 // The kiln_lr_schedule a policy plugin is created with.
 kiln_lr_schedule to_policy_schedule(const ScheduleFrame& frame);
+
+// What a policy that reacts to evaluations observes of one (kiln_lr_observation's metrics):
+// "loss", and "top1" and "top5", or for multi-label data "map".
+std::vector<std::pair<std::string, double>> observed_metrics(double loss, double top1, double top5,
+                                                             bool multi_label, double map);
 
 // Pure: the learning rate of 1-based iteration `iter`.
 double lr_at(const ScheduleFrame& frame, const plugin::LrPolicyAdapter& policy, int64_t iter);

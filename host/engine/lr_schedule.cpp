@@ -2,14 +2,13 @@
 
 #include <fmt/format.h>
 
-#include <fstream>
-#include <regex>
-#include <stdexcept>
+#include <cmath>
 #include <utility>
 
 #include "engine/param_groups.hpp"
 #include "engine/plan.hpp"
 #include "engine/run_data.hpp"
+#include "io/metrics_plot.hpp"
 #include "io/plot.hpp"
 #include "kiln/torch.hpp"
 
@@ -18,48 +17,6 @@ namespace kiln::engine {
 int64_t train_batches_per_epoch(const config::Pipeline& p) {
   return batches_per_epoch(p.settings.data, *open_train_split(p), /*world_size=*/1);
 }
-
-namespace {
-
-struct Evaluation {
-  int64_t epoch = 0, step = 0;
-  std::vector<std::pair<std::string, double>> metrics;
-};
-
-// The evaluation lines of a metrics file (io::MetricsWriter's), in order, with the metrics an
-// LR policy observes: "loss", and "top1" and "top5" or, with a map, "map".
-std::vector<Evaluation> read_evaluations(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) throw std::runtime_error(path + ": cannot read the metrics file");
-  const std::regex head(R"("type":"eval","epoch":(\d+),"step":(\d+))");
-  const auto number = [](const std::string& line, const char* key, double* out) {
-    const std::regex re(std::string("\"") + key + R"(":([-+0-9.eE]+|NaN|nan))");
-    std::smatch m;
-    if (!std::regex_search(line, m, re)) return false;
-    *out = std::stod(m[1]);
-    return true;
-  };
-  std::vector<Evaluation> out;
-  for (std::string line; std::getline(in, line);) {
-    std::smatch m;
-    if (!std::regex_search(line, m, head)) continue;
-    Evaluation e;
-    e.epoch = std::stoll(m[1]);
-    e.step = std::stoll(m[2]);
-    double v = 0.0;
-    if (number(line, "loss", &v)) e.metrics.emplace_back("loss", v);
-    if (number(line, "map", &v)) {
-      e.metrics.emplace_back("map", v);
-    } else {
-      if (number(line, "accuracy", &v)) e.metrics.emplace_back("top1", v);
-      if (number(line, "top5", &v)) e.metrics.emplace_back("top5", v);
-    }
-    out.push_back(std::move(e));
-  }
-  return out;
-}
-
-}  // namespace
 
 LrTable lr_table(const config::Pipeline& p, int64_t iters, const std::string& metrics) {
   LrTable table;
@@ -74,14 +31,14 @@ LrTable lr_table(const config::Pipeline& p, int64_t iters, const std::string& me
     table.groups.push_back(g.name);
     scales.push_back(g.lr_scale);
   }
-  std::vector<Evaluation> evaluations;
+  std::vector<io::MetricsEval> evaluations;
   if (policy.observes()) {
     if (metrics.empty()) {
       table.note = "lr_policy '" + policy.name() +
                    "' reacts to evaluations: these rates are those of a run whose evaluations "
                    "never change them (--metrics run.jsonl replays a run's)";
     } else {
-      evaluations = read_evaluations(metrics);
+      evaluations = io::read_metrics(metrics).evals;
       table.note = fmt::format("lr_policy '{}' reacts to evaluations: {} replayed from {}",
                                policy.name(), evaluations.size(), metrics);
     }
@@ -93,7 +50,10 @@ LrTable lr_table(const config::Pipeline& p, int64_t iters, const std::string& me
   for (int64_t it = 1; it <= frame.max_iters; ++it) {
     // An evaluation after step it - 1 is seen before step it, as in the run.
     for (; next < evaluations.size() && evaluations[next].step < it; ++next) {
-      policy.observe(evaluations[next].step, evaluations[next].epoch, evaluations[next].metrics);
+      const io::MetricsEval& e = evaluations[next];
+      // A metrics file has "map" for multi-label data only.
+      policy.observe(e.step, e.epoch,
+                     observed_metrics(e.loss, e.accuracy, e.top5, !std::isnan(e.map), e.map));
     }
     const double lr = lr_at(frame, policy, it);
     std::vector<double> row;

@@ -77,14 +77,9 @@ std::vector<std::string> OptimizerSide::group_names() const {
 
 void OptimizerSide::observe(const io::EvalRecord& record) {
   if (!lr_policy_.observes()) return;
-  std::vector<std::pair<std::string, double>> metrics = {{"loss", record.loss}};
-  if (record.multi_label) {
-    metrics.emplace_back("map", record.map);
-  } else {
-    metrics.emplace_back("top1", record.accuracy);
-    metrics.emplace_back("top5", record.accuracy_top5);
-  }
-  lr_policy_.observe(lr_.counted(), record.epoch, metrics);
+  lr_policy_.observe(lr_.counted(), record.epoch,
+                     observed_metrics(record.loss, record.accuracy, record.accuracy_top5,
+                                      record.multi_label, record.map));
 }
 
 void OptimizerSide::state(io::CheckpointData& out) const {

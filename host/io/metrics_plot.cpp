@@ -137,6 +137,7 @@ MetricsLog read_metrics(const std::string& path) {
       e.step = integer(where, obj, "step");
       e.accuracy = number(where, obj, "accuracy");
       e.loss = number(where, obj, "loss");
+      e.top5 = number(where, obj, "top5");
       e.map = number(where, obj, "map");
       while (!log.evals.empty() && log.evals.back().step >= e.step) log.evals.pop_back();
       log.evals.push_back(e);

@@ -26,7 +26,8 @@ struct MetricsEval {
   int64_t step = 0;
   double accuracy = 0.0;  // fraction in [0, 1]
   double loss = 0.0;
-  double map = 0.0;  // multi-label: mean average precision in [0, 1]; NaN otherwise
+  double top5 = 0.0;  // fraction in [0, 1]; NaN when the line has none
+  double map = 0.0;   // multi-label: mean average precision in [0, 1]; NaN otherwise
 };
 
 struct MetricsLog {

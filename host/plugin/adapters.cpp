@@ -370,19 +370,29 @@ void LrPolicyAdapter::observe(int64_t iter, int64_t epoch,
   }
 }
 
-std::vector<double> LrPolicyAdapter::state() const {
-  if (!keeps_state_) return {};
+namespace {
+
+// A plugin's state as numbers through a get_state(instance, values, capacity, &count) slot (the
+// precision and LR policy vtables have the same one): asked for the count, then filled.
+template <typename GetState, typename Where>
+std::vector<double> state_values(GetState get, void* instance, const Where& where,
+                                 const std::string& what) {
   size_t count = 0;
-  auto where_get = [&] { return where("get_state"); };
-  check(call_plugin(where_get, [&] { return vtable_->get_state(instance_, nullptr, 0, &count); }),
-        "lr_policy '" + name_ + "' get_state");
+  check(call_plugin(where, [&] { return get(instance, nullptr, 0, &count); }), what);
   std::vector<double> values(count);
-  check(call_plugin(
-            where_get,
-            [&] { return vtable_->get_state(instance_, values.data(), values.size(), &count); }),
-        "lr_policy '" + name_ + "' get_state");
+  check(call_plugin(where, [&] { return get(instance, values.data(), values.size(), &count); }),
+        what);
   values.resize(std::min(count, values.size()));
   return values;
+}
+
+}  // namespace
+
+std::vector<double> LrPolicyAdapter::state() const {
+  if (!keeps_state_) return {};
+  return state_values(
+      vtable_->get_state, instance_, [&] { return where("get_state"); },
+      "lr_policy '" + name_ + "' get_state");
 }
 
 void LrPolicyAdapter::restore_state(const std::vector<double>& values) {
@@ -424,17 +434,9 @@ std::vector<double> PrecisionAdapter::scale_rule_state() const {
   if (!KILN_HAS_FIELD(vtable_, kiln_precision_vtable, get_state) || vtable_->get_state == nullptr) {
     return {};
   }
-  size_t count = 0;
-  auto where_get = [&] { return where("get_state"); };
-  check(call_plugin(where_get, [&] { return vtable_->get_state(instance_, nullptr, 0, &count); }),
-        "precision '" + name_ + "' get_state");
-  std::vector<double> values(count);
-  check(call_plugin(
-            where_get,
-            [&] { return vtable_->get_state(instance_, values.data(), values.size(), &count); }),
-        "precision '" + name_ + "' get_state");
-  values.resize(std::min(count, values.size()));
-  return values;
+  return state_values(
+      vtable_->get_state, instance_, [&] { return where("get_state"); },
+      "precision '" + name_ + "' get_state");
 }
 
 void PrecisionAdapter::restore_scale_rule_state(const std::vector<double>& values) {

@@ -17,6 +17,7 @@
 #include <vector>
 
 #include "adam_family/components.hpp"
+#include "adam_family/moments.hpp"
 #include "common/chunked.hpp"
 #include "common/multi_tensor.hpp"
 #include "common/optim_common.hpp"
@@ -89,17 +90,8 @@ void radam_update(const RAdam& opt, kiln_call_context* ctx, const kiln_param_gro
         {&b.params, &b.grads, &bucket_exp_avgs, &bucket_exp_avg_sqs},
         [&](const std::vector<std::vector<at::Tensor>>& l, const std::vector<size_t>& which) {
           const std::vector<at::Tensor>&ps = l[0], &exp_avg = l[2], &exp_avg_sq = l[3];
-          std::vector<at::Tensor> gs = l[1];
-          if (wd != 0.0) {
-            if (opt.decoupled) {
-              at::_foreach_mul_(ps, 1.0 - lr * wd);
-            } else {
-              gs = at::_foreach_add(gs, ps, wd);
-            }
-          }
-          at::_foreach_lerp_(exp_avg, gs, 1.0 - opt.beta1);
-          at::_foreach_mul_(exp_avg_sq, opt.beta2);
-          at::_foreach_addcmul_(exp_avg_sq, gs, gs, 1.0 - opt.beta2);
+          const std::vector<at::Tensor> gs = decay_and_moments(
+              {lr, wd, opt.beta1, opt.beta2, opt.decoupled}, ps, l[1], exp_avg, exp_avg_sq);
           std::vector<size_t> rect, unrect;  // positions in the chunk
           for (size_t j = 0; j < which.size(); ++j)
             (rectified[which[j]] ? rect : unrect).push_back(j);
